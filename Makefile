@@ -1,0 +1,28 @@
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+demo: $(VENV)/.installed
+	mkdir -p build
+	$(BIN)/kpu-kernel-compiler examples/matmul_256.dfg -o build/matmul_256.kpu
+	$(BIN)/kpu-loader build/matmul_256.kpu --config configs/standard.json --check --profile
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,72 @@
+"""Element types of the DFX contract and their numpy/ml_dtypes counterparts."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+# name -> numpy dtype; `f8` is float8 e4m3 (the domain_flow `.dfg` meaning)
+NUMPY_DTYPES: dict[str, np.dtype] = {
+    "f64": np.dtype(np.float64),
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "bf16": np.dtype(ml_dtypes.bfloat16),
+    "f8": np.dtype(ml_dtypes.float8_e4m3fn),
+    "i32": np.dtype(np.int32),
+    "i16": np.dtype(np.int16),
+    "i8": np.dtype(np.int8),
+    "u8": np.dtype(np.uint8),
+}
+DTYPES = tuple(NUMPY_DTYPES)
+
+# Other spellings the frontends meet (kpu-sim JSON, ONNX-style names).
+ALIASES = {
+    "float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16",
+    "float8": "f8", "float8_e4m3": "f8", "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8",
+}
+
+
+def canonical(name: str) -> str:
+    """The DFX dtype name for `name`, or KeyError."""
+    name = ALIASES.get(name, name)
+    if name not in NUMPY_DTYPES:
+        raise KeyError(name)
+    return name
+
+
+def itemsize(dtype: str) -> int:
+    return NUMPY_DTYPES[dtype].itemsize
+
+
+def numpy_dtype(dtype: str) -> np.dtype:
+    return NUMPY_DTYPES[dtype]
+
+
+def is_integer(dtype: str) -> bool:
+    return dtype[0] in "iu"
+
+
+def accumulator(dtype: str) -> str:
+    """The type partial sums are kept in: i32 for integers, f64 for f64, else f32."""
+    if is_integer(dtype):
+        return "i32"
+    return "f64" if dtype == "f64" else "f32"
+
+
+def tolerance(dtype: str) -> tuple[float, float]:
+    """(atol, rtol) for comparing a result of this dtype with its reference."""
+    return {
+        "f64": (1e-9, 1e-9),
+        "f32": (1e-4, 1e-4),
+        "f16": (1e-2, 1e-2),
+        "bf16": (5e-2, 2e-2),
+        "f8": (0.25, 0.125),
+    }.get(dtype, (0.0, 0.0))
+
+
+def dtype_of(array: np.ndarray) -> str:
+    """The DFX dtype name of a numpy array."""
+    for name, dt in NUMPY_DTYPES.items():
+        if array.dtype == dt:
+            return name
+    raise KeyError(str(array.dtype))

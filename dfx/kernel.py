@@ -1,0 +1,100 @@
+"""DFX kernel IR: tile loops plus the loop body as op templates, never unrolled.
+
+Placement rule: an op runs at the loop depth where its tile index changes. `at="tk"` runs it
+once per iteration of loop `tk` (before any deeper loop); `after="tk"` runs it once when loop
+`tk` has finished, inside the loop enclosing `tk`; `at=None` runs it once before all loops.
+Ops at the same place run in body order. A `TileRef`'s `tile_indices` name, per tensor
+dimension, the loop variable that indexes it ("0" for a dimension taken whole).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+LEVELS = ("EXTERNAL", "L3", "L2", "L1", "REGISTER")
+MOVE_TYPES = ("LOAD", "STORE", "PREFETCH", "FLUSH")
+
+
+@dataclass
+class TileLoop:
+    induction_var: str
+    start: int
+    end: int
+    step: int = 1
+    parallel: bool = False  # iterations are divided over the compute tiles
+
+    @property
+    def trip_count(self) -> int:
+        return max(0, -(-(self.end - self.start) // self.step))
+
+
+@dataclass
+class TileRef:
+    tensor: str
+    level: str
+    tile_indices: list[str]
+    tile_shape: list[int]
+
+
+@dataclass
+class DataMove:
+    op_id: int
+    move_type: str
+    source: TileRef
+    destination: TileRef
+    at: str | None = None
+    after: str | None = None
+    depth: int = 1  # buffers of this stream at the destination level (2 = double buffering)
+    transpose: bool = False
+    broadcast: bool = False
+    depends_on: list[int] = field(default_factory=list)
+    type: str = "DATA_MOVE"
+
+
+@dataclass
+class Compute:
+    op_id: int
+    compute_type: str
+    inputs: list[TileRef]
+    output: TileRef
+    at: str | None = None
+    after: str | None = None
+    accumulate: str = "false"  # expression over loop variables, e.g. "tk > 0"
+    depends_on: list[int] = field(default_factory=list)
+    type: str = "COMPUTE"
+
+
+@dataclass
+class Barrier:
+    op_id: int
+    wait_for: list[int]
+    at: str | None = None
+    after: str | None = None
+    depends_on: list[int] = field(default_factory=list)
+    type: str = "BARRIER"
+
+
+BodyOp = DataMove | Compute | Barrier
+
+
+@dataclass
+class Kernel:
+    name: str
+    op: str  # the registry op it computes
+    graph_op: str  # the graph op it came from
+    dataflow: str
+    tiling: dict[str, int]
+    tile_loops: list[TileLoop]
+    body: list[BodyOp]
+    requirements: dict[str, Any]
+    hints: dict[str, Any]
+    inputs: list[str] = field(default_factory=list)  # graph tensors, operand order
+    outputs: list[str] = field(default_factory=list)
+    depends_on: list[str] = field(default_factory=list)  # kernels that must finish first
+
+    def body_op(self, op_id: int) -> BodyOp:
+        for o in self.body:
+            if o.op_id == op_id:
+                return o
+        raise KeyError(op_id)

@@ -1,0 +1,182 @@
+"""The `.kpu` object file: deterministic JSON with a header, a checksummed body and a schema.
+
+Layout: {"format", "format_version", "dfx_version", "producer", "sha256", "body"}; `sha256`
+is over the body serialised with sorted keys, so any edit to the body is caught.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .graph import Graph, Op, Tensor
+from .kernel import Barrier, Compute, DataMove, Kernel, TileLoop, TileRef
+from .program import Program
+
+FORMAT = "kpu-object"
+FORMAT_VERSION = 1
+DFX_VERSION = "1.0"
+PRODUCER = "kpu-kernel-compiler 0.1.0"
+
+
+class ObjectFileError(ValueError):
+    """A `.kpu` file that cannot be used; str(e) is one line naming file, place and reason."""
+
+
+# ---- writing -------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """Dataclasses to dicts, dropping fields left at None so the file stays small."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if getattr(value, f.name) is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def program_body(program: Program) -> dict[str, Any]:
+    g = program.graph
+    return {
+        "name": program.name,
+        "source": program.source,
+        "target": program.target,
+        "graph": {
+            "tensors": [_plain(t) for t in g.tensors.values()],
+            "ops": [_plain(o) for o in g.ops],
+        },
+        "constants": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(g.constants.items())},
+        "kernels": [_plain(k) for k in program.kernels],
+    }
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def dumps(program: Program) -> bytes:
+    body = program_body(program)
+    obj = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dfx_version": DFX_VERSION,
+        "producer": PRODUCER,
+        "sha256": _digest(body),
+        "body": body,
+    }
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def write(program: Program, path: str | Path) -> None:
+    """Write atomically: a failure never leaves a partial object behind."""
+    path = Path(path)
+    data = dumps(program)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+
+@cache
+def schema() -> dict[str, Any]:
+    return json.loads(resources.files("dfx").joinpath("kpu-object.schema.json").read_text())
+
+
+def _schema_error(where: str, obj: dict[str, Any]) -> None:
+    import jsonschema  # only the reader pays for it
+
+    validator = jsonschema.Draft202012Validator(schema())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    if error is not None:
+        place = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ObjectFileError(f"{where}: {place}: {error.message.splitlines()[0]}")
+
+
+def loads(data: bytes, where: str = "<object>") -> Program:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise ObjectFileError(f"{where}: not a kpu object (invalid JSON: {str(e).splitlines()[0]})") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise ObjectFileError(f"{where}: not a kpu object (format is not '{FORMAT}')")
+    if obj.get("format_version") != FORMAT_VERSION:
+        raise ObjectFileError(f"{where}: unsupported format_version {obj.get('format_version')!r}, "
+                              f"this loader reads {FORMAT_VERSION}")
+    if obj.get("dfx_version") != DFX_VERSION:
+        raise ObjectFileError(f"{where}: unsupported dfx_version {obj.get('dfx_version')!r}, "
+                              f"this loader reads {DFX_VERSION}")
+    body = obj.get("body")
+    if not isinstance(body, dict) or _digest(body) != obj.get("sha256"):
+        raise ObjectFileError(f"{where}: sha256 mismatch: the body was modified or corrupted")
+    _schema_error(where, obj)
+    return _program(body, where)
+
+
+def read(path: str | Path) -> Program:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise ObjectFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    return loads(data, str(path))
+
+
+def _tile_ref(d: dict[str, Any]) -> TileRef:
+    return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]))
+
+
+def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
+    place = {"at": d.get("at"), "after": d.get("after"), "depends_on": list(d.get("depends_on", []))}
+    if d["type"] == "DATA_MOVE":
+        return DataMove(d["op_id"], d["move_type"], _tile_ref(d["source"]), _tile_ref(d["destination"]),
+                        depth=d.get("depth", 1), transpose=d.get("transpose", False),
+                        broadcast=d.get("broadcast", False), **place)
+    if d["type"] == "COMPUTE":
+        return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
+                       _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)
+    return Barrier(d["op_id"], list(d["wait_for"]), **place)
+
+
+def _program(body: dict[str, Any], where: str) -> Program:
+    g = Graph(body["name"])
+    for t in body["graph"]["tensors"]:
+        g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"])
+    for o in body["graph"]["ops"]:
+        g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),
+                        dict(o.get("attrs", {})), o.get("source", "")))
+    try:
+        g.constants = {k: base64.b64decode(v, validate=True) for k, v in body["constants"].items()}
+    except ValueError:
+        raise ObjectFileError(f"{where}: body/constants: a value is not valid base64") from None
+    kernels = [
+        Kernel(
+            name=k["name"], op=k["op"], graph_op=k["graph_op"], dataflow=k["dataflow"],
+            tiling=dict(k["tiling"]),
+            tile_loops=[TileLoop(l["induction_var"], l["start"], l["end"], l.get("step", 1),
+                                 l.get("parallel", False)) for l in k["tile_loops"]],
+            body=[_body_op(o) for o in k["body"]],
+            requirements=dict(k["requirements"]), hints=dict(k["hints"]),
+            inputs=list(k["inputs"]), outputs=list(k["outputs"]), depends_on=list(k["depends_on"]),
+        )
+        for k in body["kernels"]
+    ]
+    program = Program(body["name"], body["source"], body["target"], g, kernels)
+    from .validate import validate_program
+
+    validate_program(program, where)
+    return program

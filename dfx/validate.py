@@ -1,0 +1,91 @@
+"""Semantic checks of a program that a JSON Schema cannot express: names resolve, ids are
+unique, loop variables exist, tile index lists match tensor ranks."""
+
+from __future__ import annotations
+
+from .dtypes import DTYPES, itemsize
+from .kernel import Compute, DataMove, TileRef
+from .ops import lookup
+from .program import Program
+
+
+def validate_program(program: Program, where: str) -> None:
+    """Raise ObjectFileError naming the first problem found."""
+    from .objfile import ObjectFileError
+
+    def fail(place: str, reason: str) -> None:
+        raise ObjectFileError(f"{where}: {place}: {reason}")
+
+    g = program.graph
+    for t in g.tensors.values():
+        if t.dtype not in DTYPES:
+            fail(f"tensor '{t.name}'", f"unknown dtype '{t.dtype}'")
+    for op in g.ops:
+        for name in op.inputs + op.outputs:
+            if name not in g.tensors:
+                fail(f"graph op '{op.name}'", f"unknown tensor '{name}'")
+    for name, raw in g.constants.items():
+        t = g.tensors.get(name)
+        if t is None:
+            fail(f"constants/{name}", "not a tensor of the graph")
+        if len(raw) != t.size * itemsize(t.dtype):
+            fail(f"constants/{name}", f"holds {len(raw)} bytes, tensor {list(t.shape)} {t.dtype} "
+                 f"needs {t.size * itemsize(t.dtype)}")
+    kernel_names: set[str] = set()
+    for k in program.kernels:
+        place = f"kernel '{k.name}'"
+        if k.name in kernel_names:
+            fail(place, "duplicate kernel name")
+        if lookup(k.op) is None:
+            fail(place, f"unknown op '{k.op}'")
+        for dep in k.depends_on:
+            if dep not in kernel_names:
+                fail(place, f"depends on '{dep}', which is not an earlier kernel")
+        kernel_names.add(k.name)
+        for name in k.inputs + k.outputs:
+            if name not in g.tensors:
+                fail(place, f"unknown tensor '{name}'")
+        loop_vars = [l.induction_var for l in k.tile_loops]
+        if len(set(loop_vars)) != len(loop_vars):
+            fail(place, "duplicate tile loop variable")
+        for l in k.tile_loops:
+            if l.end < l.start:
+                fail(f"{place} loop '{l.induction_var}'", f"end {l.end} < start {l.start}")
+        ids: set[int] = set()
+        for op in k.body:
+            op_place = f"{place} op {op.op_id}"
+            if op.op_id in ids:
+                fail(op_place, "duplicate op_id")
+            for dep in op.depends_on:
+                if dep not in ids:
+                    fail(op_place, f"depends on op {dep}, which is not an earlier op of the kernel")
+            ids.add(op.op_id)
+            for anchor in (op.at, op.after):
+                if anchor is not None and anchor not in loop_vars:
+                    fail(op_place, f"placed at unknown loop '{anchor}'")
+            if op.at is not None and op.after is not None:
+                fail(op_place, "has both 'at' and 'after'")
+            if isinstance(op, Compute) and not _accumulate_ok(op.accumulate, loop_vars):
+                fail(op_place, f"accumulate '{op.accumulate}' is not 'true', 'false' or '<loop> > <int>'")
+            refs: list[TileRef] = []
+            if isinstance(op, DataMove):
+                refs = [op.source, op.destination]
+            elif isinstance(op, Compute):
+                refs = [*op.inputs, op.output]
+            for ref in refs:
+                t = g.tensors.get(ref.tensor)
+                if t is None:
+                    fail(op_place, f"unknown tensor '{ref.tensor}'")
+                if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape):
+                    fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices and "
+                         f"{len(ref.tile_shape)} extents for a rank-{len(t.shape)} tensor")
+                for index in ref.tile_indices:
+                    if index != "0" and index not in loop_vars:
+                        fail(op_place, f"tile index '{index}' is not a loop variable")
+
+
+def _accumulate_ok(expr: str, loop_vars: list[str]) -> bool:
+    if expr in ("true", "false"):
+        return True
+    var, sep, bound = expr.partition(">")
+    return bool(sep) and var.strip() in loop_vars and bound.strip().isdigit()

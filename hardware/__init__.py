@@ -1,0 +1,31 @@
+"""The machine: config loading and validation, timing models, simulator core."""
+
+from hardware.config import ConfigError, load_machine, machine_from_dict
+from hardware.machine import (
+    DATAFLOWS,
+    ComputeFabric,
+    Engines,
+    ExternalMemory,
+    Machine,
+    MemoryLevel,
+)
+from hardware.simulator import SimResult, Simulator, UnitStats
+from hardware.task import Task
+from hardware.trace import write_trace
+
+__all__ = [
+    "DATAFLOWS",
+    "ComputeFabric",
+    "ConfigError",
+    "Engines",
+    "ExternalMemory",
+    "Machine",
+    "MemoryLevel",
+    "SimResult",
+    "Simulator",
+    "Task",
+    "UnitStats",
+    "load_machine",
+    "machine_from_dict",
+    "write_trace",
+]

@@ -1,0 +1,325 @@
+"""Event-driven, cycle-level simulator of the KPU's engines and systolic array.
+
+Input: a lazy stream of `Task`s in program order. Model:
+- Every engine (DMA, BlockMover, Streamer, compute tile) serves its tasks in program order, one at
+  a time, like a hardware command queue.
+- A task starts when its deps have finished, its engine is free, and its shared resource has a
+  free port: its DRAM channel (`dram_channel`; a DMA task naming none uses channel
+  engine % channels) or its L2 bank (`l2_bank`; a bank has `machine.l2_bank_ports` ports). Tasks
+  waiting on one resource are served ready-first, ties broken by task id.
+- Time advances from one completion event to the next (a heap); nothing steps cycle by cycle.
+
+Memory is O(dep_window), however long the stream:
+- At most `dep_window` tasks are read ahead of the oldest unfinished one (in flight), like a
+  command processor with that many outstanding commands. For real programs this never binds: a
+  stream that keeps an idle engine waiting behind dep_window unrelated tasks is pathological.
+- No end times are stored: deps point backwards, so a dep that is no longer in flight has
+  finished, and a head task is re-examined exactly when a dep or its engine finishes. The loader
+  guarantees that a dep is never more than `dep_window` tasks back; the ids of the last
+  `dep_window` tasks are remembered only to reject a dep that breaks that promise.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+
+from .machine import Machine
+from .task import UNIT_PREFIX, Task
+from .units.block_mover import BlockMoverModel
+from .units.dma import DmaModel
+from .units.streamer import StreamerModel
+from .units.systolic_array import SystolicArrayModel
+
+TRACE_PID = 1  # every trace slice belongs to one process: the KPU
+PROGRESS_EVERY = 4096  # completions between progress callbacks (a power of two: masked below)
+
+
+@dataclass(slots=True)
+class UnitStats:
+    busy_cycles: int = 0
+    tasks: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class SimResult:
+    cycles: int  # makespan
+    units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., l2bank0..
+    bytes_moved: dict[str, int]  # "EXTERNAL->L3": bytes, ... as they occur
+    macs: int
+    trace_events: list[dict] = field(default_factory=list)  # Chrome trace events, if trace=True
+    first_tasks: list[tuple[Task, int, int, str]] = field(default_factory=list)
+
+
+class _Engine:
+    """One engine: its command queue; the head is running or waiting to start."""
+
+    __slots__ = ("name", "tid", "stats", "queue", "cost", "tail", "is_array", "channel", "held",
+                 "macs", "moved")
+
+    def __init__(self, name, tid, model, channel):
+        self.name = name
+        self.tid = tid  # trace track
+        self.stats = UnitStats()
+        self.queue: deque[Task] = deque()
+        self.cost = model.cycles
+        self.tail = model.tail_cycles
+        self.is_array = isinstance(model, SystolicArrayModel)
+        self.channel = channel  # DMA engines: the home channel, for tasks that name none
+        self.held = None  # the resource its running task releases on completion
+        self.macs = 0
+        self.moved: dict[tuple[str, str], int] = {}
+
+
+class _Resource:
+    """A shared resource with `free` ports: a DRAM channel or an L2 bank."""
+
+    __slots__ = ("name", "stats", "free", "waiters")
+
+    def __init__(self, name, ports):
+        self.name = name
+        self.stats = UnitStats()
+        self.free = ports
+        self.waiters: list[tuple[int, int, _Engine]] = []  # heap of (ready cycle, task id, engine)
+
+
+class Simulator:
+    def __init__(self, machine: Machine, trace: bool = False, record_first: int = 0,
+                 dep_window: int = 1 << 16):
+        if dep_window < 1:
+            raise ValueError(f"dep_window must be at least 1, got {dep_window}")
+        self.machine = machine
+        self.trace = trace
+        self.record_first = record_first
+        self.dep_window = dep_window
+        self._in_flight: set[int] = set()
+        self._recent: deque[int] = deque()
+
+    @property
+    def tasks_held(self) -> int:
+        """Task ids the running simulation holds: at most dep_window in flight plus dep_window
+        recent ones. This is its memory bound, whatever the length of the stream."""
+        return len(self._in_flight) + len(self._recent)
+
+    def _build(self):
+        """The machine's resources and engines; trace track ids follow SimResult.units order."""
+        mc = self.machine
+        channels = [_Resource(f"dram{c}", 1) for c in range(mc.external.channels)]
+        models = {"dma": (DmaModel, mc.engines.dma),
+                  "block_mover": (BlockMoverModel, mc.engines.block_mover),
+                  "streamer": (StreamerModel, mc.engines.streamer),
+                  "array": (SystolicArrayModel, mc.compute.tiles)}
+        engines: dict[str, dict[int, _Engine]] = {}
+        track = len(channels)
+        for unit, (model_cls, count) in models.items():
+            model = model_cls(mc)
+            engines[unit] = {}
+            for e in range(count):
+                home = channels[e % len(channels)] if unit == "dma" else None
+                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, home)
+                track += 1
+        banks = [_Resource(f"l2bank{b}", mc.l2_bank_ports) for b in range(mc.l2.count)]
+        return channels, engines, banks
+
+    def run(self, tasks: Iterable[Task],
+            progress: Callable[[int], None] | None = None) -> SimResult:
+        """Simulate `tasks` (read lazily, once); `progress(n_done)` every few thousand tasks."""
+        channels, engines, banks = self._build()
+        window = self.dep_window
+        record_first = self.record_first
+        trace = self.trace
+        us_per_cycle = 1.0 / (self.machine.clock_ghz * 1e3)
+        events: list[dict] = []
+        first: list = [None] * record_first
+        first_index: dict[int, int] = {}  # task id -> program position, for the first tasks
+
+        heap: list[tuple[int, int, object]] = []  # (cycle, key, engine | resource)
+        in_flight = self._in_flight = set()  # ids read but not finished
+        recent = self._recent = deque()  # the last `window` ids read, oldest first
+        dep_waiters: dict[int, list[_Engine]] = {}  # unfinished task id -> engines blocked on it
+        ready: list[_Engine] = []  # engines whose head task must be (re)examined now
+        dirty: list[_Resource] = []  # resources with new waiters or freed ports
+        it = iter(tasks)
+        now = admitted = done = 0
+        last_id = None
+        exhausted = False
+
+        def start(eng: _Engine, res: _Resource | None, now: int) -> None:
+            task = eng.queue[0]
+            cycles = eng.cost(task)
+            end = now + cycles
+            nbytes = task.bytes
+            st = eng.stats
+            st.busy_cycles += cycles
+            st.tasks += 1
+            st.bytes += nbytes
+            if eng.is_array:
+                eng.macs += task.m * task.n * task.k
+            else:
+                key = (task.src_level, task.dst_level)
+                moved = eng.moved
+                moved[key] = moved.get(key, 0) + nbytes
+            if res is not None:
+                res.free -= 1
+                hold = cycles - eng.tail
+                rs = res.stats
+                rs.busy_cycles += hold
+                rs.tasks += 1
+                rs.bytes += nbytes
+                if eng.tail:
+                    # Keys are 2*id for releases, 2*id + 1 for completions: unique, so the heap
+                    # never compares payloads, and a release sorts before its own completion.
+                    heappush(heap, (now + hold, 2 * task.id, res))
+                else:
+                    eng.held = res
+            heappush(heap, (end, 2 * task.id + 1, eng))
+            if first_index:
+                i = first_index.pop(task.id, None)
+                if i is not None:
+                    first[i] = (task, now, end, eng.name)
+            if trace:
+                args = dict(task.args) if task.args else {}
+                args["task"] = task.id
+                if eng.is_array:
+                    args.update(m=task.m, n=task.n, k=task.k, dataflow=task.dataflow)
+                else:
+                    args["bytes"] = nbytes
+                args["cycles"] = cycles
+                if res is not None:
+                    args["port"] = res.name
+                events.append({"name": task.label or eng.name, "ph": "X", "pid": TRACE_PID,
+                               "tid": eng.tid, "ts": now * us_per_cycle,
+                               "dur": cycles * us_per_cycle, "args": args})
+
+        while True:
+            # Read ahead: tasks join their engine's queue in program order.
+            while not exhausted and admitted - done < window:
+                task = next(it, None)
+                if task is None:
+                    exhausted = True
+                    break
+                tid = task.id
+                if last_id is not None and tid <= last_id:
+                    raise ValueError(f"task {tid}: ids must increase in program order "
+                                     f"(after task {last_id})")
+                last_id = tid
+                for d in task.deps:
+                    if not (recent and recent[0] <= d < tid):
+                        raise ValueError(f"task {tid}: dep {d} is not one of the {window} tasks "
+                                         f"before it (dep_window)")
+                kind = engines.get(task.unit)
+                eng = kind.get(task.engine) if kind is not None else None
+                if eng is None:
+                    raise ValueError(_no_engine(task, engines))
+                q = eng.queue
+                if not q:
+                    ready.append(eng)
+                q.append(task)
+                in_flight.add(tid)
+                recent.append(tid)
+                if len(recent) > window:
+                    recent.popleft()
+                if admitted < record_first:
+                    first_index[tid] = admitted
+                admitted += 1
+
+            # Examine engine heads: wait on an unfinished dep, queue for a resource, or start.
+            for eng in ready:
+                task = eng.queue[0]
+                for d in task.deps:
+                    if d in in_flight:
+                        dep_waiters.setdefault(d, []).append(eng)
+                        break
+                else:
+                    res = _resource(task, eng, channels, banks)
+                    if res is None:
+                        start(eng, None, now)
+                    else:
+                        heappush(res.waiters, (now, task.id, eng))
+                        dirty.append(res)
+            ready.clear()
+
+            # Grant freed ports to the waiters that have been ready longest.
+            for res in dirty:
+                waiters = res.waiters
+                while res.free and waiters:
+                    start(heappop(waiters)[2], res, now)
+            dirty.clear()
+
+            if not heap:
+                break
+            # Advance to the next event time and apply everything that happens then.
+            now = heap[0][0]
+            while heap and heap[0][0] == now:
+                _, key, obj = heappop(heap)
+                if not key & 1:  # a DMA's channel release, before its latency tail ends
+                    obj.free += 1
+                    dirty.append(obj)
+                    continue
+                eng = obj
+                tid = eng.queue.popleft().id
+                in_flight.remove(tid)
+                waiting = dep_waiters.pop(tid, None)
+                if waiting:
+                    ready.extend(waiting)
+                if eng.queue:
+                    ready.append(eng)
+                res = eng.held
+                if res is not None:
+                    eng.held = None
+                    res.free += 1
+                    dirty.append(res)
+                done += 1
+                if progress is not None and not done & (PROGRESS_EVERY - 1):
+                    progress(done)
+
+        if admitted != done:  # unreachable unless the model above is broken
+            raise RuntimeError(f"simulation stalled with {admitted - done} tasks unfinished")
+        if progress is not None:
+            progress(done)
+        recent.clear()
+        return self._result(now, channels, engines, banks, events, first[:admitted])
+
+    @staticmethod
+    def _result(cycles, channels, engines, banks, events, first) -> SimResult:
+        units: dict[str, UnitStats] = {}
+        bytes_moved: dict[str, int] = {}
+        macs = 0
+        for r in channels:
+            units[r.name] = r.stats
+        for kind in engines.values():
+            for eng in kind.values():
+                units[eng.name] = eng.stats
+                macs += eng.macs
+                for (src, dst), n in eng.moved.items():
+                    key = f"{src}->{dst}"
+                    bytes_moved[key] = bytes_moved.get(key, 0) + n
+        for r in banks:
+            units[r.name] = r.stats
+        return SimResult(cycles, units, bytes_moved, macs, events, first)
+
+
+def _resource(task: Task, eng: _Engine, channels: list[_Resource],
+              banks: list[_Resource]) -> _Resource | None:
+    """The shared resource a task holds while it transfers: at most one."""
+    ch, bank = task.dram_channel, task.l2_bank
+    if ch is None and bank is None:
+        return eng.channel
+    if ch is not None and bank is not None:
+        raise ValueError(f"task {task.id}: names both DRAM channel {ch} and L2 bank {bank}; "
+                         f"a task uses at most one shared resource")
+    pool, index, what = (channels, ch, "DRAM channel") if ch is not None else (banks, bank,
+                                                                                "L2 bank")
+    if not 0 <= index < len(pool):
+        raise ValueError(f"task {task.id}: no {what} {index}; the machine has {len(pool)}")
+    return pool[index]
+
+
+def _no_engine(task: Task, engines: dict[str, dict[int, _Engine]]) -> str:
+    if task.unit not in engines:
+        return f"task {task.id}: unknown unit {task.unit!r} (expected one of {', '.join(engines)})"
+    return (f"task {task.id}: no {task.unit} engine {task.engine}; the machine has "
+            f"{len(engines[task.unit])}")

@@ -1,0 +1,32 @@
+"""The simulator's input: one plain task per unit operation.
+
+`hardware/` knows nothing of DFX programs; the loader expands a program into a stream of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Unit kinds a task can run on, and the short prefix of their engines' names in reports/traces.
+UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "array"}
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    id: int  # unique, increasing in program order
+    unit: str  # "dma" | "block_mover" | "streamer" | "array"
+    engine: int  # which engine of that kind (for "array": which compute tile)
+    deps: tuple[int, ...] = ()  # ids of earlier tasks that must have finished
+    bytes: int = 0  # bytes moved (moves)
+    src_level: str = ""  # "EXTERNAL" | "L3" | "L2" | "L1" | "REGISTER" (moves)
+    dst_level: str = ""
+    dram_channel: int | None = None  # DMA tasks: the external memory channel they use
+    l2_bank: int | None = None  # BlockMover/Streamer tasks: the L2 bank whose port they use
+    transpose: bool = False
+    m: int = 0  # "array" tasks: the tile matmul shape, C[m, n] += A[m, k] B[k, n]
+    n: int = 0
+    k: int = 0
+    dataflow: str = "output_stationary"
+    drain: bool = True  # "array", output-stationary: the last K chunk of its output block
+    label: str = ""  # e.g. "A EXT->L3"
+    args: dict | None = None  # shown in the trace (tile indices)

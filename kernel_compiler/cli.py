@@ -1,0 +1,80 @@
+"""`kpu-kernel-compiler`: a graph file in, a tiled `.kpu` object out."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+DEFAULT_TARGET = "standard"
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def resolve_config(name: str) -> str:
+    """A config path, or the name of a shipped config (`standard`, `minimal`, ...)."""
+    if Path(name).suffix or "/" in name:
+        return name
+    return str(CONFIG_DIR / f"{name}.json")
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+@app.command()
+def compile(
+    input: str = typer.Argument(..., help="Graph to compile: .dfg, .json (kpu-sim graph)"),
+    output: Optional[str] = typer.Option(None, "-o", "--output", help="Object file (default: <input stem>.kpu)"),
+    target: str = typer.Option(DEFAULT_TARGET, "--target", help="Machine config the tiles are chosen for"),
+    dataflow: str = typer.Option("auto", "--dataflow", help="auto | os | ws | is"),
+    emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the DFX kernels as JSON on stdout"),
+    dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
+) -> None:
+    """Compile a graph into a hardware-agnostic, tiled DFX object file."""
+    from dfx import dumps, write
+    from dfx import ObjectFileError
+
+    from .compile import compile_graph, lower_op, kernel_name
+    from .dump import dump_graph, dump_kernel
+    from .errors import CompileError
+    from .frontends import load_graph
+    from .target import load_target
+
+    if dataflow not in ("auto", "os", "ws", "is"):
+        _fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
+    try:
+        graph, warnings = load_graph(input)
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        tgt = load_target(resolve_config(target))
+        if dump:
+            print(dump_graph(graph))
+            for i, op in enumerate(graph.ops):
+                try:
+                    print(dump_kernel(lower_op(graph, op, kernel_name(op, i), tgt, dataflow)))
+                except CompileError as e:
+                    print(f"  (no kernel) {e}")
+            return
+        program = compile_graph(graph, input, tgt, dataflow)
+        out = output or f"{Path(input).stem}.kpu"
+        write(program, out)
+    except (CompileError, ObjectFileError) as e:
+        _fail(str(e))
+    except OSError as e:
+        _fail(f"{e.filename or output}: cannot write: {e.strerror}")
+    if verbose:
+        for k in program.kernels:
+            print(dump_kernel(k), file=sys.stderr)
+    if emit_dfx:
+        sys.stdout.write(dumps(program).decode())
+    print(f"wrote {out}: {len(program.kernels)} kernel(s)", file=sys.stderr)
+
+
+def main() -> None:
+    app()

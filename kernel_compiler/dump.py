@@ -1,0 +1,46 @@
+"""Plain-text views of a graph and of a DFX kernel, for `--dump` and `-v`."""
+
+from __future__ import annotations
+
+from dfx import Compute, DataMove, Graph, Kernel, TileRef
+
+
+def _shape(shape) -> str:
+    return "x".join(str(d) for d in shape) or "scalar"
+
+
+def dump_graph(graph: Graph) -> str:
+    lines = [f"graph {graph.name}: {len(graph.ops)} op(s), {len(graph.tensors)} tensor(s)"]
+    for t in graph.tensors.values():
+        if t.role != "intermediate":
+            lines.append(f"  {t.role:<9} {t.name}: {_shape(t.shape)} {t.dtype}")
+    for op in graph.ops:
+        ins = ", ".join(f"{n}:{_shape(graph.tensors[n].shape)}" for n in op.inputs)
+        outs = ", ".join(f"{n}:{_shape(graph.tensors[n].shape)}{graph.tensors[n].dtype}" for n in op.outputs)
+        attrs = f" {op.attrs}" if op.attrs else ""
+        lines.append(f"  {op.name} = {op.op_type}({ins}) -> {outs}{attrs}")
+    return "\n".join(lines)
+
+
+def _ref(r: TileRef) -> str:
+    return f"{r.tensor}@{r.level}[{','.join(r.tile_indices)}]"
+
+
+def dump_kernel(k: Kernel) -> str:
+    loops = " ".join(f"{l.induction_var}<{l.end}{'(par)' if l.parallel else ''}" for l in k.tile_loops)
+    t = k.tiling
+    lines = [f"kernel {k.name} ({k.op}, {k.dataflow}) tiles Ti={t['Ti']} Tj={t['Tj']} Tk={t['Tk']} "
+             f"L1_Ki={t['L1_Ki']} loops: {loops or '(none)'}",
+             f"  dram {k.hints['estimated_dram_bytes']} B (compulsory {k.hints['compulsory_dram_bytes']} B), "
+             f"AI {k.hints['arithmetic_intensity']} FLOP/B, needs {k.requirements['bytes']}"]
+    for op in k.body:
+        place = f"after {op.after}" if op.after else f"at {op.at or '-'}"
+        if isinstance(op, DataMove):
+            what = f"{op.move_type} {_ref(op.source)} -> {_ref(op.destination)} depth {op.depth}"
+        elif isinstance(op, Compute):
+            what = f"{op.compute_type} {', '.join(_ref(i) for i in op.inputs)} -> {_ref(op.output)} " \
+                   f"accumulate={op.accumulate}"
+        else:
+            what = f"BARRIER {op.wait_for}"
+        lines.append(f"  {op.op_id:>3} {place:<9} {what}")
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""Frontend for kpu-sim's graph JSON (`test_graphs/simple/matmul.json`), the format upstream's
+own compiler actually runs from: named tensors with shape and dtype, and operators that list
+the tensors they read and write.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from pathlib import Path
+from typing import Any
+
+from dfx import dtypes
+from dfx.graph import Graph, Op, Tensor
+
+from ..errors import CompileError
+
+# kpu-sim's OperatorType spellings (include/sw/compiler/graph_loader.hpp) -> our op names, which
+# follow the domain_flow operator names where there is one.
+OPERATOR_NAMES = {
+    "GEMM": "MATMUL",
+    "ELEMENTWISE_ADD": "ADD",
+    "ELEMENTWISE_SUB": "SUB",
+    "ELEMENTWISE_MUL": "MUL",
+    "ELEMENTWISE_DIV": "DIV",
+    "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D",
+    "MAXPOOL": "MAXPOOL2D",
+    "AVGPOOL": "AVGPOOL2D",
+}
+OPERATORS = frozenset(OPERATOR_NAMES.values()) | frozenset(
+    "MATMUL LINEAR FC CONV2D CONV3D ADD SUB MUL DIV RELU GELU SIGMOID SOFTMAX LAYERNORM BATCHNORM "
+    "RESHAPE TRANSPOSE CONCAT SPLIT PAD GATHER CAST CLAMP ABS NEGATE EXP RECIPROCAL REDUCE_SUM "
+    "REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_MEAN ATTENTION".split()
+)
+# GEMM attributes with these values mean a plain matmul; anything else the MATMUL op cannot express.
+PLAIN_GEMM = {"transpose_a": False, "transpose_b": False, "alpha": 1.0, "beta": 0.0}
+
+
+class _Doc:
+    """Typed access to the parsed document with errors that name the key path."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def message(self, where: str, text: str) -> str:
+        # Keys are free text: keep the message one line even if a name holds a line break.
+        return " ".join(f"{self.file}: {where}: {text}".splitlines())
+
+    def fail(self, where: str, reason: str) -> CompileError:
+        return CompileError(self.message(where, reason))
+
+    def get(self, obj: dict, key: str, where: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
+        path = f"{where}.{key}" if where else key
+        if key not in obj:
+            if required:
+                raise self.fail(path, "missing")
+            return None
+        value = obj[key]
+        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
+            raise self.fail(path, f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        return value
+
+
+def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
+    return " or ".join(names.get(k, k.__name__) for k in _kinds(kind))
+
+
+def parse_kpusim_json(path: str, text: str | None = None) -> tuple[Graph, list[str]]:
+    """Parse a kpu-sim graph JSON file (or `text`, reported as `path`) into a graph and warnings."""
+    if text is None:
+        from . import read_source  # here, not at the top: the package imports this module
+
+        text = read_source(path)
+    try:
+        root = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CompileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer literal beyond Python's digit limit
+        raise CompileError(f"{path}: invalid JSON: {exc}") from None
+    doc = _Doc(path)
+    if not isinstance(root, dict):
+        raise doc.fail("(top level)", f"expected an object, got {type(root).__name__}")
+    warnings: list[str] = []
+    if "kpu_config" in root:
+        # Tiling and memory strategy are the compiler's decisions (--target, --dataflow).
+        warnings.append(f"{path}: kpu_config: ignored (tiling and dataflow come from --target and --dataflow)")
+    name = doc.get(root, "name", "", str, required=False) or Path(path).stem
+    graph = Graph(name)
+    declared = _read_tensors(doc, doc.get(root, "tensors", "", dict))
+    ops = [_read_operator(doc, op, i, declared) for i, op in enumerate(doc.get(root, "operators", "", list))]
+    _check_unique_names(doc, ops)
+    graph.ops = _in_order(doc, ops)
+    _assign_roles(doc, graph, declared, warnings)
+    return graph, warnings
+
+
+def _read_tensors(doc: _Doc, tensors: dict) -> dict[str, Tensor]:
+    result = {}
+    for name, spec in tensors.items():
+        where = f"tensors.{name}"
+        if not isinstance(spec, dict):
+            raise doc.fail(where, f"expected an object, got {type(spec).__name__}")
+        shape = doc.get(spec, "shape", where, list)
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape):
+            raise doc.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_clip(shape)}")
+        dtype_name = doc.get(spec, "dtype", where, str)
+        try:
+            dtype = dtypes.canonical(dtype_name)
+        except KeyError:
+            raise doc.fail(f"{where}.dtype", f"unknown dtype '{dtype_name}'") from None
+        layout = doc.get(spec, "layout", where, str, required=False)
+        if layout not in (None, "row_major"):
+            raise doc.fail(f"{where}.layout", f"'{layout}' is not supported (only row_major)")
+        result[name] = Tensor(name, tuple(shape), dtype)
+    return result
+
+
+def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor]) -> Op:
+    where = f"operators[{index}]"
+    if not isinstance(spec, dict):
+        raise doc.fail(where, f"expected an object, got {type(spec).__name__}")
+    type_name = doc.get(spec, "type", where, str)
+    op_type = OPERATOR_NAMES.get(type_name, type_name)
+    if op_type not in OPERATORS:
+        raise doc.fail(f"{where}.type", f"unknown operator type '{type_name}'")
+    name = doc.get(spec, "name", where, str, required=False) or f"{op_type.lower()}_{index}"
+    attrs = doc.get(spec, "attributes", where, dict, required=False) or {}
+    if op_type == "MATMUL":
+        for key, plain in PLAIN_GEMM.items():
+            if key in attrs and attrs[key] != plain:
+                raise doc.fail(f"{where}.attributes.{key}", f"{attrs[key]!r} is not supported (MATMUL is C = A @ B)")
+    lists = {}
+    for key in ("inputs", "outputs"):
+        names = doc.get(spec, key, where, list)
+        for i, tensor in enumerate(names):
+            if not isinstance(tensor, str) or tensor not in tensors:
+                raise doc.fail(f"{where}.{key}[{i}]", f"no tensor {json.dumps(tensor)} in 'tensors'")
+        lists[key] = names
+    return Op(name, op_type, lists["inputs"], lists["outputs"], dict(attrs), source=f"{doc.file}: {where} {json.dumps(name)}")
+
+
+def _check_unique_names(doc: _Doc, ops: list[Op]) -> None:
+    first: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        if op.name in first:
+            raise doc.fail(f"operators[{i}].name", f"{json.dumps(op.name)} is already used by operators[{first[op.name]}]")
+        first[op.name] = i
+
+
+def _in_order(doc: _Doc, ops: list[Op]) -> list[Op]:
+    """Topological order, ties by position in the file."""
+    producer: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for tensor in op.outputs:
+            if tensor in producer:
+                raise doc.fail(f"operators[{i}].outputs", f"tensor {json.dumps(tensor)} is already written by operators[{producer[tensor]}]")
+            producer[tensor] = i
+    waiting = [{producer[t] for t in op.inputs if t in producer} for op in ops]
+    ready = [i for i, deps in enumerate(waiting) if not deps]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for j, deps in enumerate(waiting):
+            if i in deps:
+                deps.discard(i)
+                if not deps:
+                    heapq.heappush(ready, j)
+    if len(order) < len(ops):
+        stuck = min(set(range(len(ops))) - set(order))
+        raise doc.fail(f"operators[{stuck}]", "is on a cycle")
+    return [ops[i] for i in order]
+
+
+def _assign_roles(doc: _Doc, graph: Graph, tensors: dict[str, Tensor], warnings: list[str]) -> None:
+    produced = {t for op in graph.ops for t in op.outputs}
+    consumed = {t for op in graph.ops for t in op.inputs}
+    for name, tensor in tensors.items():
+        if name not in produced and name not in consumed:
+            warnings.append(doc.message(f"tensors.{name}", "not used by any operator; skipped"))
+            continue
+        if name not in produced:
+            tensor.role = "input"
+        elif name not in consumed:
+            tensor.role = "output"
+        graph.tensors[name] = tensor
+
+
+def _clip(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

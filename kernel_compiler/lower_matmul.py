@@ -1,0 +1,165 @@
+"""Lower one graph MATMUL to a tiled DFX kernel.
+
+Each operand is a stream with three hops (EXTERNAL -> L3 -> L2 -> L1 for loads; REGISTER ->
+L2 -> L3 -> EXTERNAL for the result). A stream's ops sit at the innermost loop that indexes
+it, so reuse is in the program: with loops (ti, tj) and no K loop, an A tile indexed [ti] is
+loaded once per ti and stays while tj advances.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, accumulation_dtype
+
+from .errors import CompileError
+from .target import Target
+from .tiling import MatmulProblem, MatmulTiling, choose_tiling, placement, streams, stream_traffic, tile_buffers
+
+DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
+
+
+def _batch_indices(shape: tuple[int, ...], out_batch: tuple[int, ...]) -> list[str]:
+    """Tile indices of an operand's batch dims, aligned right to the result's batch dims."""
+    offset = len(out_batch) - len(shape)
+    return ["0" if d == 1 and out_batch[offset + i] != 1 else f"b{offset + i}" for i, d in enumerate(shape)]
+
+
+def _array_cycles(dataflow: str, M: int, N: int, K: int, rows: int, cols: int) -> int:
+    """Compute cycles of the whole GEMM on one array, SCALE-Sim's fold count per dataflow."""
+    if dataflow == "output_stationary":
+        return math.ceil(M / rows) * math.ceil(N / cols) * (K + rows + cols - 2)
+    if dataflow == "weight_stationary":
+        return math.ceil(K / rows) * math.ceil(N / cols) * (M + 2 * rows + cols - 2)
+    return math.ceil(K / rows) * math.ceil(M / cols) * (N + 2 * rows + cols - 2)
+
+
+def choose_dataflow(requested: str, M: int, N: int, K: int, target: Target, where: str) -> str:
+    if requested != "auto":
+        dataflow = DATAFLOW_NAMES[requested]
+        if dataflow not in target.dataflows:
+            raise CompileError(f"{where}: dataflow '{dataflow}' is not supported by target '{target.name}'")
+        return dataflow
+    return min(target.dataflows, key=lambda d: (_array_cycles(d, M, N, K, target.rows, target.cols), d))
+
+
+def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
+    a, b = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    cin = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
+    c = graph.tensors[op.outputs[0]]
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    out_batch = c.shape[:-2]
+    batch_vars = tuple(f"b{i}" for i in range(len(out_batch)))
+    a_idx = _batch_indices(a.shape[:-2], out_batch)
+    b_idx = _batch_indices(b.shape[:-2], out_batch)
+    cin_idx: list[str] = []
+    cin_rows = cin_cols = False
+    if cin is not None:
+        cin_shape = (1,) * max(0, 2 - len(cin.shape)) + cin.shape
+        cin_idx = _batch_indices(cin_shape[:-2], out_batch)
+        cin_rows, cin_cols = cin_shape[-2] == M and M > 1, cin_shape[-1] == N and N > 1
+    dtypes = [a.dtype, b.dtype, c.dtype] + ([cin.dtype] if cin else [])
+    acc = accumulation_dtype(dtypes)
+    where = op.source or op.name
+    dataflow = choose_dataflow(dataflow, M, N, K, target, where)
+
+    tiling: MatmulTiling | None = None
+    for depth in (2, 1):  # double-buffer the loads where it fits
+        problem = MatmulProblem(
+            M, N, K, batch_vars, tuple(out_batch),
+            tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
+            tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
+            itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(c.dtype),
+            itemsize(acc), depth)
+        try:
+            tiling = choose_tiling(problem, target)
+            break
+        except ValueError:
+            continue
+    if tiling is None:
+        raise CompileError(f"{where}: no tiling of MATMUL {M}x{N}x{K} fits target '{target.name}'")
+    Ti, Tj, Tk = tiling.Ti, tiling.Tj, tiling.Tk
+    order = tiling.loop_order
+    trips = dict(zip(batch_vars, out_batch))
+    trips.update(ti=math.ceil(M / Ti), tj=math.ceil(N / Tj), tk=math.ceil(K / Tk))
+    # Work divides over compute tiles along the result's outermost loop with most iterations.
+    c_loops = [v for v in order if v != "tk"]
+    parallel = max(c_loops, key=lambda v: trips[v]) if c_loops else None
+    tile_loops = [TileLoop(v, 0, trips[v], parallel=v == parallel) for v in order]
+
+    def ref(tensor, level, batch_idx, inner_idx, inner_shape):
+        # Dimensions without a loop in the nest are taken whole ("0").
+        idx = [i if i in order else "0" for i in batch_idx + inner_idx]
+        return TileRef(tensor.name, level, idx, [1] * len(batch_idx) + inner_shape)
+
+    operand_refs = {
+        "A": (a, lambda lvl: ref(a, lvl, a_idx, ["ti", "tk"], [min(Ti, M), min(Tk, K)])),
+        "B": (b, lambda lvl: ref(b, lvl, b_idx, ["tk", "tj"], [min(Tk, K), min(Tj, N)])),
+    }
+    if cin is not None:
+        inner = [("ti", min(Ti, M)) if cin_rows else ("0", 1), ("tj", min(Tj, N)) if cin_cols else ("0", 1)]
+        inner = inner[2 - min(2, len(cin.shape)):]
+        operand_refs["Cin"] = (cin, lambda lvl: ref(cin, lvl, cin_idx, [i for i, _ in inner], [s for _, s in inner]))
+
+    stream_list = {s.name: s for s in streams(problem, Ti, Tj, Tk)}
+
+    def at(stream: str) -> str | None:
+        p = placement(stream_list[stream], order)
+        return order[p] if p >= 0 else None
+
+    body: list = []
+    l1_ops: list[int] = []
+    for key, (tensor, make) in operand_refs.items():
+        prev: list[int] = []
+        # The accumulator input goes straight into the PE registers; A and B stream via L1.
+        last = "REGISTER" if key == "Cin" else "L1"
+        # double-buffer only a stream that runs more than once
+        depth = problem.depth if key in ("A", "B") and at(key) is not None else 1
+        for src, dst in (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", last)):
+            op_id = len(body)
+            body.append(DataMove(op_id, "LOAD", make(src), make(dst), at=at(key), depth=depth, depends_on=prev))
+            prev = [op_id]
+        l1_ops.append(prev[0])
+    inner_loop = order[-1] if order else None
+    c_ref = lambda lvl: ref(c, lvl, [f"b{i}" for i in range(len(out_batch))], ["ti", "tj"], [min(Ti, M), min(Tj, N)])
+    compute_id = len(body)
+    body.append(Compute(compute_id, "MATMUL_TILE", [make("REGISTER" if key == "Cin" else "L1") for key, (_, make) in operand_refs.items()],
+                        c_ref("REGISTER"), at=inner_loop,
+                        accumulate="tk > 0" if "tk" in order else "false", depends_on=l1_ops))
+    store_place = {"after": "tk"} if "tk" in order else {"at": inner_loop}
+    prev = [compute_id]
+    for src, dst in (("REGISTER", "L2"), ("L2", "L3"), ("L3", "EXTERNAL")):
+        op_id = len(body)
+        body.append(DataMove(op_id, "STORE", c_ref(src), c_ref(dst), depends_on=prev, **store_place))
+        prev = [op_id]
+
+    macs = math.prod(out_batch) * M * N * K
+    bufs = tile_buffers(problem, Ti, Tj, Tk)
+    elem_in = max(problem.elem_a, problem.elem_b)
+    l1_bytes = (min(Ti, M) + min(Tj, N)) * tiling.L1_Ki * elem_in * problem.depth
+    per_stream = {s.name: stream_traffic(s, order, trips) for s in stream_list.values()}
+    compute_cycles = math.prod(out_batch) * _array_cycles(dataflow, M, N, K, target.rows, target.cols)
+    return Kernel(
+        name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
+        tiling={"Ti": Ti, "Tj": Tj, "Tk": Tk, "L1_Ki": tiling.L1_Ki,
+                "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"]},
+        tile_loops=tile_loops,
+        body=body,
+        requirements={
+            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": l1_bytes},
+            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": l1_bytes},
+            "min_array": {"rows": 1, "cols": 1},
+        },
+        hints={
+            "macs": macs,
+            "estimated_dram_bytes": tiling.dram_bytes,
+            "dram_bytes_per_stream": per_stream,
+            "compulsory_dram_bytes": sum(s.bytes for s in stream_list.values()),
+            "estimated_compute_cycles": -(-compute_cycles // target.compute_tiles),
+            "arithmetic_intensity": round(2 * macs / tiling.dram_bytes, 3),
+            "target": target.name,
+        },
+        inputs=list(op.inputs),
+        outputs=list(op.outputs),
+    )
+

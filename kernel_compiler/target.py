@@ -1,0 +1,50 @@
+"""The machine class the compiler tiles for: capacities and array size, nothing else.
+
+The compiler never sees addresses, engines or timing; it reads a config only to learn how
+much fits where, so the object it writes runs on any machine at least this large.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hardware import ConfigError, load_machine
+
+from .errors import CompileError
+
+
+@dataclass(frozen=True)
+class Level:
+    banks: int  # banks (L2), tiles (L3) or buffers (L1) one compute tile may use
+    bank_bytes: int
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    rows: int
+    cols: int
+    compute_tiles: int
+    l3: Level
+    l2: Level
+    l1: Level
+    dataflows: tuple[str, ...]
+
+
+def load_target(path: str) -> Target:
+    try:
+        m = load_machine(path)
+    except ConfigError as e:
+        raise CompileError(str(e)) from None
+    tiles = m.compute.tiles
+    # L3 and L2 are shared: each compute tile plans with its share of the banks.
+    return Target(
+        name=m.name,
+        rows=m.compute.rows,
+        cols=m.compute.cols,
+        compute_tiles=tiles,
+        l3=Level(max(1, m.l3.count // tiles), m.l3.bytes),
+        l2=Level(max(1, m.l2.count // tiles), m.l2.bytes),
+        l1=Level(m.l1.count, m.l1.bytes),
+        dataflows=m.compute.dataflows,
+    )

@@ -1,0 +1,198 @@
+"""Matmul tile optimizer and the exact DRAM-traffic count of a tile loop order.
+
+Start: the analytical formula of Goto & van de Geijn as upstream kpu-sim states it, for one
+L2 bank. Then a bounded search over multiples of the array size picks the tiles whose exact
+DRAM traffic (counted over the chosen loop order, not estimated by dividing by reuse) is least,
+subject to every buffer (tile x buffering depth) fitting the target's banks at L3, L2 and L1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .target import Level, Target
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One operand's tiles as the loop nest visits them."""
+
+    name: str  # "A", "B", "Cin", "C"
+    loop_vars: tuple[str, ...]  # the loops its tile index depends on
+    bytes: int  # the whole tensor
+
+
+@dataclass(frozen=True)
+class MatmulTiling:
+    Ti: int
+    Tj: int
+    Tk: int
+    L1_Ki: int
+    loop_order: tuple[str, ...]  # outermost first, trip-1 loops dropped
+    dram_bytes: int  # exact, for this loop order
+
+    def grid(self, M: int, N: int, K: int) -> tuple[int, int, int]:
+        return (math.ceil(M / self.Ti), math.ceil(N / self.Tj), math.ceil(K / self.Tk))
+
+
+def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
+    """Index in `loop_order` of the loop the stream's op sits at (-1: before all loops).
+
+    A tile is (re)loaded whenever a loop it is indexed by advances, so it sits at the
+    innermost such loop."""
+    depth = -1
+    for i, var in enumerate(loop_order):
+        if var in stream.loop_vars:
+            depth = i
+    return depth
+
+
+def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int]) -> int:
+    """Exact bytes a stream moves: the whole tensor once per iteration of every loop at or
+    outside its placement that does not index it (each such iteration reloads all tiles)."""
+    repeats = 1
+    for var in loop_order[: placement(stream, loop_order) + 1]:
+        if var not in stream.loop_vars:
+            repeats *= trips[var]
+    return stream.bytes * repeats
+
+
+def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int]) -> int:
+    return sum(stream_traffic(s, loop_order, trips) for s in streams)
+
+
+def _round_down(x: float, s: int) -> int:
+    return int(x // s) * s
+
+
+def analytical_tiles(M: int, N: int, K: int, elem: int, bank_bytes: int, s: int) -> tuple[int, int, int]:
+    """Upstream's ANALYTICAL strategy for one L2 bank of `bank_bytes` (C included)."""
+    C = bank_bytes // elem
+    Ti = max(s, _round_down(min(M, math.sqrt(C * M / (2 * K + M))), s))
+    Tj = max(s, _round_down(min(N, math.sqrt(C * N / (2 * K + N))), s))
+    Tk = max(s, _round_down(min(K, (C - Ti * Tj) / (Ti + Tj)), s))
+    while (Ti * Tk + Tk * Tj + Ti * Tj) * elem > bank_bytes:
+        if Tk > s:
+            Tk -= s
+        elif Tj > s:
+            Tj -= s
+        elif Ti > s:
+            Ti -= s
+        else:
+            break
+    return Ti, Tj, Tk
+
+
+def fits(buffers: list[int], level: Level) -> bool:
+    """First-fit decreasing of buffers into the level's banks (the binder does it exactly)."""
+    free = [level.bank_bytes] * level.banks
+    for size in sorted(buffers, reverse=True):
+        for i, room in enumerate(free):
+            if size <= room:
+                free[i] -= size
+                break
+        else:
+            return False
+    return True
+
+
+def l1_slice(Ti: int, Tj: int, Tk: int, elem: int, depth: int, level: Level, s: int) -> int | None:
+    """Depth of the K slice the streamers keep in L1 (x depth) for the array rows and columns."""
+    total = level.banks * level.bank_bytes
+    ki = min(Tk, total // ((Ti + Tj) * elem * depth))
+    if ki >= s:
+        ki = _round_down(ki, s)
+    return ki if ki >= 1 else None
+
+
+def _candidates(dim: int, s: int) -> list[int]:
+    """Tile edges worth trying: powers-of-two multiples of s and even splits of the dim."""
+    top = max(s, math.ceil(dim / s) * s)
+    out = {min(dim, top)}
+    t = s
+    while t < top:
+        out.add(t)
+        t *= 2
+    for parts in range(1, 17):
+        out.add(min(top, math.ceil(dim / parts / s) * s))
+    return sorted({min(c, dim) for c in out})
+
+
+@dataclass(frozen=True)
+class MatmulProblem:
+    M: int
+    N: int
+    K: int
+    batch: tuple[str, ...]  # batch loop variables, outermost first
+    batch_trips: tuple[int, ...]
+    a_batch: tuple[str, ...]  # batch loops A / B / Cin are indexed by
+    b_batch: tuple[str, ...]
+    cin_batch: tuple[str, ...] | None  # None: no accumulator input
+    cin_rows: bool  # Cin varies along M (else broadcast over rows)
+    cin_cols: bool
+    elem_a: int
+    elem_b: int
+    elem_cin: int
+    elem_c: int
+    elem_acc: int  # partial sums as the array keeps them
+    depth: int  # buffering depth for loads
+
+
+def streams(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Stream]:
+    batch_size = math.prod(p.batch_trips)
+    a_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.a_batch)
+    b_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.b_batch)
+    out = [
+        Stream("A", (*p.a_batch, "ti", "tk"), a_b * p.M * p.K * p.elem_a),
+        Stream("B", (*p.b_batch, "tk", "tj"), b_b * p.K * p.N * p.elem_b),
+    ]
+    if p.cin_batch is not None:
+        c_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.cin_batch)
+        rows = p.M if p.cin_rows else 1
+        cols = p.N if p.cin_cols else 1
+        out.append(Stream("Cin", (*p.cin_batch, *(["ti"] if p.cin_rows else []), *(["tj"] if p.cin_cols else [])),
+                          c_b * rows * cols * p.elem_cin))
+    out.append(Stream("C", (*p.batch, "ti", "tj"), batch_size * p.M * p.N * p.elem_c))
+    return out
+
+
+def _loop_orders(p: MatmulProblem, trips: dict[str, int]) -> list[tuple[str, ...]]:
+    """Output-stationary orders (K innermost, so partial sums never leave the tile)."""
+    orders = [(*p.batch, "ti", "tj", "tk"), (*p.batch, "tj", "ti", "tk")]
+    return [tuple(v for v in order if trips[v] > 1) for order in orders]
+
+
+def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[int]:
+    """Bytes of each buffer at L3 and L2: A and B (and Cin) x depth, C once."""
+    bufs = [Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth, Ti * Tj * p.elem_acc]
+    if p.cin_batch is not None:
+        bufs.append(Ti * Tj * p.elem_cin)
+    return bufs
+
+
+def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
+    """The feasible tiling with least exact DRAM traffic; ties go to fewer, larger tiles."""
+    s = min(target.rows, target.cols)
+    best: tuple[tuple, MatmulTiling] | None = None
+    for Ti in _candidates(p.M, target.rows):
+        for Tj in _candidates(p.N, target.cols):
+            for Tk in reversed(_candidates(p.K, s)):
+                bufs = tile_buffers(p, Ti, Tj, Tk)
+                if not (fits(bufs, target.l2) and fits(bufs, target.l3)):
+                    continue
+                ki = l1_slice(Ti, Tj, Tk, max(p.elem_a, p.elem_b), p.depth, target.l1, s)
+                if ki is None:
+                    continue
+                trips = dict(zip(p.batch, p.batch_trips))
+                trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
+                for order in _loop_orders(p, trips):
+                    dram = dram_traffic(streams(p, Ti, Tj, Tk), order, trips)
+                    tiles = trips["ti"] * trips["tj"] * trips["tk"]
+                    key = (dram, tiles, -Ti * Tj, order)
+                    if best is None or key < best[0]:
+                        best = (key, MatmulTiling(Ti, Tj, Tk, ki, order, dram))
+                break  # the largest Tk that fits this (Ti, Tj) is the one worth having
+    if best is None:
+        raise ValueError("no tile of the array size fits the target's memories")
+    return best[1]

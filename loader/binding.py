@@ -1,0 +1,109 @@
+"""A binding: where each buffer lives and which engine runs each stream, for one kernel.
+
+`bind_greedy` is the baseline (first fit, round-robin engines) and the fallback when CP-SAT
+finds nothing in its time limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hardware import Machine
+
+from .buffers import Buffer, StreamReq, level_banks
+
+
+class BindError(ValueError):
+    """No binding exists; str(e) names the level and the bytes short."""
+
+
+@dataclass(frozen=True)
+class BoundBuffer:
+    buffer: Buffer
+    bank: int  # L3 tile, L2 bank or L1 buffer index (L1: within the worker's compute tile)
+    address: int  # byte offset inside that bank
+
+    @property
+    def end(self) -> int:
+        return self.address + self.buffer.bytes
+
+
+@dataclass
+class Binding:
+    kernel: str
+    workers: int
+    buffers: list[BoundBuffer]
+    engines: dict[tuple[int, int], int]  # (op_id, worker) -> engine index of the stream's kind
+    method: str  # "cp-sat" or "greedy"
+    makespan_estimate: int = 0  # the most-loaded engine's or bank port's estimated cycles
+    bind_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:g} KiB"
+
+
+def check_capacity(kernel: str, buffers: list[Buffer], machine: Machine, where: str) -> None:
+    """Fail with the one-line message when a buffer cannot fit its level at all."""
+    for level in ("L3", "L2", "L1"):
+        mine = [b for b in buffers if b.level == level]
+        if not mine:
+            continue
+        count, size = level_banks(machine, level)
+        unit = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}[level]
+        biggest = max(b.bytes for b in mine)
+        if biggest > size:
+            raise BindError(f"{where}: kernel '{kernel}' needs {_kib(biggest)} in one {unit}, "
+                            f"config '{machine.name}' has {_kib(size)} {unit}s")
+        workers = max(b.worker for b in mine) + 1
+        need = sum(b.bytes for b in mine) // (workers if level == "L1" else 1)
+        have = count * size
+        if need > have:
+            raise BindError(f"{where}: kernel '{kernel}' needs {_kib(need)} of {level}, "
+                            f"config '{machine.name}' has {_kib(have)} ({_kib(need - have)} short)")
+
+
+def stream_cycles(s: StreamReq, machine: Machine) -> int:
+    rate = {"dma": machine.engines.dma_bytes_per_cycle,
+            "block_mover": machine.engines.block_mover_bytes_per_cycle,
+            "streamer": machine.engines.streamer_bytes_per_cycle}[s.kind]
+    return int(-(-s.bytes_per_tile // rate)) * s.tiles
+
+
+def engine_count(kind: str, machine: Machine) -> int:
+    return {"dma": machine.engines.dma, "block_mover": machine.engines.block_mover,
+            "streamer": machine.engines.streamer}[kind]
+
+
+def _align(n: int, line: int) -> int:
+    return -(-n // line) * line
+
+
+def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[StreamReq],
+                machine: Machine, where: str) -> Binding:
+    """First fit of buffers in order; engines of each kind dealt round-robin to streams."""
+    check_capacity(kernel, buffers, machine, where)
+    fill: dict[tuple[str, int, int], int] = {}  # (level, L1 owner worker or -1, bank) -> bytes used
+    bound: list[BoundBuffer] = []
+    for b in buffers:
+        count, size = level_banks(machine, b.level)
+        owner = b.worker if b.level == "L1" else -1
+        for bank in range(count):
+            used = fill.get((b.level, owner, bank), 0)
+            if used + b.bytes <= size:
+                bound.append(BoundBuffer(b, bank, used))
+                fill[b.level, owner, bank] = _align(used + b.bytes, machine.line_bytes)
+                break
+        else:
+            raise BindError(f"{where}: kernel '{kernel}': greedy first fit cannot place "
+                            f"{_kib(b.bytes)} of '{b.tensor}' in {b.level}")
+    engines: dict[tuple[int, int], int] = {}
+    next_engine: dict[str, int] = {}
+    load: dict[tuple[str, int], int] = {}
+    for s in streams:
+        i = next_engine.get(s.kind, 0)
+        engines[s.op_id, s.worker] = i
+        load[s.kind, i] = load.get((s.kind, i), 0) + stream_cycles(s, machine)
+        next_engine[s.kind] = (i + 1) % engine_count(s.kind, machine)
+    return Binding(kernel, workers, bound, engines, "greedy", max(load.values(), default=0))

@@ -1,0 +1,97 @@
+"""What a kernel asks of a machine: its buffers and its streams, per worker (compute tile).
+
+A buffer is one stream's tile at one on-chip level, times its buffering depth. A stream is
+one data move of the body run by one worker; it needs one engine of the move's kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dfx import DataMove, Kernel, Program, itemsize
+from hardware import Machine
+
+ON_CHIP = ("L3", "L2", "L1")
+
+
+def engine_kind(src: str, dst: str) -> str:
+    """The unit that moves data between two levels."""
+    pair = {src, dst}
+    if "EXTERNAL" in pair:
+        return "dma"
+    if pair == {"L3", "L2"}:
+        return "block_mover"
+    return "streamer"  # L2 <-> L1, and the array's drain/fill REGISTER <-> L2
+
+
+@dataclass(frozen=True)
+class Buffer:
+    op_id: int  # the data move that fills it
+    worker: int
+    tensor: str
+    level: str  # L3 | L2 | L1
+    tile_bytes: int
+    depth: int
+    # when it is live, in steps of the kernel's body; buffers whose spans overlap may not share
+    # bytes. Inside one loop nest every buffer is live throughout: (0, len(body)).
+    live_start: int = 0
+    live_end: int = 1
+
+    @property
+    def bytes(self) -> int:
+        return self.tile_bytes * self.depth
+
+
+@dataclass(frozen=True)
+class StreamReq:
+    op_id: int
+    worker: int
+    kind: str  # dma | block_mover | streamer
+    tensor: str
+    src_level: str
+    dst_level: str
+    bytes_per_tile: int
+    tiles: int  # how many times it runs in the kernel (for load balancing)
+
+
+def level_banks(machine: Machine, level: str) -> tuple[int, int]:
+    """(banks or tiles one worker may choose from, bytes each). L1 buffers are per compute tile."""
+    if level == "L3":
+        return machine.l3.count, machine.l3.bytes
+    if level == "L2":
+        return machine.l2.count, machine.l2.bytes
+    return machine.l1.count, machine.l1.bytes
+
+
+def op_runs(kernel: Kernel, op) -> int:
+    """How many times a body op runs in the whole kernel."""
+    anchor, after = op.after or op.at, op.after is not None
+    n = 1
+    for loop in kernel.tile_loops:
+        if anchor is None or (after and loop.induction_var == anchor):
+            break
+        n *= loop.trip_count
+        if loop.induction_var == anchor:
+            break
+    return n
+
+
+def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list[Buffer], list[StreamReq]]:
+    g = program.graph
+    buffers: list[Buffer] = []
+    streams: list[StreamReq] = []
+    for op in kernel.body:
+        if not isinstance(op, DataMove):
+            continue
+        dst = op.destination
+        elems = 1
+        for extent in dst.tile_shape:
+            elems *= extent
+        tile_bytes = elems * itemsize(g.tensors[dst.tensor].dtype)
+        runs = op_runs(kernel, op)
+        for w in range(workers):
+            if dst.level in ON_CHIP:
+                buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, op.depth, 0, len(kernel.body)))
+            streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
+                                     op.source.level, dst.level, tile_bytes, max(1, runs // workers)))
+    return buffers, streams

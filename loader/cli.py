@@ -1,0 +1,156 @@
+"""`kpu-loader`: bind a `.kpu` object to one machine, run it, check it, report the cycles."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def resolve_config(name: str) -> str:
+    """A config path, or the name of a shipped config (`standard`, `minimal`, ...)."""
+    if Path(name).suffix or "/" in name:
+        return name
+    return str(CONFIG_DIR / f"{name}.json")
+
+
+def _fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+class _Progress:
+    """A progress bar on stderr, shown only once a run has taken more than a second."""
+
+    def __init__(self, total: int, console):
+        self.total, self.console, self.start = total, console, time.perf_counter()
+        self.bar = None
+
+    def __call__(self, done: int) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.start < 1.0:
+                return
+            from rich.progress import Progress
+
+            self.bar = Progress(console=self.console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("simulating", total=self.total)
+        self.bar.update(self.task, completed=done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@app.command()
+def load(
+    object_file: str = typer.Argument(..., metavar="OBJECT.kpu", help="Object file from kpu-kernel-compiler"),
+    config: str = typer.Option(..., "--config", help="Machine config (.json/.yaml) or a shipped name"),
+    input: Optional[List[str]] = typer.Option(None, "--input", help="NAME=FILE.npy, repeatable"),
+    output_dir: Optional[str] = typer.Option(None, "--output-dir", help="Write each output as NAME.npy here"),
+    seed: int = typer.Option(0, "--seed", help="Seed for inputs not given with --input"),
+    check: bool = typer.Option(False, "--check", help="Compare outputs with the numpy reference; exit 1 on mismatch"),
+    profile: bool = typer.Option(False, "--profile", help="Print cycles, unit utilization, bytes, roofline"),
+    trace_output: Optional[str] = typer.Option(None, "--trace-output", help="Write a Perfetto trace JSON"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Bind and schedule only: buffers, engines, first ops"),
+    ops: int = typer.Option(20, "--ops", help="Scheduled ops shown by --dry-run"),
+    timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
+    binder: str = typer.Option("cp-sat", "--binder", help="cp-sat | greedy"),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),
+) -> None:
+    """Bind OBJECT.kpu to a machine, simulate it cycle by cycle, and compute its outputs."""
+    import numpy as np
+    import orjson
+    from rich.console import Console
+
+    from dfx import ObjectFileError, read
+    from hardware import ConfigError, load_machine, write_trace
+
+    from .binding import BindError, bind_greedy
+    from .buffers import op_runs
+    from .inputs import InputError, program_inputs, read_input
+    from .report import dry_run_view, print_check, print_dry_run, print_profile, summary
+    from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, program_tasks, simulate
+
+    console = Console(stderr=True)
+    if binder not in ("cp-sat", "greedy"):
+        _fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
+    if check and timing_only:
+        _fail("--check needs the values that --timing-only skips")
+    started = time.perf_counter()
+    try:
+        program = read(object_file)
+        machine = load_machine(resolve_config(config))
+        given = dict(read_input(spec, program) for spec in input or [])
+        check_fits(program, machine, object_file)
+        if binder == "cp-sat":
+            from .bind import bind_cpsat as bind_fn
+        else:
+            bind_fn = bind_greedy
+        bindings = bind_program(program, machine, object_file, bind_fn)
+    except (ObjectFileError, ConfigError, InputError, LoadError, BindError) as e:
+        _fail(str(e))
+
+    if dry_run:
+        from hardware import Simulator
+
+        sim = Simulator(machine, record_first=ops).run(
+            itertools.islice(program_tasks(program, machine, bindings), 4 * ops))
+        view = dry_run_view(program, bindings, sim, ops)
+        if json_out:
+            sys.stdout.write(orjson.dumps(view).decode() + "\n")
+        else:
+            print_dry_run(view, console)
+        return
+
+    result = RunResult(bindings)
+    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    progress = _Progress(total, console)
+    try:
+        result.sim = simulate(program, machine, bindings, trace=trace_output is not None, progress=progress)
+    finally:
+        progress.close()
+    if not timing_only:
+        inputs = program_inputs(program, given, seed)
+        result.outputs = execute(program, bindings, inputs)
+        if check:
+            result.checks = check_outputs(program, inputs, result.outputs)
+    result.wall_seconds = time.perf_counter() - started
+
+    output_paths: dict[str, str] = {}
+    try:
+        if output_dir is not None:
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            for name, value in result.outputs.items():
+                path = Path(output_dir) / f"{name}.npy"
+                np.save(path, value)
+                output_paths[name] = str(path)
+        if trace_output is not None:
+            write_trace(trace_output, result.sim, machine)
+    except OSError as e:
+        _fail(f"{e.filename}: cannot write: {e.strerror}")
+
+    s = summary(result, object_file, machine, output_paths)
+    if profile:
+        print_profile(s, console)
+    if check:
+        print_check(s, console)
+    if json_out:
+        sys.stdout.write(orjson.dumps(s).decode() + "\n")
+    elif not profile:
+        console.print(f"{object_file} on {machine.name}: {s['cycles']:,} cycles, "
+                      f"{s['utilization']:.1%} array utilization")
+    if check and not result.check_passed:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,66 @@
+"""Functional execution: every tile op of the schedule computed in numpy.
+
+Each (tensor, level) holds the tile last moved there, so a schedule that loads the wrong
+tile, or forgets one, computes wrong numbers and `--check` catches it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dfx import Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, numpy_dtype
+
+from .schedule import accumulating, expand, tile_slices
+
+
+def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], workers: int) -> None:
+    """Execute `kernel`, reading its inputs from and writing its outputs to `memory`
+    (external memory: tensor name -> whole array)."""
+    g = program.graph
+    for name in kernel.outputs:
+        t = g.tensors[name]
+        memory[name] = np.zeros(t.shape, numpy_dtype(t.dtype))
+    acc = numpy_dtype(accumulation_dtype([g.tensors[n].dtype for n in kernel.inputs + kernel.outputs]))
+    # (worker, tensor, level) -> the tile held there
+    tiles: dict[tuple[int, str, str], np.ndarray] = {}
+    for worker, op, env in expand(kernel, workers):
+        if isinstance(op, DataMove):
+            src, dst = op.source, op.destination
+            if src.level == "EXTERNAL":
+                tile = memory[src.tensor][tile_slices(src, g.tensors[src.tensor].shape, env)]
+            else:
+                tile = tiles[worker, src.tensor, src.level]
+            if dst.level == "EXTERNAL":
+                out = memory[dst.tensor]
+                out[tile_slices(dst, out.shape, env)] = tile.astype(out.dtype)
+            elif op.transpose:
+                tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2)
+            else:
+                tiles[worker, dst.tensor, dst.level] = tile
+        elif isinstance(op, Compute):
+            _compute(op, env, worker, tiles, acc)
+
+
+def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
+    if op.compute_type != "MATMUL_TILE":
+        raise NotImplementedError(op.compute_type)
+    a, b = (tiles[worker, r.tensor, r.level].astype(acc, copy=False) for r in op.inputs[:2])
+    key = (worker, op.output.tensor, op.output.level)
+    if accumulating(op, env):
+        tiles[key] = tiles[key] + np.matmul(a, b)
+    else:
+        c = np.matmul(a, b)
+        if len(op.inputs) == 3:
+            c = c + tiles[worker, op.inputs[2].tensor, op.inputs[2].level].astype(acc, copy=False)
+        tiles[key] = c
+
+
+def reference(program: Program, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph computed op by op with the registry's numpy reference."""
+    values = dict(inputs)
+    g = program.graph
+    for op in g.ops:
+        outs = lookup(op.op_type).reference([values[n] for n in op.inputs], op.attrs,
+                                            [g.tensors[n].dtype for n in op.outputs])
+        values.update(zip(op.outputs, outs))
+    return {t.name: values[t.name] for t in g.outputs}

@@ -1,0 +1,150 @@
+"""What a run reports: the summary dict behind `--json`, and the rich views of `--profile`
+and `--dry-run` (printed on stderr, so stdout stays clean for `--json`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dfx import Program
+from hardware import Machine, SimResult
+
+from .binding import Binding
+from .buffers import engine_kind
+from .run import RunResult
+
+
+def dram_bytes(sim: SimResult) -> dict[str, int]:
+    read = sum(v for k, v in sim.bytes_moved.items() if k.startswith("EXTERNAL->"))
+    write = sum(v for k, v in sim.bytes_moved.items() if k.endswith("->EXTERNAL"))
+    return {"read": read, "write": write}
+
+
+def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
+    """Arithmetic intensity of the run against the machine's ridge point."""
+    dram = sum(dram_bytes(sim).values())
+    bw = min(machine.external.channels * machine.external.channel_bytes_per_cycle,
+             machine.engines.dma * machine.engines.dma_bytes_per_cycle)
+    peak_flops = 2 * machine.compute.peak_macs_per_cycle
+    intensity = 2 * sim.macs / dram if dram else float("inf")
+    ridge = peak_flops / bw
+    attainable = min(peak_flops, intensity * bw)
+    return {"arithmetic_intensity": intensity, "ridge_point": ridge,
+            "bound": "compute" if intensity >= ridge else "bandwidth",
+            "attainable_macs_per_cycle": attainable / 2}
+
+
+def summary(result: RunResult, program_path: str, machine: Machine, output_paths: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"object": program_path, "config": machine.name}
+    sim = result.sim
+    if sim is not None:
+        peak = machine.compute.peak_macs_per_cycle
+        out.update({
+            "cycles": sim.cycles,
+            "seconds": sim.cycles / (machine.clock_ghz * 1e9),
+            "macs": sim.macs,
+            "peak_macs_per_cycle": peak,
+            "utilization": sim.macs / (sim.cycles * peak) if sim.cycles else 0.0,
+            "dram_bytes": dram_bytes(sim),
+            "bytes_moved": dict(sorted(sim.bytes_moved.items())),
+            "roofline": roofline(sim, machine),
+            "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
+                             "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
+                      for name, u in sim.units.items()},
+        })
+    out["bindings"] = {b.kernel: {"method": b.method, "compute_tiles": b.workers,
+                                  "makespan_estimate": b.makespan_estimate} for b in result.bindings}
+    if output_paths:
+        out["outputs"] = output_paths
+    if result.checks:
+        out["check"] = {"passed": result.check_passed,
+                        "outputs": {n: {"max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error,
+                                        "passed": c.passed} for n, c in result.checks.items()}}
+    return out
+
+
+def _si(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:g}"
+
+
+def print_profile(s: dict[str, Any], console: Console) -> None:
+    console.print(f"[bold]{s['object']}[/] on [bold]{s['config']}[/]: {s['cycles']:,} cycles "
+                  f"({s['seconds'] * 1e6:,.2f} µs)")
+    console.print(f"MACs {s['macs']:,}: achieved {s['macs'] / max(1, s['cycles']):,.1f} of peak "
+                  f"{s['peak_macs_per_cycle']} MACs/cycle = [bold]{s['utilization']:.1%}[/] array utilization")
+    r = s["roofline"]
+    console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
+                  f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
+    units = Table(title="units", title_justify="left")
+    for col in ("unit", "busy cycles", "utilization", "tasks", "bytes"):
+        units.add_column(col, justify="left" if col == "unit" else "right")
+    for name, u in s["units"].items():
+        units.add_row(name, f"{u['busy_cycles']:,}", f"{u['utilization']:.1%}", f"{u['tasks']:,}", _si(u["bytes"]) + "B")
+    console.print(units)
+    moved = Table(title="bytes moved per level", title_justify="left")
+    moved.add_column("path")
+    moved.add_column("bytes", justify="right")
+    for path, n in s["bytes_moved"].items():
+        moved.add_row(path, f"{n:,}")
+    console.print(moved)
+
+
+def print_check(s: dict[str, Any], console: Console) -> None:
+    for name, c in s["check"]["outputs"].items():
+        mark = "[green]pass[/]" if c["passed"] else "[red]FAIL[/]"
+        console.print(f"check {name}: {mark} max abs error {c['max_abs_error']:.3g}, "
+                      f"max rel error {c['max_rel_error']:.3g}")
+
+
+def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops: int) -> dict[str, Any]:
+    buffers = []
+    for b in bindings:
+        for bb in b.buffers:
+            buf = bb.buffer
+            buffers.append({"kernel": b.kernel, "tensor": buf.tensor, "level": buf.level,
+                            "compute_tile": buf.worker, "bank": bb.bank, "address": bb.address,
+                            "end": bb.end, "bytes": buf.bytes, "depth": buf.depth, "op_id": buf.op_id})
+    engines = []
+    for b, k in zip(bindings, program.kernels):
+        for (op_id, worker), engine in sorted(b.engines.items()):
+            op = k.body_op(op_id)
+            engines.append({"kernel": b.kernel, "op_id": op_id, "compute_tile": worker,
+                            "stream": f"{op.destination.tensor} {op.source.level}->{op.destination.level}",
+                            "engine": f"{engine_kind(op.source.level, op.destination.level)}{engine}"})
+    schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
+                for t, start, end, unit in sim.first_tasks[:ops]]
+    return {"bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
+                          "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4)}
+                         for b in bindings],
+            "buffers": buffers, "engines": engines, "schedule": schedule}
+
+
+def print_dry_run(view: dict[str, Any], console: Console) -> None:
+    for b in view["bindings"]:
+        console.print(f"kernel [bold]{b['kernel']}[/]: bound by {b['method']} on {b['compute_tiles']} compute "
+                      f"tile(s), estimated makespan {b['makespan_estimate']:,} cycles")
+    t = Table(title="bound buffers", title_justify="left")
+    for col in ("kernel", "tensor", "level", "tile", "bank", "address range", "bytes", "depth"):
+        t.add_column(col)
+    for b in view["buffers"]:
+        t.add_row(b["kernel"], b["tensor"], b["level"], str(b["compute_tile"]), str(b["bank"]),
+                  f"0x{b['address']:06x}-0x{b['end']:06x}", f"{b['bytes']:,}", str(b["depth"]))
+    console.print(t)
+    t = Table(title="engine assignment", title_justify="left")
+    for col in ("kernel", "op", "tile", "stream", "engine"):
+        t.add_column(col)
+    for e in view["engines"]:
+        t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), e["stream"], e["engine"])
+    console.print(t)
+    t = Table(title=f"first {len(view['schedule'])} scheduled ops", title_justify="left")
+    for col in ("task", "unit", "op", "tile", "start", "end"):
+        t.add_column(col, justify="right" if col in ("task", "start", "end") else "left")
+    for s in view["schedule"]:
+        t.add_row(str(s["task"]), s["unit"], s["label"], ",".join(f"{k}={v}" for k, v in s["tile"].items()),
+                  f"{s['start']:,}", f"{s['end']:,}")
+    console.print(t)

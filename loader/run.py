@@ -1,0 +1,123 @@
+"""Load, bind, execute and simulate a program on one machine."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from dfx import Compute, Program, tolerance
+from hardware import Machine, SimResult, Simulator, Task
+
+from .binding import BindError, Binding, bind_greedy
+from .buffers import kernel_demands
+from .execute import reference, run_kernel
+from .schedule import workers_for
+from .tasks import DEP_WINDOW, TaskStream
+
+# the tile computes this loader executes
+SUPPORTED_COMPUTES = {"MATMUL_TILE"}
+
+
+class LoadError(ValueError):
+    """The object cannot run on this machine; str(e) is one line."""
+
+
+@dataclass
+class OutputCheck:
+    max_abs_error: float
+    max_rel_error: float
+    passed: bool
+
+
+@dataclass
+class RunResult:
+    bindings: list[Binding]
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    sim: SimResult | None = None
+    checks: dict[str, OutputCheck] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    @property
+    def check_passed(self) -> bool:
+        return all(c.passed for c in self.checks.values())
+
+
+Binder = Callable[[str, int, list, list, Machine, str], Binding]
+
+
+def check_fits(program: Program, machine: Machine, where: str) -> None:
+    """What binding cannot tell: the array supports each dataflow and compute."""
+    for k in program.kernels:
+        if k.dataflow not in machine.compute.dataflows:
+            raise LoadError(f"{where}: kernel '{k.name}' uses {k.dataflow}, which config "
+                            f"'{machine.name}' does not support ({', '.join(machine.compute.dataflows)})")
+        for op in k.body:
+            if isinstance(op, Compute) and op.compute_type not in SUPPORTED_COMPUTES:
+                raise LoadError(f"{where}: kernel '{k.name}' op {op.op_id}: compute '{op.compute_type}' "
+                                f"is not supported by this loader")
+        need = k.requirements["min_array"]
+        if machine.compute.rows < need["rows"] or machine.compute.cols < need["cols"]:
+            raise LoadError(f"{where}: kernel '{k.name}' needs an array of at least {need['rows']}x{need['cols']}, "
+                            f"config '{machine.name}' has {machine.compute.rows}x{machine.compute.cols}")
+
+
+def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
+    """Bind each kernel, with as many compute tiles as its memory needs allow."""
+    bindings = []
+    for k in program.kernels:
+        error: BindError | None = None
+        for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
+            buffers, streams = kernel_demands(k, program, workers)
+            start = time.perf_counter()
+            try:
+                binding = binder(k.name, workers, buffers, streams, machine, where)
+            except BindError as e:
+                error = error or e
+                continue
+            binding.bind_seconds = time.perf_counter() - start
+            if workers < workers_for(k, machine.compute.tiles):
+                binding.notes.append(f"memory holds buffers for {workers} compute tile(s) only")
+            bindings.append(binding)
+            break
+        else:
+            raise error
+    return bindings
+
+
+def program_tasks(program: Program, machine: Machine, bindings: list[Binding]) -> Iterator[Task]:
+    stream = TaskStream(program, machine)
+    for kernel, binding in zip(program.kernels, bindings):
+        yield from stream.kernel_tasks(kernel, binding)
+
+
+def simulate(program: Program, machine: Machine, bindings: list[Binding], trace: bool = False,
+             record_first: int = 0, progress: Callable[[int], None] | None = None) -> SimResult:
+    sim = Simulator(machine, trace=trace, record_first=record_first, dep_window=DEP_WINDOW)
+    return sim.run(program_tasks(program, machine, bindings), progress=progress)
+
+
+def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    memory = dict(inputs)
+    for kernel, binding in zip(program.kernels, bindings):
+        run_kernel(kernel, program, memory, binding.workers)
+    return {t.name: memory[t.name] for t in program.graph.outputs}
+
+
+def check_outputs(program: Program, inputs: dict[str, np.ndarray],
+                  outputs: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
+    expected = reference(program, inputs)
+    checks = {}
+    for name, ref in expected.items():
+        dtype = program.graph.tensors[name].dtype
+        atol, rtol = tolerance(dtype)
+        want = ref.astype(np.float64)
+        got = outputs[name].astype(np.float64)
+        err = np.abs(got - want)
+        max_abs = float(err.max()) if err.size else 0.0
+        scale = np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+        max_rel = float((err / scale).max()) if err.size else 0.0
+        checks[name] = OutputCheck(max_abs, max_rel, bool(np.all(err <= atol + rtol * np.abs(want))))
+    return checks

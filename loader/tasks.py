@@ -1,0 +1,120 @@
+"""Turn the expanded schedule of bound kernels into the simulator's task stream, lazily.
+
+Dependencies of a task:
+- the body's `depends_on`: the latest instance of that op on the same worker;
+- buffer reuse: instance n of a move into a buffer of depth d waits until the readers of
+  instance n - d are done (depth 2 lets the next tile load while this one computes); the
+  array's accumulators are a depth-1 buffer drained by the REGISTER -> L2 store;
+- kernel order: a kernel's loads of a tensor that an earlier kernel wrote wait for that
+  kernel's final stores.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from dfx import Compute, DataMove, Kernel, Program, itemsize
+from hardware import Machine, Task
+
+from .binding import Binding
+from .buffers import engine_kind
+from .schedule import accumulating, expand, tile_elements, tile_slices
+
+DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
+
+
+def _tile_number(ref, env) -> int:
+    """A tile's row-major number among its tensor's tiles: spreads tiles over DRAM channels."""
+    n = 0
+    for index in ref.tile_indices:
+        n = n * 1024 + env.get(index, 0)
+    return n
+
+
+class TaskStream:
+    """Task ids and the kernel-to-kernel dependencies across one program."""
+
+    def __init__(self, program: Program, machine: Machine):
+        self.program = program
+        self.machine = machine
+        self.next_id = 0
+        self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
+
+    def kernel_tasks(self, kernel: Kernel, binding: Binding) -> Iterator[Task]:
+        g = self.program.graph
+        m = self.machine
+        workers = binding.workers
+        last: dict[tuple[int, int], int] = {}  # (worker, op_id) -> id of its latest instance
+        instance: dict[tuple[int, int], int] = {}  # (worker, op_id) -> instances so far
+        reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
+        depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
+        writers = {op.op_id for op in kernel.body}
+        k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
+        stores: dict[str, dict[int, int]] = {}
+        l2_bank = _l2_banks(kernel, binding)
+        for worker, op, env in expand(kernel, workers):
+            tid = self.next_id
+            self.next_id += 1
+            deps = set()
+            for d in op.depends_on:
+                key = (worker, d)
+                if key in last:
+                    deps.add(last[key])
+                    # this op reads the buffer `d` filled: remember it for d's next overwrite
+                    reader[worker, d, instance[key]] = tid
+            # a new instance of a buffer waits for the readers of the one `depth` back
+            fresh = not (isinstance(op, Compute) and accumulating(op, env))
+            if op.op_id in writers and fresh:
+                n = instance.get((worker, op.op_id), 0) + 1
+                instance[worker, op.op_id] = n
+                old = reader.pop((worker, op.op_id, n - depth.get(op.op_id, 1)), None)
+                if old is not None:
+                    deps.add(old)
+            if isinstance(op, DataMove):
+                src, dst = op.source, op.destination
+                kind = engine_kind(src.level, dst.level)
+                tensor = g.tensors[dst.tensor]
+                nbytes = tile_elements(dst, tensor.shape, env) * itemsize(tensor.dtype)
+                engine = binding.engines[op.op_id, worker]
+                if src.level == "EXTERNAL":
+                    deps.update(self.final_stores.get(src.tensor, {}).values())
+                channel = _tile_number(dst, env) % m.external.channels if kind == "dma" else None
+                task = Task(tid, kind, engine, tuple(sorted(d for d in deps if tid - d < DEP_WINDOW)),
+                            bytes=nbytes, src_level=src.level, dst_level=dst.level,
+                            dram_channel=channel, l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose,
+                            label=f"{dst.tensor} {src.level}->{dst.level}",
+                            args={v: env[v] for v in dst.tile_indices if v in env})
+                if dst.level == "EXTERNAL":
+                    stores.setdefault(dst.tensor, {})[engine] = tid
+            elif isinstance(op, Compute):
+                a, b = op.inputs[0], op.inputs[1]
+                rows, inner = tile_slices(a, g.tensors[a.tensor].shape, env)[-2:]
+                cols = tile_slices(b, g.tensors[b.tensor].shape, env)[-1]
+                mm, k, n = rows.stop - rows.start, inner.stop - inner.start, cols.stop - cols.start
+                drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
+                task = Task(tid, "array", worker, tuple(sorted(d for d in deps if tid - d < DEP_WINDOW)),
+                            m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain,
+                            label=f"{op.compute_type} {op.output.tensor}",
+                            args={v: env[v] for v in op.output.tile_indices + ["tk"] if v in env})
+            else:
+                continue
+            last[worker, op.op_id] = tid
+            yield task
+        self.final_stores.update(stores)
+
+
+
+def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
+    """(op_id, worker) -> the L2 bank whose port a move uses: the bank it fills, or the bank
+    of the buffer it drains (the one its source move filled)."""
+    filled = {(b.buffer.op_id, b.buffer.worker): b.bank for b in binding.buffers if b.buffer.level == "L2"}
+    out = {}
+    for op in kernel.body:
+        if not isinstance(op, DataMove):
+            continue
+        for w in range(binding.workers):
+            if op.destination.level == "L2":
+                out[op.op_id, w] = filled[op.op_id, w]
+            elif op.source.level == "L2" and op.depends_on and (op.depends_on[0], w) in filled:
+                out[op.op_id, w] = filled[op.depends_on[0], w]
+    return out
