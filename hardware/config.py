@@ -17,7 +17,7 @@ YAML is read as YAML 1.1, so write large floats with a dot (`1.0e9`; a bare `1e9
 | `host_memory.{region_count, region_capacity_mb, bandwidth_gbps}` | counts, GB/s | optional | accepted for kpu-sim compatibility, unused |
 | `external_memory.bank_count` | positive int | required | independent DRAM channels |
 | `external_memory.bank_capacity_mb` | positive int | required | capacity of one channel |
-| `external_memory.bandwidth_gbps` | positive number | required | bandwidth of one channel; bytes/cycle = `bandwidth_gbps / timing.clock_ghz` |
+| `external_memory.bandwidth_gbps` | positive number or `"unlimited"` | required | bandwidth of one channel; bytes/cycle = `bandwidth_gbps / timing.clock_ghz` |
 | `memory_controller.{controller_count, page_buffer_count, page_buffer_capacity_kb}` | positive ints | optional | accepted for kpu-sim compatibility, unused |
 | `on_chip_memory.l3.tile_count` | positive int | required | L3 tiles, shared by all compute tiles |
 | `on_chip_memory.l3.tile_capacity_kb` | positive int | required | capacity of one L3 tile |
@@ -36,9 +36,9 @@ YAML is read as YAML 1.1, so write large floats with a dot (`1.0e9`; a bare `1e9
 | `address_map.*` | int >= 0 or hex string | optional | accepted for kpu-sim compatibility, unused; any keys |
 | `timing.clock_ghz` | positive number | `1.0` | clock of the whole KPU; all rates are per cycle of it |
 | `timing.dram_latency_cycles` | int >= 0 | `100` | cycles before the first byte of an external-memory access |
-| `timing.dma_bytes_per_cycle` | positive number | `64` | bytes per cycle of one DMA engine |
-| `timing.block_mover_bytes_per_cycle` | positive number | `64` | bytes per cycle of one BlockMover |
-| `timing.streamer_bytes_per_cycle` | positive number | `64` | bytes per cycle of one Streamer |
+| `timing.dma_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one DMA engine |
+| `timing.block_mover_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one BlockMover |
+| `timing.streamer_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one Streamer |
 | `timing.l2_bank_ports` | positive int | `1` | streams one L2 bank serves at once |
 | `timing.line_bytes` | power of two | `64` | allocation alignment at every on-chip level |
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
@@ -124,6 +124,8 @@ class _Kind:
 _COUNT = _Kind("a positive integer", lambda v: _is_int(v) and v > 0)
 _CYCLES = _Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0)
 _RATE = _Kind("a positive finite number", lambda v: _is_number(v) and 0 < v < math.inf)
+# Engine and channel rates may also be "unlimited": an ideal memory whose transfers take no time.
+_RATE_OR_UNLIMITED = _Kind('a positive finite number or "unlimited"', lambda v: v == "unlimited" or _RATE.test(v))
 _POW2 = _Kind("a positive power of two", lambda v: _is_int(v) and v > 0 and v & (v - 1) == 0)
 _NAME = _Kind("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
 _TEXT = _Kind("a string", lambda v: isinstance(v, str))
@@ -133,6 +135,10 @@ _SYSTOLIC = _Kind("true (only the systolic array is modelled)", lambda v: v is T
 _DATAFLOW_LIST = _Kind(
     f"a non-empty list of distinct dataflows from {', '.join(DATAFLOWS)}", _is_dataflow_list
 )
+
+def _rate(value: Any) -> float:
+    return math.inf if value == "unlimited" else float(value)
+
 
 _REQUIRED = object()  # default of a key that must be present
 
@@ -169,7 +175,7 @@ _SCHEMA = _Section(
             {
                 "bank_count": _Key(_COUNT),
                 "bank_capacity_mb": _Key(_COUNT),
-                "bandwidth_gbps": _Key(_RATE),
+                "bandwidth_gbps": _Key(_RATE_OR_UNLIMITED),
             }
         ),
         "memory_controller": _Section(
@@ -217,9 +223,9 @@ _SCHEMA = _Section(
             {
                 "clock_ghz": _Key(_RATE, 1.0),
                 "dram_latency_cycles": _Key(_CYCLES, 100),
-                "dma_bytes_per_cycle": _Key(_RATE, 64),
-                "block_mover_bytes_per_cycle": _Key(_RATE, 64),
-                "streamer_bytes_per_cycle": _Key(_RATE, 64),
+                "dma_bytes_per_cycle": _Key(_RATE_OR_UNLIMITED, 64),
+                "block_mover_bytes_per_cycle": _Key(_RATE_OR_UNLIMITED, 64),
+                "streamer_bytes_per_cycle": _Key(_RATE_OR_UNLIMITED, 64),
                 "l2_bank_ports": _Key(_COUNT, 1),
                 "line_bytes": _Key(_POW2, 64),
                 "dataflows": _Key(_DATAFLOW_LIST, list(DATAFLOWS)),
@@ -287,7 +293,7 @@ def machine_from_dict(document: Any, source: str = "<config>") -> Machine:
             channels=external["bank_count"],
             channel_bytes=external["bank_capacity_mb"] * MB,
             # GB/s over G cycles/s: bytes per cycle of the config clock.
-            channel_bytes_per_cycle=external["bandwidth_gbps"] / timing["clock_ghz"],
+            channel_bytes_per_cycle=_rate(external["bandwidth_gbps"]) / timing["clock_ghz"],
             latency_cycles=timing["dram_latency_cycles"],
         ),
         l3=MemoryLevel(on_chip["l3"]["tile_count"], on_chip["l3"]["tile_capacity_kb"] * KB),
@@ -299,9 +305,9 @@ def machine_from_dict(document: Any, source: str = "<config>") -> Machine:
             dma=moves["dma_engine_count"],
             block_mover=moves["block_mover_count"],
             streamer=moves["streamer_count"],
-            dma_bytes_per_cycle=float(timing["dma_bytes_per_cycle"]),
-            block_mover_bytes_per_cycle=float(timing["block_mover_bytes_per_cycle"]),
-            streamer_bytes_per_cycle=float(timing["streamer_bytes_per_cycle"]),
+            dma_bytes_per_cycle=_rate(timing["dma_bytes_per_cycle"]),
+            block_mover_bytes_per_cycle=_rate(timing["block_mover_bytes_per_cycle"]),
+            streamer_bytes_per_cycle=_rate(timing["streamer_bytes_per_cycle"]),
         ),
         compute=ComputeFabric(
             tiles=compute["tile_count"],

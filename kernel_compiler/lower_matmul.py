@@ -135,8 +135,6 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
 
     macs = math.prod(out_batch) * M * N * K
     bufs = tile_buffers(problem, Ti, Tj, Tk)
-    elem_in = max(problem.elem_a, problem.elem_b)
-    l1_bytes = (min(Ti, M) + min(Tj, N)) * tiling.L1_Ki * elem_in * problem.depth
     per_stream = {s.name: stream_traffic(s, order, trips) for s in stream_list.values()}
     compute_cycles = math.prod(out_batch) * _array_cycles(dataflow, M, N, K, target.rows, target.cols)
     return Kernel(
@@ -146,8 +144,8 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
         tile_loops=tile_loops,
         body=body,
         requirements={
-            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": l1_bytes},
-            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": l1_bytes},
+            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": sum(bufs[:2])},
+            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": max(bufs[:2])},
             "min_array": {"rows": 1, "cols": 1},
         },
         hints={

@@ -28,7 +28,7 @@ class MatmulTiling:
     Ti: int
     Tj: int
     Tk: int
-    L1_Ki: int
+    L1_Ki: int  # K depth of the A and B slices the streamers keep in L1: the whole Tk here
     loop_order: tuple[str, ...]  # outermost first, trip-1 loops dropped
     dram_bytes: int  # exact, for this loop order
 
@@ -97,15 +97,6 @@ def fits(buffers: list[int], level: Level) -> bool:
     return True
 
 
-def l1_slice(Ti: int, Tj: int, Tk: int, elem: int, depth: int, level: Level, s: int) -> int | None:
-    """Depth of the K slice the streamers keep in L1 (x depth) for the array rows and columns."""
-    total = level.banks * level.bank_bytes
-    ki = min(Tk, total // ((Ti + Tj) * elem * depth))
-    if ki >= s:
-        ki = _round_down(ki, s)
-    return ki if ki >= 1 else None
-
-
 def _candidates(dim: int, s: int) -> list[int]:
     """Tile edges worth trying: powers-of-two multiples of s and even splits of the dim."""
     top = max(s, math.ceil(dim / s) * s)
@@ -164,7 +155,8 @@ def _loop_orders(p: MatmulProblem, trips: dict[str, int]) -> list[tuple[str, ...
 
 
 def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[int]:
-    """Bytes of each buffer at L3 and L2: A and B (and Cin) x depth, C once."""
+    """Bytes of each buffer at L3 and L2: A and B (and Cin) x depth, C once. The first two,
+    A and B, are also what L1 holds."""
     bufs = [Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth, Ti * Tj * p.elem_acc]
     if p.cin_batch is not None:
         bufs.append(Ti * Tj * p.elem_cin)
@@ -179,10 +171,7 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, s)):
                 bufs = tile_buffers(p, Ti, Tj, Tk)
-                if not (fits(bufs, target.l2) and fits(bufs, target.l3)):
-                    continue
-                ki = l1_slice(Ti, Tj, Tk, max(p.elem_a, p.elem_b), p.depth, target.l1, s)
-                if ki is None:
+                if not (fits(bufs, target.l2) and fits(bufs, target.l3) and fits(bufs[:2], target.l1)):
                     continue
                 trips = dict(zip(p.batch, p.batch_trips))
                 trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
@@ -191,7 +180,7 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
                     key = (dram, tiles, -Ti * Tj, order)
                     if best is None or key < best[0]:
-                        best = (key, MatmulTiling(Ti, Tj, Tk, ki, order, dram))
+                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, dram))
                 break  # the largest Tk that fits this (Ti, Tj) is the one worth having
     if best is None:
         raise ValueError("no tile of the array size fits the target's memories")

@@ -203,7 +203,7 @@ def _error_for(tmp_path: Path, document: dict) -> str:
     [
         ("on_chip_memory.l2.bank_count", 0, "must be a positive integer, got 0"),
         ("on_chip_memory.l3.tile_capacity_kb", -64, "must be a positive integer, got -64"),
-        ("external_memory.bandwidth_gbps", "fast", "must be a positive finite number, got 'fast'"),
+        ("external_memory.bandwidth_gbps", "fast", 'must be a positive finite number or "unlimited", got \'fast\''),
         ("external_memory.bandwidth_gbps", float("nan"), "must be a positive finite number"),
         ("data_movement.dma_engine_count", True, "must be a positive integer, got True"),
         ("data_movement.streamer_count", 4.0, "must be a positive integer, got 4.0"),

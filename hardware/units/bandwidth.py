@@ -12,6 +12,9 @@ class Bandwidth:
         if not bytes_per_cycle > 0:
             raise ValueError(f"bandwidth must be positive, got {bytes_per_cycle} bytes/cycle")
         self.bytes_per_cycle = bytes_per_cycle
+        if bytes_per_cycle == float("inf"):  # an ideal memory: transfers take no time
+            self._num, self._den = 1, 0
+            return
         # Config rates such as 12.8 B/cycle (bandwidth_gbps / clock_ghz) are not exact in binary:
         # float division would make 1280 bytes take ceil(100.00000000000001) = 101 cycles.
         rate = Fraction(bytes_per_cycle).limit_denominator(1 << 20)

@@ -123,7 +123,7 @@ class _Reader:
         elif keyword in ("NODES", "EDGES", "ADJACENCY", "RUNNING_NODE_ID"):
             match = _COUNT.fullmatch(line)
             if not match:
-                raise self.fail(number, f"expected '{keyword} <count>', got '{line}'")
+                raise self.fail(number, f"expected '{keyword} <count>', got '{_clip(line)}'")
             self.counts[keyword] = (int(match.group(2)), number)
         elif keyword in ("ADJ", "SOURCE:", "SINK:", "SOURCE", "SINK"):
             pass  # derived from the edges; the writer even drops the separators between sinks
@@ -227,7 +227,10 @@ class _Reader:
         pairs: list[tuple[int, str]] = []
         for position, item in enumerate(text.split(",") if text.strip() else []):
             match = _SLOT_PREFIX.fullmatch(item.strip())
-            slot, value = (self.parse_int(number, match.group(1), f"{what} slot"), match.group(2)) if match else (position, item)
+            if match:
+                slot, value = self.parse_int(number, match.group(1), f"{what} slot"), match.group(2)
+            else:
+                slot, value = position, item
             if any(slot == s for s, _ in pairs):
                 raise self.fail(number, f"{what} slot {slot} appears twice")
             pairs.append((slot, value))
@@ -249,7 +252,7 @@ class _Reader:
         body = body.rstrip(">").strip()
         parts = body.split("x") if body else []
         dtype = parts.pop() if parts and parts[-1] in DTYPE_TOKENS else None
-        if not parts and dtype is None:
+        if (not parts and dtype is None) or "" in parts:
             raise self.fail(number, f"bad type '{_clip(text)}'")
         shape = []
         for i, part in enumerate(parts):

@@ -49,25 +49,19 @@ class _Doc:
     def fail(self, where: str, reason: str) -> CompileError:
         return CompileError(self.message(where, reason))
 
-    def get(self, obj: dict, key: str, where: str, kind: type | tuple[type, ...], required: bool = True) -> Any:
+    def get(self, obj: dict, key: str, where: str, kind: type, required: bool = True) -> Any:
         path = f"{where}.{key}" if where else key
         if key not in obj:
             if required:
                 raise self.fail(path, "missing")
             return None
         value = obj[key]
-        if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-            raise self.fail(path, f"expected {_kind_name(kind)}, got {type(value).__name__}")
+        if not isinstance(value, kind):
+            raise self.fail(path, f"expected {_KIND_NAMES[kind]}, got {type(value).__name__}")
         return value
 
 
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
-    return " or ".join(names.get(k, k.__name__) for k in _kinds(kind))
+_KIND_NAMES = {dict: "an object", list: "a list", str: "a string"}
 
 
 def parse_kpusim_json(path: str, text: str | None = None) -> tuple[Graph, list[str]]:
