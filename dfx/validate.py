@@ -79,9 +79,18 @@ def validate_program(program: Program, where: str) -> None:
                 if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape):
                     fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices and "
                          f"{len(ref.tile_shape)} extents for a rank-{len(t.shape)} tensor")
-                for index in ref.tile_indices:
-                    if index != "0" and index not in loop_vars:
+                for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, t.shape):
+                    if index == "0":
+                        trips = 1
+                    elif index in loop_vars:
+                        loop = k.tile_loops[loop_vars.index(index)]
+                        trips = loop.end if loop.step == 1 and loop.start == 0 else -1
+                    else:
                         fail(op_place, f"tile index '{index}' is not a loop variable")
+                    # the tiles must cover the dimension exactly: no tile wholly outside it
+                    if not (trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent):
+                        fail(op_place, f"tiles of {extent} along '{index}' do not cover dimension {dim} "
+                             f"of '{ref.tensor}'")
 
 
 def _accumulate_ok(expr: str, loop_vars: list[str]) -> bool:

@@ -121,7 +121,9 @@ class _Kind:
     test: Callable[[Any], bool]
 
 
-_COUNT = _Kind("a positive integer", lambda v: _is_int(v) and v > 0)
+# Counts are bounded so a typo cannot make the simulator build a billion engines or banks.
+MAX_COUNT = 1 << 20
+_COUNT = _Kind(f"a positive integer up to {MAX_COUNT}", lambda v: _is_int(v) and 0 < v <= MAX_COUNT)
 _CYCLES = _Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0)
 _RATE = _Kind("a positive finite number", lambda v: _is_number(v) and 0 < v < math.inf)
 # Engine and channel rates may also be "unlimited": an ideal memory whose transfers take no time.

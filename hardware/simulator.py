@@ -1,12 +1,18 @@
 """Event-driven, cycle-level simulator of the KPU's engines and systolic array.
 
 Input: a lazy stream of `Task`s in program order. Model:
-- Every engine (DMA, BlockMover, Streamer, compute tile) serves its tasks in program order, one at
-  a time, like a hardware command queue.
-- A task starts when its deps have finished, its engine is free, and its shared resource has a
-  free port: its DRAM channel (`dram_channel`; a DMA task naming none uses channel
-  engine % channels) or its L2 bank (`l2_bank`; a bank has `machine.l2_bank_ports` ports). Tasks
-  waiting on one resource are served ready-first, ties broken by task id.
+- Every engine (DMA, BlockMover, Streamer, compute tile) runs one task at a time and has one
+  command queue per stream (`Task.stream`), like a DMA engine's descriptor channels. A stream's
+  tasks run in program order: only its head task can start, and it becomes a candidate when its
+  deps have finished. An idle engine starts the candidate that became ready first, ties broken by
+  task id; so a task waiting on a late dep blocks its own stream only, not the engine's others
+  (no head-of-line blocking). With one stream per engine this is a plain in-order queue, as the
+  array's tasks of one compute tile are (the loader gives them one stream).
+- A started task that needs a shared resource also waits for a free port of it: its DRAM channel
+  (`dram_channel`; a DMA task naming none uses channel engine % channels) or its L2 bank
+  (`l2_bank`; a bank has `machine.l2_bank_ports` ports). Its engine is committed to it meanwhile.
+  Tasks waiting on one resource are served in the order they asked (the cycle their engine chose
+  them), ties broken by task id.
 - Time advances from one completion event to the next (a heap); nothing steps cycle by cycle.
 
 Memory is O(dep_window), however long the stream:
@@ -14,9 +20,10 @@ Memory is O(dep_window), however long the stream:
   command processor with that many outstanding commands. For real programs this never binds: a
   stream that keeps an idle engine waiting behind dep_window unrelated tasks is pathological.
 - No end times are stored: deps point backwards, so a dep that is no longer in flight has
-  finished, and a head task is re-examined exactly when a dep or its engine finishes. The loader
-  guarantees that a dep is never more than `dep_window` tasks back; the ids of the last
-  `dep_window` tasks are remembered only to reject a dep that breaks that promise.
+  finished, and a stream's head task is re-examined exactly when a dep or its predecessor in
+  the stream finishes. The loader guarantees that a dep is never more than `dep_window` tasks
+  back; the ids of the last `dep_window` tasks are remembered only to reject a dep that breaks
+  that promise.
 """
 
 from __future__ import annotations
@@ -54,17 +61,31 @@ class SimResult:
     first_tasks: list[tuple[Task, int, int, str]] = field(default_factory=list)
 
 
-class _Engine:
-    """One engine: its command queue; the head is running or waiting to start."""
+class _Queue(deque):
+    """One stream's command queue on an engine, in program order; its head is waiting on a dep,
+    a candidate of its engine, or running (or waiting for a resource port)."""
 
-    __slots__ = ("name", "tid", "stats", "queue", "cost", "tail", "is_array", "channel", "held",
-                 "macs", "moved")
+    __slots__ = ("eng",)
+
+    def __init__(self, eng):
+        super().__init__()
+        self.eng = eng
+
+
+class _Engine:
+    """One engine: a queue per stream, the candidates among their heads, and the running task."""
+
+    __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "is_array",
+                 "channel", "held", "macs", "moved")
 
     def __init__(self, name, tid, model, channel):
         self.name = name
         self.tid = tid  # trace track
         self.stats = UnitStats()
-        self.queue: deque[Task] = deque()
+        self.queues: dict[int, _Queue] = {}  # stream -> its queue
+        # Heads whose deps are done, not started: a heap of (ready cycle, task id, queue).
+        self.cands: list[tuple[int, int, _Queue]] = []
+        self.running: _Queue | None = None  # the queue whose head runs or holds the engine
         self.cost = model.cycles
         self.tail = model.tail_cycles
         self.is_array = isinstance(model, SystolicArrayModel)
@@ -83,7 +104,7 @@ class _Resource:
         self.name = name
         self.stats = UnitStats()
         self.free = ports
-        self.waiters: list[tuple[int, int, _Engine]] = []  # heap of (ready cycle, task id, engine)
+        self.waiters: list[tuple[int, int, _Engine]] = []  # heap of (asked cycle, task id, engine)
 
 
 class Simulator:
@@ -139,8 +160,9 @@ class Simulator:
         heap: list[tuple[int, int, object]] = []  # (cycle, key, engine | resource)
         in_flight = self._in_flight = set()  # ids read but not finished
         recent = self._recent = deque()  # the last `window` ids read, oldest first
-        dep_waiters: dict[int, list[_Engine]] = {}  # unfinished task id -> engines blocked on it
-        ready: list[_Engine] = []  # engines whose head task must be (re)examined now
+        dep_waiters: dict[int, list[_Queue]] = {}  # unfinished task id -> queues whose head needs it
+        ready: list[_Queue] = []  # queues whose head task must be (re)examined now
+        idle: list[_Engine] = []  # engines that may be idle with candidates: choose one now
         dirty: list[_Resource] = []  # resources with new waiters or freed ports
         it = iter(tasks)
         now = admitted = done = 0
@@ -148,7 +170,7 @@ class Simulator:
         exhausted = False
 
         def start(eng: _Engine, res: _Resource | None, now: int) -> None:
-            task = eng.queue[0]
+            task = eng.running[0]
             cycles = eng.cost(task)
             end = now + cycles
             nbytes = task.bytes
@@ -183,6 +205,7 @@ class Simulator:
             if trace:
                 args = dict(task.args) if task.args else {}
                 args["task"] = task.id
+                args["stream"] = task.stream
                 if eng.is_array:
                     args.update(m=task.m, n=task.n, k=task.k, dataflow=task.dataflow)
                 else:
@@ -195,7 +218,7 @@ class Simulator:
                                "dur": cycles * us_per_cycle, "args": args})
 
         while True:
-            # Read ahead: tasks join their engine's queue in program order.
+            # Read ahead: tasks join their engine's stream queue in program order.
             while not exhausted and admitted - done < window:
                 task = next(it, None)
                 if task is None:
@@ -214,9 +237,11 @@ class Simulator:
                 eng = kind.get(task.engine) if kind is not None else None
                 if eng is None:
                     raise ValueError(_no_engine(task, engines))
-                q = eng.queue
+                q = eng.queues.get(task.stream)
+                if q is None:
+                    q = eng.queues[task.stream] = _Queue(eng)
                 if not q:
-                    ready.append(eng)
+                    ready.append(q)
                 q.append(task)
                 in_flight.add(tid)
                 recent.append(tid)
@@ -226,23 +251,35 @@ class Simulator:
                     first_index[tid] = admitted
                 admitted += 1
 
-            # Examine engine heads: wait on an unfinished dep, queue for a resource, or start.
-            for eng in ready:
-                task = eng.queue[0]
+            # Examine stream heads: wait on an unfinished dep, or become a candidate of the engine.
+            for q in ready:
+                task = q[0]
                 for d in task.deps:
                     if d in in_flight:
-                        dep_waiters.setdefault(d, []).append(eng)
+                        dep_waiters.setdefault(d, []).append(q)
                         break
                 else:
-                    res = _resource(task, eng, channels, banks)
-                    if res is None:
-                        start(eng, None, now)
-                    else:
-                        heappush(res.waiters, (now, task.id, eng))
-                        dirty.append(res)
+                    eng = q.eng
+                    heappush(eng.cands, (now, task.id, q))
+                    if eng.running is None:
+                        idle.append(eng)
             ready.clear()
 
-            # Grant freed ports to the waiters that have been ready longest.
+            # Idle engines take their candidate ready first: start it, or queue for its resource.
+            for eng in idle:
+                if eng.running is not None or not eng.cands:
+                    continue  # listed twice
+                q = eng.running = heappop(eng.cands)[2]
+                task = q[0]
+                res = _resource(task, eng, channels, banks)
+                if res is None:
+                    start(eng, None, now)
+                else:
+                    heappush(res.waiters, (now, task.id, eng))
+                    dirty.append(res)
+            idle.clear()
+
+            # Grant freed ports to the waiters that asked first.
             for res in dirty:
                 waiters = res.waiters
                 while res.free and waiters:
@@ -260,13 +297,17 @@ class Simulator:
                     dirty.append(obj)
                     continue
                 eng = obj
-                tid = eng.queue.popleft().id
+                q = eng.running
+                eng.running = None
+                tid = q.popleft().id
                 in_flight.remove(tid)
                 waiting = dep_waiters.pop(tid, None)
                 if waiting:
                     ready.extend(waiting)
-                if eng.queue:
-                    ready.append(eng)
+                if q:
+                    ready.append(q)
+                if eng.cands:
+                    idle.append(eng)
                 res = eng.held
                 if res is not None:
                     eng.held = None

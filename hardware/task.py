@@ -17,6 +17,11 @@ class Task:
     unit: str  # "dma" | "block_mover" | "streamer" | "array"
     engine: int  # which engine of that kind (for "array": which compute tile)
     deps: tuple[int, ...] = ()  # ids of earlier tasks that must have finished
+    # The engine's queue this task joins: tasks of one stream run in program order; an engine
+    # serves, among its streams' head tasks whose deps are done, the one ready first (ties by
+    # task id). (After `deps`, not `engine`, so positional callers `Task(id, unit, engine, deps)`
+    # keep working.)
+    stream: int = 0
     bytes: int = 0  # bytes moved (moves)
     src_level: str = ""  # "EXTERNAL" | "L3" | "L2" | "L1" | "REGISTER" (moves)
     dst_level: str = ""

@@ -38,9 +38,13 @@ def read_input(spec: str, program: Program) -> tuple[str, np.ndarray]:
         raise InputError(f"{path}: not a .npy array: {str(e).splitlines()[0]}") from None
     if tuple(array.shape) != t.shape:
         raise InputError(f"{path}: input '{name}' has shape {list(array.shape)}, the program expects {list(t.shape)}")
-    if array.dtype.kind not in "fiub" and array.dtype != numpy_dtype(t.dtype):
+    want = numpy_dtype(t.dtype)
+    if array.dtype.kind == "V" and array.dtype.itemsize == want.itemsize:
+        # .npy stores ml_dtypes types (bf16, f8) as raw void bytes: reinterpret them
+        array = array.view(want)
+    if array.dtype.kind not in "fiub" and array.dtype != want:
         raise InputError(f"{path}: input '{name}' has dtype {array.dtype}, the program expects {t.dtype}")
-    return name, array.astype(numpy_dtype(t.dtype))
+    return name, array.astype(want)
 
 
 def program_inputs(program: Program, given: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:

@@ -201,12 +201,12 @@ def _error_for(tmp_path: Path, document: dict) -> str:
 @pytest.mark.parametrize(
     "key, value, reason",
     [
-        ("on_chip_memory.l2.bank_count", 0, "must be a positive integer, got 0"),
-        ("on_chip_memory.l3.tile_capacity_kb", -64, "must be a positive integer, got -64"),
+        ("on_chip_memory.l2.bank_count", 0, "must be a positive integer up to 1048576, got 0"),
+        ("on_chip_memory.l3.tile_capacity_kb", -64, "must be a positive integer up to 1048576, got -64"),
         ("external_memory.bandwidth_gbps", "fast", 'must be a positive finite number or "unlimited", got \'fast\''),
         ("external_memory.bandwidth_gbps", float("nan"), "must be a positive finite number"),
-        ("data_movement.dma_engine_count", True, "must be a positive integer, got True"),
-        ("data_movement.streamer_count", 4.0, "must be a positive integer, got 4.0"),
+        ("data_movement.dma_engine_count", True, "must be a positive integer up to 1048576, got True"),
+        ("data_movement.streamer_count", 4.0, "must be a positive integer up to 1048576, got 4.0"),
         ("timing.dram_latency_cycles", -1, "must be a non-negative integer"),
         ("timing.line_bytes", 48, "must be a positive power of two"),
         ("timing.dataflows", ["row_stationary"], "must be a non-empty list of distinct dataflows"),
@@ -268,7 +268,7 @@ def test_yaml_errors_name_the_key(tmp_path):
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         load_machine(path)
-    reason = "must be a positive integer, got 0"
+    reason = "must be a positive integer up to 1048576, got 0"
     assert str(info.value) == f"{path}: on_chip_memory.l2.bank_count: {reason}"
 
 

@@ -1,5 +1,6 @@
-"""hardware.simulator: exact cycle counts worked out by hand, resource contention, the SCALE-Sim
-array model, the trace, determinism, and bounded memory on a long lazy stream."""
+"""hardware.simulator: exact cycle counts worked out by hand, resource contention, per-stream
+queues on one engine, the SCALE-Sim array model, the trace, determinism, and bounded memory on a
+long lazy stream."""
 
 import json
 import random
@@ -41,9 +42,14 @@ MACHINE = Machine(
 )
 
 
-def load(id, engine, nbytes, channel, deps=(), label="load"):
+def load(id, engine, nbytes, channel, deps=(), label="load", stream=0):
     return Task(id, "dma", engine, deps, bytes=nbytes, src_level="EXTERNAL", dst_level="L3",
-                dram_channel=channel, label=label)
+                dram_channel=channel, label=label, stream=stream)
+
+
+def store(id, engine, nbytes, channel, deps=(), stream=0):
+    return Task(id, "dma", engine, deps, bytes=nbytes, src_level="L3", dst_level="EXTERNAL",
+                dram_channel=channel, label="store", stream=stream)
 
 
 def matmul(id, deps, m=16, n=16, k=16, **kw):
@@ -166,23 +172,90 @@ def test_streamers_share_a_bank_port():
     assert run([stream(0, 0, 4 * KB, 0), stream(1, 1, 4 * KB, 0)], dual).cycles == 64
 
 
-# --- (f) determinism -------------------------------------------------------------------------
+# --- (f) streams: one queue per stream on an engine ------------------------------------------
+
+# 6400 bytes: a DMA takes 100 + 6400/32 = 300 cycles. A 16x16x270 matmul takes 270 + 30 = 300.
 
 
-def random_program(n, seed):
+def test_streams_avoid_head_of_line_blocking():
+    """dma0 carries tile 1's C store and tile 2's A prefetch. The store waits for tile 1's matmul;
+    on its own stream it no longer blocks the prefetch, which is ready long before."""
+
+    def tiles(store_stream):
+        return [
+            load(0, 0, 6400, 0, stream=0),  # A1: [0, 300]
+            matmul(1, (0,), k=270),  # [300, 600]
+            store(2, 0, 6400, 0, deps=(1,), stream=store_stream),  # C1: ready at 600
+            load(3, 0, 6400, 0, stream=0),  # A2 (double-buffered): ready when A1 ends, at 300
+            matmul(4, (1, 3), k=270),
+        ]
+
+    # Two streams: A2 runs [300, 600] while matmul 1 does; C1 [600, 900] beside matmul 2.
+    r = run(tiles(store_stream=1))
+    assert starts(r) == [(0, 300), (300, 600), (600, 900), (300, 600), (600, 900)]
+    assert r.cycles == 900
+    # One stream (in-order, as before): C1 holds the head until 600, A2 waits behind it.
+    r = run(tiles(store_stream=0))
+    assert starts(r) == [(0, 300), (300, 600), (600, 900), (900, 1200), (1200, 1500)]
+    assert r.cycles == 1500
+
+
+def test_stream_keeps_program_order():
+    """Task 2 is ready at 0 and dma0 is idle until 100, but task 1 is ahead of it in its stream."""
+    tasks = [
+        matmul(0, (), k=70),  # 70 + 30 = 100: [0, 100]
+        load(1, 0, 6400, 0, deps=(0,), stream=3),  # ready at 100: [100, 400]
+        load(2, 0, 6400, 0, stream=3),  # ready at 0, yet [400, 700]
+    ]
+    assert starts(run(tasks)) == [(0, 100), (100, 400), (400, 700)]
+    # The same order on the default stream: the model is unchanged for one stream per engine.
+    tasks = [replace(t, stream=0) for t in tasks]
+    assert starts(run(tasks)) == [(0, 100), (100, 400), (400, 700)]
+
+
+def test_engine_takes_the_candidate_ready_first():
+    tasks = [
+        matmul(0, (), k=70),  # [0, 100]
+        load(1, 0, 6400, 0, stream=0),  # [0, 300]
+        load(2, 0, 6400, 0, stream=0),  # stream 0's head (so ready) only at 300
+        load(3, 0, 6400, 0, deps=(0,), stream=1),  # ready at 100: before task 2, despite its id
+    ]
+    assert starts(run(tasks)) == [(0, 100), (0, 300), (600, 900), (300, 600)]
+    # Ready at the same cycle: the lower task id first, whatever the stream numbers.
+    tasks = [load(0, 0, 6400, 0, stream=5), load(1, 0, 6400, 0, stream=2)]
+    assert starts(run(tasks)) == [(0, 300), (300, 600)]
+
+
+def test_engine_waits_for_the_port_of_the_task_it_chose():
+    """dma0 chooses task 1 (ready at 0, lower id than task 2) and stays committed to it while
+    channel 0 is busy, though task 2's channel 1 is free: the engine does not switch."""
+    tasks = [
+        load(0, 1, 6400, 0),  # dma1 holds channel 0 for [0, 200]; ends 300
+        load(1, 0, 6400, 0, stream=0),  # channel 0 free at 200: [200, 500]
+        load(2, 0, 6400, 1, stream=1),  # [500, 800]
+    ]
+    assert starts(run(tasks)) == [(0, 300), (200, 500), (500, 800)]
+
+
+# --- (g) determinism -------------------------------------------------------------------------
+
+
+def random_program(n, seed, streams=1):
     rng = random.Random(seed)
     for i in range(n):
         deps = tuple(sorted({rng.randrange(max(0, i - 50), i) for _ in range(rng.randrange(3))}
                             if i else ()))
         kind = rng.choice(["dma", "block_mover", "streamer", "array"])
+        stream = rng.randrange(streams) if streams > 1 else 0  # one stream: the same draws as before
         if kind == "array":
             yield Task(i, "array", 0, deps, m=rng.choice([16, 32]), n=16, k=rng.randrange(1, 99),
-                       dataflow=rng.choice(DATAFLOWS), drain=rng.random() < 0.5, args={"i": i})
+                       dataflow=rng.choice(DATAFLOWS), drain=rng.random() < 0.5, args={"i": i},
+                       stream=stream)
         else:
             yield Task(i, kind, rng.randrange(2), deps, bytes=rng.randrange(0, 9000),
                        src_level="L3", dst_level="L2",
                        dram_channel=rng.randrange(2) if kind == "dma" else None,
-                       l2_bank=None if kind == "dma" else rng.randrange(4))
+                       l2_bank=None if kind == "dma" else rng.randrange(4), stream=stream)
 
 
 def test_deterministic():
@@ -192,7 +265,32 @@ def test_deterministic():
     assert a.cycles > 0 and len(a.first_tasks) == 100
 
 
-# --- (g) the systolic array against SCALE-Sim v3 ---------------------------------------------
+def test_deterministic_with_streams():
+    def sim():
+        return Simulator(MACHINE, trace=True, record_first=3000).run(
+            random_program(3000, seed=7, streams=3))
+
+    a, b = sim(), sim()
+    assert a == b
+    assert len(a.first_tasks) == 3000
+    one = Simulator(MACHINE).run(random_program(3000, seed=7))
+    assert a.cycles < one.cycles  # fewer stalls behind an unready head
+    # The rules hold: deps end before a task starts, a stream runs in program order, and an
+    # engine runs one task at a time.
+    end = {}
+    stream_end = {}
+    spans = {}
+    for task, start, stop, engine in sorted(a.first_tasks, key=lambda f: f[0].id):
+        assert all(end[d] <= start for d in task.deps)
+        assert stream_end.get((engine, task.stream), 0) <= start
+        end[task.id] = stream_end[engine, task.stream] = stop
+        spans.setdefault(engine, []).append((start, stop))
+    for s in spans.values():
+        s.sort()
+        assert all(e0 <= s1 for (_, e0), (s1, _) in zip(s, s[1:]))
+
+
+# --- (h) the systolic array against SCALE-Sim v3 ---------------------------------------------
 
 # SCALE-Sim v3 total cycles for one M=N=K GEMM on a 32x32 array; it counts one cycle less.
 SCALE_SIM = [("output_stationary", 64, 503), ("output_stationary", 256, 20351),
@@ -219,11 +317,12 @@ def test_array_fold_counts():
     assert matmul_cycles(10, 65, 32, 32, 32, "weight_stationary") == 3 * (32 + 10 + 62)
 
 
-# --- (h) the trace ---------------------------------------------------------------------------
+# --- (i) the trace ---------------------------------------------------------------------------
 
 
-def test_trace(tmp_path):
-    result = Simulator(MACHINE, trace=True).run(random_program(500, seed=1))
+@pytest.mark.parametrize("streams", [1, 3])
+def test_trace(tmp_path, streams):
+    result = Simulator(MACHINE, trace=True).run(random_program(500, seed=1, streams=streams))
     path = tmp_path / "trace.json"
     write_trace(path, result, MACHINE)
     doc = json.loads(path.read_text())
@@ -246,7 +345,7 @@ def test_trace(tmp_path):
             assert end <= start + 1e-9
 
 
-# --- (i) long lazy streams -------------------------------------------------------------------
+# --- (j) long lazy streams -------------------------------------------------------------------
 
 
 def test_long_stream_memory_bounded_and_fast():

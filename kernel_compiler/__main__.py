@@ -1,0 +1,3 @@
+from kernel_compiler.cli import main
+
+main()

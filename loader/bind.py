@@ -1,0 +1,305 @@
+"""Binding with OR-Tools CP-SAT: one model per kernel places every buffer and assigns every stream.
+
+The model's size follows the kernel's buffers, streams, banks and engines, never its tile-loop
+trip counts: a stream's load is its cycles per tile times its tile count, a constant.
+
+Symmetry: the banks of a level and the engines of a kind are interchangeable, so any solution can
+be relabelled so that the n-th buffer of a pool (n-th stream of a kind) uses one of the first n
+banks (engines). Offering only those candidates keeps the model small on 32-bank machines and
+loses no solution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from hardware import Machine
+
+from .binding import (BindError, Binding, BoundBuffer, _kib, bind_greedy, check_capacity, engine_count,
+                      stream_cycles)
+from .buffers import Buffer, StreamReq, level_banks
+
+SEED = 1  # fixed, so the same kernel binds the same way run after run
+# resolutions of loads and of a pool's peak address in the model: fine enough to rank bindings,
+# coarse enough that the lexicographic objective's weights stay far inside int64
+LOAD_STEPS = 1 << 10
+PEAK_STEPS = 1 << 8
+UNIT_NAME = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Banks that compete for the same buffers: an L3 or L2 level, or one worker's L1."""
+
+    level: str
+    owner: int  # the worker for L1, -1 for the shared levels
+    count: int  # banks
+    size: int  # bytes per bank
+    members: tuple[int, ...]  # indices into the kernel's buffer list, in input order
+
+
+def pools(buffers: list[Buffer], machine: Machine) -> list[Pool]:
+    keys: dict[tuple[str, int], list[int]] = {}
+    for i, b in enumerate(buffers):
+        keys.setdefault((b.level, b.worker if b.level == "L1" else -1), []).append(i)
+    out = []
+    for (level, owner), members in keys.items():
+        count, size = level_banks(machine, level)
+        out.append(Pool(level, owner, count, size, tuple(members)))
+    return out
+
+
+def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, int]:
+    """Stream index -> index of the L2 buffer whose bank port it uses, as loader.tasks assigns
+    ports: a move into L2 uses the bank of its own buffer; a move out of L2 uses the bank of the
+    buffer it drains, the latest fill of the same tensor on the same worker before it."""
+    l2 = {(b.op_id, b.worker): i for i, b in enumerate(buffers) if b.level == "L2"}
+    out = {}
+    for s_index, s in enumerate(streams):
+        if s.dst_level == "L2" and (s.op_id, s.worker) in l2:
+            out[s_index] = l2[s.op_id, s.worker]
+        elif s.src_level == "L2":
+            fills = [i for (op_id, worker), i in l2.items()
+                     if worker == s.worker and buffers[i].tensor == s.tensor and op_id < s.op_id]
+            if fills:
+                out[s_index] = max(fills, key=lambda i: buffers[i].op_id)
+    return out
+
+
+def load_unit(cycles: list[int]) -> int:
+    """Cycles per model load unit: the cycle counts' common divisor (exact), or coarser when
+    the total would need more than LOAD_STEPS units (loads are then rounded up)."""
+    total = sum(cycles)
+    unit = math.gcd(*cycles) if cycles else 1
+    return max(1, unit, -(-total // LOAD_STEPS))
+
+
+def _overlap(a: Buffer, b: Buffer) -> bool:
+    return a.live_start < b.live_end and b.live_start < a.live_end
+
+
+@dataclass
+class Placement:
+    """One pool's decision variables."""
+
+    bank: dict[tuple[int, int], cp_model.IntVar]  # (buffer, bank) -> the buffer lives in that bank
+    line: dict[int, cp_model.IntVar]  # buffer -> its address, in lines of machine.line_bytes
+
+
+def place_pool(model: cp_model.CpModel, pool: Pool, buffers: list[Buffer], line_bytes: int,
+               required: bool = True) -> Placement:
+    """Bank choice and aligned address for each buffer of one pool, with no two live buffers
+    sharing a byte of a bank and every buffer inside its bank. `required=False` lets a buffer
+    stay unplaced (to measure how much of an infeasible pool fits)."""
+    p = Placement({}, {})
+    boxes: dict[int, tuple[list, list]] = {k: ([], []) for k in range(pool.count)}
+    for rank, i in enumerate(pool.members):
+        b = buffers[i]
+        lines = -(-b.bytes // line_bytes)
+        # capacity: the highest aligned start that still ends inside the bank
+        p.line[i] = model.NewIntVar(0, (pool.size - b.bytes) // line_bytes, f"line_{i}")
+        choice = []
+        for k in range(min(pool.count, rank + 1)):  # interchangeable banks: see the module doc
+            lit = p.bank[i, k] = model.NewBoolVar(f"buf{i}_bank{k}")
+            choice.append(lit)
+            # interval x address no-overlap: a box (lifetime x lines) in bank k, present iff chosen
+            boxes[k][0].append(model.NewOptionalFixedSizeIntervalVar(
+                b.live_start, b.live_end - b.live_start, lit, f"life_{i}_{k}"))
+            boxes[k][1].append(model.NewOptionalFixedSizeIntervalVar(p.line[i], lines, lit, f"span_{i}_{k}"))
+        if required:
+            model.AddExactlyOne(choice)
+        else:
+            model.AddAtMostOne(choice)
+    for lives, spans in boxes.values():
+        if len(lives) > 1:
+            model.AddNoOverlap2D(lives, spans)
+    return p
+
+
+@dataclass
+class Solution:
+    """The decision variables of the kernel model, to read back."""
+
+    placements: list[tuple[Pool, Placement]]
+    engine: dict[tuple[int, int], cp_model.IntVar]  # (stream, engine of its kind) -> assigned
+
+
+def same_choice(model: cp_model.CpModel, a, b, name: str) -> cp_model.IntVar:
+    """A literal that is true whenever the choice indices `a` and `b` are equal."""
+    same = model.NewBoolVar(name)
+    model.Add(a != b).OnlyEnforceIf(same.Not())
+    return same
+
+
+def lexicographic(terms: list[tuple[cp_model.LinearExprT, int]]) -> cp_model.LinearExprT:
+    """One objective from (term, its upper bound), most important first: each term's weight
+    exceeds the largest possible weighted sum of all the terms after it."""
+    weight, total = 1, 0
+    for expr, bound in reversed(terms):
+        total += weight * expr
+        weight *= bound + 1
+    return total
+
+
+def build_model(buffers: list[Buffer], streams: list[StreamReq],
+                machine: Machine) -> tuple[cp_model.CpModel, Solution]:
+    """The kernel's binding problem; each group's comment names the rule it enforces."""
+    model = cp_model.CpModel()
+    line_bytes = machine.line_bytes
+    cycles = [stream_cycles(s, machine) for s in streams]
+    unit = load_unit(cycles)
+    load = [-(-c // unit) for c in cycles]
+
+    # --- Memory: each buffer gets one bank of its pool and a line-aligned address; buffers live
+    # at the same time never overlap within a bank; every bank's capacity holds.
+    placements = [(pool, place_pool(model, pool, buffers, line_bytes)) for pool in pools(buffers, machine)]
+    bank_of = {key: lit for _, p in placements for key, lit in p.bank.items()}
+
+    # --- Makespan: at least the load of every engine and of every L2 bank port.
+    makespan = model.NewIntVar(0, sum(load), "makespan")
+
+    # --- Engines: each stream runs on one engine of its kind; an engine's load is the sum of
+    # its streams' cycles.
+    engine: dict[tuple[int, int], cp_model.IntVar] = {}
+    by_kind: dict[str, list[int]] = {}
+    for s_index, s in enumerate(streams):
+        by_kind.setdefault(s.kind, []).append(s_index)
+    round_robin = []  # streams on the engine issue-order round-robin would give them
+    for kind, members in by_kind.items():
+        count = engine_count(kind, machine)
+        on_engine: dict[int, list] = {e: [] for e in range(count)}
+        for rank, s_index in enumerate(members):
+            for e in range(min(count, rank + 1)):  # interchangeable engines: see the module doc
+                lit = engine[s_index, e] = model.NewBoolVar(f"stream{s_index}_{kind}{e}")
+                on_engine[e].append(load[s_index] * lit)
+            model.AddExactlyOne(engine[s_index, e] for e in range(min(count, rank + 1)))
+            round_robin.append(engine[s_index, rank % count])
+        for terms in on_engine.values():
+            if terms:
+                model.Add(makespan >= sum(terms))
+
+    # --- L2 bank ports: a bank serves machine.l2_bank_ports streams at once; its port load is
+    # the cycles of the streams that fill or drain its buffers, shared over its ports.
+    port_load: dict[int, int] = {}  # L2 buffer -> load of the streams using its bank's port
+    for s_index, i in port_buffers(buffers, streams).items():
+        port_load[i] = port_load.get(i, 0) + load[s_index]
+    for k in range(machine.l2.count):
+        terms = [port_load[i] * bank_of[i, k] for i in port_load if (i, k) in bank_of]
+        if terms:
+            model.Add(makespan * machine.l2_bank_ports >= sum(terms))
+
+    # --- Collisions: two streams on one engine, or two live L2 buffers in one bank (a matmul's
+    # A and B tiles, say), serialise even where that engine or bank is not the most loaded one;
+    # each such pair costs the smaller of its two loads, the cycles that may collide.
+    collisions: list[tuple[int, cp_model.IntVar]] = []
+    engine_index = {i: sum(e * lit for (j, e), lit in engine.items() if j == i) for i in range(len(streams))}
+    for members in by_kind.values():
+        for n, a in enumerate(members):
+            for b in members[n + 1:]:
+                same = same_choice(model, engine_index[a], engine_index[b], f"engine_{a}_{b}")
+                collisions.append((min(load[a], load[b]), same))
+    bank_index = {i: sum(k * lit for (j, k), lit in bank_of.items() if j == i) for i in port_load}
+    ported = sorted(port_load)
+    for n, a in enumerate(ported):
+        for b in ported[n + 1:]:
+            if _overlap(buffers[a], buffers[b]):
+                same = same_choice(model, bank_index[a], bank_index[b], f"port_{a}_{b}")
+                collisions.append((min(port_load[a], port_load[b]), same))
+
+    # --- Peak memory: the highest address end used in each pool, counted in PEAK_STEPS steps
+    # of a bank (coarse enough to keep the objective's weights small).
+    peaks = []
+    for pool, p in placements:
+        step = -(-pool.size // (line_bytes * PEAK_STEPS))  # lines per step
+        peak = model.NewIntVar(0, PEAK_STEPS, f"peak_{pool.level}_{pool.owner}")
+        for i in pool.members:
+            model.Add(peak * step >= p.line[i] + -(-buffers[i].bytes // line_bytes))
+        peaks.append(peak)
+
+    # --- Objective: makespan, then colliding cycles, then peak memory, and among bindings equal
+    # in all three the issue-order round-robin engines (streams issued together stay apart and
+    # later ones queue behind the earliest), weighted lexicographically.
+    model.Minimize(lexicographic([
+        (makespan, sum(load)),
+        (sum(cost * same for cost, same in collisions), sum(cost for cost, _ in collisions)),
+        (sum(peaks), PEAK_STEPS * len(peaks)),
+        (len(round_robin) - sum(round_robin), len(round_robin)),
+    ]))
+    return model, Solution(placements, engine)
+
+
+def solver(time_limit: float) -> cp_model.CpSolver:
+    s = cp_model.CpSolver()
+    s.parameters.random_seed = SEED
+    s.parameters.num_workers = 1  # one search thread: the same model gives the same answer
+    s.parameters.max_time_in_seconds = time_limit
+    # stop on work done, not on the clock, so a slow or busy host still gets the same answer;
+    # the wall-clock limit above only guards against a host far slower than usual
+    s.parameters.max_deterministic_time = time_limit / 2
+    return s
+
+
+def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
+    """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's)."""
+    loads: dict[tuple[str, int], int] = {}
+    for s in streams:
+        key = (s.kind, binding.engines[s.op_id, s.worker])
+        loads[key] = loads.get(key, 0) + stream_cycles(s, machine)
+    buffers = [bb.buffer for bb in binding.buffers]
+    for s_index, i in port_buffers(buffers, streams).items():
+        key = ("l2bank", binding.buffers[i].bank)
+        loads[key] = loads.get(key, 0) + stream_cycles(streams[s_index], machine)
+    ports = machine.l2_bank_ports
+    return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
+
+
+def _shortfall(kernel: str, buffers: list[Buffer], machine: Machine, where: str, time_limit: float) -> BindError:
+    """The one-line error for a kernel whose pools cannot be packed although each buffer fits
+    a bank: the first pool that cannot hold all its buffers, and how many bytes stay out."""
+    for pool in pools(buffers, machine):
+        model = cp_model.CpModel()
+        p = place_pool(model, pool, buffers, machine.line_bytes, required=False)
+        model.Maximize(sum(buffers[i].bytes * lit for (i, _), lit in p.bank.items()))
+        s = solver(time_limit)
+        if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            continue
+        need = sum(buffers[i].bytes for i in pool.members)
+        short = need - int(s.BestObjectiveBound())
+        if short > 0:
+            unit = UNIT_NAME[pool.level]
+            whose = f" of compute tile {pool.owner}" if pool.owner >= 0 else ""
+            return BindError(f"{where}: kernel '{kernel}' needs {_kib(need)} of {pool.level}{whose} packed into "
+                             f"{_kib(pool.size)} {unit}s, config '{machine.name}' has {pool.count} "
+                             f"({_kib(short)} short)")
+    return BindError(f"{where}: kernel '{kernel}': no binding exists on config '{machine.name}'")
+
+
+def bind_cpsat(kernel: str, workers: int, buffers: list[Buffer], streams: list[StreamReq], machine: Machine,
+               where: str, time_limit: float = 1.0) -> Binding:
+    """Place buffers and assign engines to minimise the estimated makespan (see build_model)."""
+    check_capacity(kernel, buffers, machine, where)
+    model, sol = build_model(buffers, streams, machine)
+    s = solver(time_limit)
+    status = s.Solve(model)
+    if status == cp_model.INFEASIBLE:
+        raise _shortfall(kernel, buffers, machine, where, time_limit)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        binding = bind_greedy(kernel, workers, buffers, streams, machine, where)
+        binding.notes.append(f"cp-sat found no binding in {time_limit:g} s ({s.StatusName(status)}); "
+                             f"greedy first fit used")
+        return binding
+    bound = []
+    for pool, p in sol.placements:
+        for i in pool.members:
+            bank = next(k for (j, k), lit in p.bank.items() if j == i and s.Value(lit))
+            bound.append((i, BoundBuffer(buffers[i], bank, s.Value(p.line[i]) * machine.line_bytes)))
+    engines = {(streams[s_index].op_id, streams[s_index].worker): e
+               for (s_index, e), lit in sol.engine.items() if s.Value(lit)}
+    binding = Binding(kernel, workers, [bb for _, bb in sorted(bound, key=lambda t: t[0])], engines, "cp-sat")
+    binding.makespan_estimate = estimate_makespan(binding, streams, machine)
+    proof = "optimal" if status == cp_model.OPTIMAL else "best found within the time limit"
+    binding.notes.append(f"cp-sat: {proof}")
+    return binding

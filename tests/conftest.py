@@ -1,0 +1,47 @@
+"""Shared helpers: run the two CLIs as a user would, and build small programs in-process."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+CONFIGS = ROOT / "configs"
+
+_spec = importlib.util.spec_from_file_location("make_gemm", ROOT / "examples" / "make_gemm.py")
+make_gemm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_gemm)
+gemm_dfg = make_gemm.gemm_dfg
+
+
+def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader")."""
+    module = {"compiler": "kernel_compiler", "loader": "loader"}[tool]
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """Exit 2, exactly one line on stderr, no traceback, naming each fragment."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith("warning:")]
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0], (f, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def gemm_file(tmp_path):
+    def make(M: int, N: int, K: int, dtype: str = "f32") -> Path:
+        path = tmp_path / f"gemm_{M}x{N}x{K}_{dtype}.dfg"
+        path.write_text(gemm_dfg(M, N, K, dtype))
+        return path
+
+    return make
