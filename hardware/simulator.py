@@ -15,10 +15,10 @@ Input: a lazy stream of `Task`s in program order. Model:
   them), ties broken by task id.
 - Time advances from one completion event to the next (a heap); nothing steps cycle by cycle.
 
-Memory is O(dep_window), however long the stream:
+Memory is O(dep_window), however long the input:
 - At most `dep_window` tasks are read ahead of the oldest unfinished one (in flight), like a
   command processor with that many outstanding commands. For real programs this never binds: a
-  stream that keeps an idle engine waiting behind dep_window unrelated tasks is pathological.
+  input that keeps an idle engine waiting behind dep_window unrelated tasks is pathological.
 - No end times are stored: deps point backwards, so a dep that is no longer in flight has
   finished, and a stream's head task is re-examined exactly when a dep or its predecessor in
   the stream finishes. The loader guarantees that a dep is never more than `dep_window` tasks

@@ -77,10 +77,6 @@ def load_unit(cycles: list[int]) -> int:
     return max(1, unit, -(-total // LOAD_STEPS))
 
 
-def _overlap(a: Buffer, b: Buffer) -> bool:
-    return a.live_start < b.live_end and b.live_start < a.live_end
-
-
 @dataclass
 class Placement:
     """One pool's decision variables."""
@@ -127,11 +123,20 @@ class Solution:
     engine: dict[tuple[int, int], cp_model.IntVar]  # (stream, engine of its kind) -> assigned
 
 
-def same_choice(model: cp_model.CpModel, a, b, name: str) -> cp_model.IntVar:
-    """A literal that is true whenever the choice indices `a` and `b` are equal."""
-    same = model.NewBoolVar(name)
-    model.Add(a != b).OnlyEnforceIf(same.Not())
-    return same
+def crowding(model: cp_model.CpModel, assign: dict[tuple[int, int], cp_model.IntVar], weight,
+             leaders: int, name: str) -> cp_model.LinearExprT:
+    """The weight of the items that are not among the `leaders` chosen in their slot, given
+    `assign[item, slot]` literals: least when the heaviest items get slots of their own."""
+    lead: dict[int, list] = {}
+    kept = []
+    for (item, slot), lit in assign.items():
+        leader = model.NewBoolVar(f"{name}_lead_{item}_{slot}")
+        model.AddImplication(leader, lit)
+        lead.setdefault(slot, []).append(leader)
+        kept.append(weight[item] * leader)
+    for members in lead.values():
+        model.Add(sum(members) <= leaders)
+    return sum(weight[item] for item in {item for item, _ in assign}) - sum(kept)
 
 
 def lexicographic(terms: list[tuple[cp_model.LinearExprT, int]]) -> cp_model.LinearExprT:
@@ -191,23 +196,14 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
         if terms:
             model.Add(makespan * machine.l2_bank_ports >= sum(terms))
 
-    # --- Collisions: two streams on one engine, or two live L2 buffers in one bank (a matmul's
-    # A and B tiles, say), serialise even where that engine or bank is not the most loaded one;
-    # each such pair costs the smaller of its two loads, the cycles that may collide.
-    collisions: list[tuple[int, cp_model.IntVar]] = []
-    engine_index = {i: sum(e * lit for (j, e), lit in engine.items() if j == i) for i in range(len(streams))}
-    for members in by_kind.values():
-        for n, a in enumerate(members):
-            for b in members[n + 1:]:
-                same = same_choice(model, engine_index[a], engine_index[b], f"engine_{a}_{b}")
-                collisions.append((min(load[a], load[b]), same))
-    bank_index = {i: sum(k * lit for (j, k), lit in bank_of.items() if j == i) for i in port_load}
-    ported = sorted(port_load)
-    for n, a in enumerate(ported):
-        for b in ported[n + 1:]:
-            if _overlap(buffers[a], buffers[b]):
-                same = same_choice(model, bank_index[a], bank_index[b], f"port_{a}_{b}")
-                collisions.append((min(port_load[a], port_load[b]), same))
+    # --- Crowding: streams sharing an engine, or L2 buffers sharing a bank's ports (a matmul's
+    # A and B tiles, say), serialise even where that engine or bank is not the most loaded one.
+    # Each engine serves one stream and each bank l2_bank_ports buffers unhindered (its
+    # "leaders"); the load of everything else is crowded. Where there are enough engines and
+    # banks, nothing is.
+    crowded = crowding(model, engine, load, 1, "engine")
+    crowded += crowding(model, {key: lit for key, lit in bank_of.items() if key[0] in port_load}, port_load,
+                        machine.l2_bank_ports, "port")
 
     # --- Peak memory: the highest address end used in each pool, counted in PEAK_STEPS steps
     # of a bank (coarse enough to keep the objective's weights small).
@@ -224,7 +220,7 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
     # later ones queue behind the earliest), weighted lexicographically.
     model.Minimize(lexicographic([
         (makespan, sum(load)),
-        (sum(cost * same for cost, same in collisions), sum(cost for cost, _ in collisions)),
+        (crowded, sum(load) + sum(port_load.values())),
         (sum(peaks), PEAK_STEPS * len(peaks)),
         (len(round_robin) - sum(round_robin), len(round_robin)),
     ]))

@@ -17,7 +17,7 @@ class Bandwidth:
             return
         # Config rates such as 12.8 B/cycle (bandwidth_gbps / clock_ghz) are not exact in binary:
         # float division would make 1280 bytes take ceil(100.00000000000001) = 101 cycles.
-        rate = Fraction(bytes_per_cycle).limit_denominator(1 << 20)
+        rate = Fraction(bytes_per_cycle).limit_denominator(1 << 20) or Fraction(bytes_per_cycle)
         self._num = rate.numerator
         self._den = rate.denominator
 
