@@ -76,7 +76,7 @@ class ConfigError(ValueError):
 def _fail(source: str, path: str, reason: str) -> NoReturn:
     # One line is the contract: callers print it as a diagnostic and tests grep it.
     message = ": ".join(part for part in (source, path, reason) if part)
-    raise ConfigError(message.replace("\n", " "))
+    raise ConfigError(" ".join(message.splitlines()))
 
 
 def _show(value: Any) -> str:

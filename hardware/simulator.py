@@ -17,7 +17,7 @@ Input: a lazy stream of `Task`s in program order. Model:
 
 Memory is O(dep_window), however long the input:
 - At most `dep_window` tasks are read ahead of the oldest unfinished one (in flight), like a
-  command processor with that many outstanding commands. For real programs this never binds: a
+  command processor with that many outstanding commands. For real programs this never binds: an
   input that keeps an idle engine waiting behind dep_window unrelated tasks is pathological.
 - No end times are stored: deps point backwards, so a dep that is no longer in flight has
   finished, and a stream's head task is re-examined exactly when a dep or its predecessor in

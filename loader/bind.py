@@ -3,10 +3,12 @@
 The model's size follows the kernel's buffers, streams, banks and engines, never its tile-loop
 trip counts: a stream's load is its cycles per tile times its tile count, a constant.
 
-Symmetry: the banks of a level and the engines of a kind are interchangeable, so any solution can
+Symmetry: the banks of a level and the engines of a kind are interchangeable, so any binding can
 be relabelled so that the n-th buffer of a pool (n-th stream of a kind) uses one of the first n
 banks (engines). Offering only those candidates keeps the model small on 32-bank machines and
-loses no solution.
+loses no binding but relabellings of another (the round-robin engines the objective's last
+tie-break prefers are always among the candidates). Buffers that are exact twins are ordered
+too, see `order_twins`.
 """
 
 from __future__ import annotations
@@ -86,10 +88,11 @@ class Placement:
 
 
 def place_pool(model: cp_model.CpModel, pool: Pool, buffers: list[Buffer], line_bytes: int,
-               required: bool = True) -> Placement:
+               port_load: dict[int, int] | None = None) -> Placement:
     """Bank choice and aligned address for each buffer of one pool, with no two live buffers
-    sharing a byte of a bank and every buffer inside its bank. `required=False` lets a buffer
-    stay unplaced (to measure how much of an infeasible pool fits)."""
+    sharing a byte of a bank and every buffer inside its bank. Without `port_load` (L2 buffer ->
+    load on its bank's port) a buffer may stay unplaced, to measure how much of a pool fits."""
+    required = port_load is not None
     p = Placement({}, {})
     boxes: dict[int, tuple[list, list]] = {k: ([], []) for k in range(pool.count)}
     for rank, i in enumerate(pool.members):
@@ -112,7 +115,31 @@ def place_pool(model: cp_model.CpModel, pool: Pool, buffers: list[Buffer], line_
     for lives, spans in boxes.values():
         if len(lives) > 1:
             model.AddNoOverlap2D(lives, spans)
+    if required:
+        order_twins(model, pool, buffers, line_bytes, p, port_load)
     return p
+
+
+def order_twins(model: cp_model.CpModel, pool: Pool, buffers: list[Buffer], line_bytes: int, p: Placement,
+                port_load: dict[int, int]) -> None:
+    """Buffers alike in size, lifetime and port load (the same tile on each worker, typically)
+    can swap places without changing anything, so only placements that order such twins by
+    (bank, address) in input order are offered. With the bank restriction of the module doc this
+    still loses no solution: sorting twins never gives the earlier one a later bank."""
+    last: dict[tuple, int] = {}
+    stride = pool.size // line_bytes + 1  # more lines than any address in a bank
+    for i in pool.members:
+        b = buffers[i]
+        twin = (b.bytes, b.live_start, b.live_end, port_load.get(i, 0))
+        if twin in last:
+            j = last[twin]
+            model.Add(_position(p, j, stride) < _position(p, i, stride))
+        last[twin] = i
+
+
+def _position(p: Placement, i: int, stride: int) -> cp_model.LinearExprT:
+    """A buffer's (bank, address) as one number."""
+    return sum(k * stride * lit for (j, k), lit in p.bank.items() if j == i) + p.line[i]
 
 
 @dataclass
@@ -123,20 +150,20 @@ class Solution:
     engine: dict[tuple[int, int], cp_model.IntVar]  # (stream, engine of its kind) -> assigned
 
 
-def crowding(model: cp_model.CpModel, assign: dict[tuple[int, int], cp_model.IntVar], weight,
-             leaders: int, name: str) -> cp_model.LinearExprT:
-    """The weight of the items that are not among the `leaders` chosen in their slot, given
-    `assign[item, slot]` literals: least when the heaviest items get slots of their own."""
-    lead: dict[int, list] = {}
-    kept = []
-    for (item, slot), lit in assign.items():
-        leader = model.NewBoolVar(f"{name}_lead_{item}_{slot}")
-        model.AddImplication(leader, lit)
-        lead.setdefault(slot, []).append(leader)
-        kept.append(weight[item] * leader)
-    for members in lead.values():
-        model.Add(sum(members) <= leaders)
-    return sum(weight[item] for item in {item for item, _ in assign}) - sum(kept)
+def queued(model: cp_model.CpModel, assign: dict[tuple[int, int], cp_model.IntVar], ports: int,
+           name: str) -> cp_model.LinearExprT:
+    """How many items wait for a port, given `assign[item, slot]` literals and slots of `ports`
+    ports each: the items beyond the ports their slots offer. Zero when every item can have a
+    port to itself."""
+    by_slot: dict[int, list] = {}
+    for (_, slot), lit in assign.items():
+        by_slot.setdefault(slot, []).append(lit)
+    served = []
+    for slot, lits in by_slot.items():
+        busy = model.NewIntVar(0, min(ports, len(lits)), f"{name}_busy_{slot}")
+        model.Add(busy <= sum(lits))
+        served.append(busy)
+    return len({item for item, _ in assign}) - sum(served)
 
 
 def lexicographic(terms: list[tuple[cp_model.LinearExprT, int]]) -> cp_model.LinearExprT:
@@ -158,9 +185,14 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
     unit = load_unit(cycles)
     load = [-(-c // unit) for c in cycles]
 
+    port_load: dict[int, int] = {}  # L2 buffer -> load of the streams using its bank's port
+    for s_index, i in port_buffers(buffers, streams).items():
+        port_load[i] = port_load.get(i, 0) + load[s_index]
+
     # --- Memory: each buffer gets one bank of its pool and a line-aligned address; buffers live
     # at the same time never overlap within a bank; every bank's capacity holds.
-    placements = [(pool, place_pool(model, pool, buffers, line_bytes)) for pool in pools(buffers, machine)]
+    placements = [(pool, place_pool(model, pool, buffers, line_bytes, port_load))
+                  for pool in pools(buffers, machine)]
     bank_of = {key: lit for _, p in placements for key, lit in p.bank.items()}
 
     # --- Makespan: at least the load of every engine and of every L2 bank port.
@@ -188,22 +220,19 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
 
     # --- L2 bank ports: a bank serves machine.l2_bank_ports streams at once; its port load is
     # the cycles of the streams that fill or drain its buffers, shared over its ports.
-    port_load: dict[int, int] = {}  # L2 buffer -> load of the streams using its bank's port
-    for s_index, i in port_buffers(buffers, streams).items():
-        port_load[i] = port_load.get(i, 0) + load[s_index]
     for k in range(machine.l2.count):
         terms = [port_load[i] * bank_of[i, k] for i in port_load if (i, k) in bank_of]
         if terms:
             model.Add(makespan * machine.l2_bank_ports >= sum(terms))
 
-    # --- Crowding: streams sharing an engine, or L2 buffers sharing a bank's ports (a matmul's
-    # A and B tiles, say), serialise even where that engine or bank is not the most loaded one.
-    # Each engine serves one stream and each bank l2_bank_ports buffers unhindered (its
-    # "leaders"); the load of everything else is crowded. Where there are enough engines and
-    # banks, nothing is.
-    crowded = crowding(model, engine, load, 1, "engine")
-    crowded += crowding(model, {key: lit for key, lit in bank_of.items() if key[0] in port_load}, port_load,
-                        machine.l2_bank_ports, "port")
+    # --- Queueing: streams sharing an engine, or L2 buffers sharing a bank's ports (a matmul's
+    # A and B tiles, say), serialise even where that engine or bank is not the most loaded one,
+    # so count the streams (buffers) that find their engine (bank's ports) taken while another
+    # engine (bank) of theirs idles. Where there are enough engines and banks, none do.
+    waiting = sum(queued(model, {key: lit for key, lit in engine.items() if streams[key[0]].kind == kind}, 1,
+                         kind) for kind in by_kind)
+    waiting += queued(model, {key: lit for key, lit in bank_of.items() if key[0] in port_load},
+                      machine.l2_bank_ports, "l2bank")
 
     # --- Peak memory: the highest address end used in each pool, counted in PEAK_STEPS steps
     # of a bank (coarse enough to keep the objective's weights small).
@@ -215,12 +244,12 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
             model.Add(peak * step >= p.line[i] + -(-buffers[i].bytes // line_bytes))
         peaks.append(peak)
 
-    # --- Objective: makespan, then colliding cycles, then peak memory, and among bindings equal
+    # --- Objective: makespan, then queueing, then peak memory, and among bindings equal
     # in all three the issue-order round-robin engines (streams issued together stay apart and
     # later ones queue behind the earliest), weighted lexicographically.
     model.Minimize(lexicographic([
         (makespan, sum(load)),
-        (crowded, sum(load) + sum(port_load.values())),
+        (waiting, len(streams) + len(port_load)),
         (sum(peaks), PEAK_STEPS * len(peaks)),
         (len(round_robin) - sum(round_robin), len(round_robin)),
     ]))
@@ -228,13 +257,16 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
 
 
 def solver(time_limit: float) -> cp_model.CpSolver:
+    """A deterministic solver: one search thread with a fixed seed gives the same answer for the
+    same model whenever the search ends by proving optimality (every example does, within a
+    few hundredths of its work limit). A search cut short stops on work done rather than on
+    the clock, so it too stops at the same point, unless the host is so loaded that the
+    wall-clock limit comes first."""
     s = cp_model.CpSolver()
     s.parameters.random_seed = SEED
-    s.parameters.num_workers = 1  # one search thread: the same model gives the same answer
+    s.parameters.num_workers = 1
     s.parameters.max_time_in_seconds = time_limit
-    # stop on work done, not on the clock, so a slow or busy host still gets the same answer;
-    # the wall-clock limit above only guards against a host far slower than usual
-    s.parameters.max_deterministic_time = time_limit / 2
+    s.parameters.max_deterministic_time = time_limit / 4  # ~ seconds of an unloaded core
     return s
 
 
@@ -257,7 +289,7 @@ def _shortfall(kernel: str, buffers: list[Buffer], machine: Machine, where: str,
     a bank: the first pool that cannot hold all its buffers, and how many bytes stay out."""
     for pool in pools(buffers, machine):
         model = cp_model.CpModel()
-        p = place_pool(model, pool, buffers, machine.line_bytes, required=False)
+        p = place_pool(model, pool, buffers, machine.line_bytes)
         model.Maximize(sum(buffers[i].bytes * lit for (i, _), lit in p.bank.items()))
         s = solver(time_limit)
         if s.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -280,6 +312,8 @@ def bind_cpsat(kernel: str, workers: int, buffers: list[Buffer], streams: list[S
     model, sol = build_model(buffers, streams, machine)
     s = solver(time_limit)
     status = s.Solve(model)
+    if status == cp_model.MODEL_INVALID:
+        raise RuntimeError(f"kernel '{kernel}': invalid binding model: {model.Validate()}")
     if status == cp_model.INFEASIBLE:
         raise _shortfall(kernel, buffers, machine, where, time_limit)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

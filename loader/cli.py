@@ -23,7 +23,8 @@ def resolve_config(name: str) -> str:
 
 
 def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    # one line whatever the message quotes from the input (a key may hold a line break)
+    print("error: " + " ".join(message.splitlines()), file=sys.stderr)
     raise typer.Exit(2)
 
 

@@ -88,7 +88,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
 
 
 def program_tasks(program: Program, machine: Machine, bindings: list[Binding]) -> Iterator[Task]:
-    stream = TaskStream(program, machine)
+    stream = TaskStream(program)
     for kernel, binding in zip(program.kernels, bindings):
         yield from stream.kernel_tasks(kernel, binding)
 

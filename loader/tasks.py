@@ -7,6 +7,8 @@ Dependencies of a task:
   array's accumulators are a depth-1 buffer drained by the REGISTER -> L2 store;
 - kernel order: a kernel's loads of a tensor that an earlier kernel wrote wait for that
   kernel's final stores.
+A DMA engine moves data through the external memory channel it is wired to (engine i to
+channel i mod channels, as the simulator does), so balancing DMA engines balances channels.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from dfx import Compute, DataMove, Kernel, Program, itemsize
-from hardware import Machine, Task
+from hardware import Task
 
 from .binding import Binding
 from .buffers import engine_kind
@@ -23,26 +25,16 @@ from .schedule import accumulating, expand, tile_elements, tile_slices
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
 
 
-def _tile_number(ref, env) -> int:
-    """A tile's row-major number among its tensor's tiles: spreads tiles over DRAM channels."""
-    n = 0
-    for index in ref.tile_indices:
-        n = n * 1024 + env.get(index, 0)
-    return n
-
-
 class TaskStream:
     """Task ids and the kernel-to-kernel dependencies across one program."""
 
-    def __init__(self, program: Program, machine: Machine):
+    def __init__(self, program: Program):
         self.program = program
-        self.machine = machine
         self.next_id = 0
         self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding) -> Iterator[Task]:
         g = self.program.graph
-        m = self.machine
         workers = binding.workers
         last: dict[tuple[int, int], int] = {}  # (worker, op_id) -> id of its latest instance
         instance: dict[tuple[int, int], int] = {}  # (worker, op_id) -> instances so far
@@ -78,10 +70,10 @@ class TaskStream:
                 engine = binding.engines[op.op_id, worker]
                 if src.level == "EXTERNAL":
                     deps.update(self.final_stores.get(src.tensor, {}).values())
-                channel = _tile_number(dst, env) % m.external.channels if kind == "dma" else None
                 task = Task(tid, kind, engine, tuple(sorted(d for d in deps if tid - d < DEP_WINDOW)),
+                            stream=op.op_id,
                             bytes=nbytes, src_level=src.level, dst_level=dst.level,
-                            dram_channel=channel, l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose,
+                            l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose,
                             label=f"{dst.tensor} {src.level}->{dst.level}",
                             args={v: env[v] for v in dst.tile_indices if v in env})
                 if dst.level == "EXTERNAL":

@@ -17,7 +17,7 @@ from loader.cli import app
 
 JSON_VALUES = st.one_of(
     st.none(), st.booleans(), st.integers(-3, 1 << 40), st.floats(allow_nan=True), st.text(max_size=8),
-    st.lists(st.integers(-2, 64), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+    st.lists(st.integers(-2, 64), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(-2**31, 2**31), max_size=2),
 )
 
 

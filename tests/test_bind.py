@@ -1,0 +1,212 @@
+"""loader.bind: the CP-SAT binder. Validity on random buffer sets and machines, a packing that
+greedy first fit misses, one-line errors when nothing fits, determinism, and the --dry-run view."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CONFIGS, DATA, assert_one_line_error, run_cli
+from dfx import read
+from hardware import load_machine
+from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
+from loader.bind import bind_cpsat
+from loader.binding import BindError, Binding, bind_greedy, engine_count
+from loader.buffers import Buffer, StreamReq, engine_kind, level_banks
+from loader.run import bind_program
+
+KB = 1024
+ABOVE = {"L3": "EXTERNAL", "L2": "L3", "L1": "L2"}  # where a level's buffers are filled from
+
+
+def make_machine(l3=(1, 64 * KB), l2=(2, 32 * KB), l1=(2, 16 * KB), line=64, engines=(1, 2, 2),
+                 ports=1, tiles=1) -> Machine:
+    return Machine(
+        name="tiny", clock_ghz=1.0,
+        external=ExternalMemory(channels=1, channel_bytes=1 << 30, channel_bytes_per_cycle=64, latency_cycles=10),
+        l3=MemoryLevel(*l3), l2=MemoryLevel(*l2), l1=MemoryLevel(*l1),
+        l2_bank_ports=ports, line_bytes=line,
+        engines=Engines(*engines, dma_bytes_per_cycle=64, block_mover_bytes_per_cycle=32,
+                        streamer_bytes_per_cycle=16),
+        compute=ComputeFabric(tiles=tiles, rows=8, cols=8, dataflows=DATAFLOWS),
+    )
+
+
+def streams_for(buffers: list[Buffer], tiles: list[int]) -> list[StreamReq]:
+    """A fill stream per buffer, and for L2 buffers a drain to L1, as a kernel's loads have."""
+    out = []
+    for b, n in zip(buffers, tiles):
+        out.append(StreamReq(b.op_id, b.worker, engine_kind(ABOVE[b.level], b.level), b.tensor,
+                             ABOVE[b.level], b.level, b.tile_bytes, n))
+        if b.level == "L2":
+            out.append(StreamReq(b.op_id + 1000, b.worker, "streamer", b.tensor, "L2", "L1", b.tile_bytes, n))
+    return out
+
+
+def assert_valid(binding: Binding, buffers: list[Buffer], streams: list[StreamReq], m: Machine) -> None:
+    """Every buffer once, aligned, inside its bank; live buffers of one bank (and, for L1, one
+    compute tile) never share a byte; every stream on an engine of its kind."""
+    assert [bb.buffer for bb in binding.buffers] == buffers
+    for bb in binding.buffers:
+        count, size = level_banks(m, bb.buffer.level)
+        assert 0 <= bb.bank < count
+        assert bb.address % m.line_bytes == 0
+        assert 0 <= bb.address and bb.end <= size
+    for n, x in enumerate(binding.buffers):
+        for y in binding.buffers[n + 1:]:
+            a, b = x.buffer, y.buffer
+            same_bank = a.level == b.level and x.bank == y.bank and (a.level != "L1" or a.worker == b.worker)
+            live_together = a.live_start < b.live_end and b.live_start < a.live_end
+            if same_bank and live_together:
+                assert x.end <= y.address or y.end <= x.address, (x, y)
+    assert set(binding.engines) == {(s.op_id, s.worker) for s in streams}
+    for s in streams:
+        assert 0 <= binding.engines[s.op_id, s.worker] < engine_count(s.kind, m)
+
+
+@st.composite
+def problems(draw):
+    line = draw(st.sampled_from([16, 64]))
+    workers = draw(st.integers(1, 3))
+    level = st.tuples(st.integers(1, 3), st.integers(1, 8).map(lambda n: n * KB))
+    m = make_machine(l3=draw(level), l2=draw(level), l1=draw(level), line=line,
+                     engines=draw(st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(1, 3))),
+                     ports=draw(st.integers(1, 2)), tiles=workers)
+    buffers = []
+    for op_id in range(draw(st.integers(1, 8))):
+        start = draw(st.integers(0, 4))
+        buffers.append(Buffer(op_id, draw(st.integers(0, workers - 1)), f"t{op_id}",
+                              draw(st.sampled_from(["L3", "L2", "L1"])), draw(st.integers(1, 4 * KB)),
+                              draw(st.integers(1, 2)), start, start + draw(st.integers(1, 4))))
+    tiles = draw(st.lists(st.integers(1, 50), min_size=len(buffers), max_size=len(buffers)))
+    return m, workers, buffers, streams_for(buffers, tiles)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_random_bindings_are_valid(problem):
+    m, workers, buffers, streams = problem
+    try:
+        greedy = bind_greedy("k", workers, buffers, streams, m, "t.kpu")
+    except BindError:
+        greedy = None
+    try:
+        binding = bind_cpsat("k", workers, buffers, streams, m, "t.kpu", time_limit=0.3)
+    except BindError as e:
+        assert str(e) and "\n" not in str(e)
+        # greedy packs as if all buffers were live at once: what it places, CP-SAT places too
+        assert greedy is None, str(e)
+        return
+    assert_valid(binding, buffers, streams, m)
+    if binding.method == "cp-sat":
+        assert binding.makespan_estimate > 0
+
+
+def test_packing_greedy_first_fit_misses():
+    # two 100 KiB banks; first fit in order puts 50+30 in bank 0, 30+40 in bank 1, and the last
+    # 50 fits neither; {50, 50} and {30, 30, 40} fill both banks exactly
+    m = make_machine(l2=(2, 100 * KB))
+    buffers = [Buffer(i, 0, f"t{i}", "L2", kib * KB, 1, 0, 1) for i, kib in enumerate([50, 30, 30, 40, 50])]
+    streams = streams_for(buffers, [1] * len(buffers))
+    with pytest.raises(BindError, match="greedy first fit cannot place"):
+        bind_greedy("k", 1, buffers, streams, m, "t.kpu")
+    binding = bind_cpsat("k", 1, buffers, streams, m, "t.kpu")
+    assert binding.method == "cp-sat"
+    assert_valid(binding, buffers, streams, m)
+
+
+def test_lifetimes_let_buffers_share_bytes():
+    # three 24 KiB buffers in one 32 KiB bank fit only because no two are live at once
+    m = make_machine(l2=(1, 32 * KB))
+    buffers = [Buffer(i, 0, f"t{i}", "L2", 24 * KB, 1, i, i + 1) for i in range(3)]
+    streams = streams_for(buffers, [1, 1, 1])
+    binding = bind_cpsat("k", 1, buffers, streams, m, "t.kpu")
+    assert_valid(binding, buffers, streams, m)
+
+
+def test_packing_infeasible_names_level_and_shortfall():
+    # each 60 KiB buffer fits a bank and 180 KiB < 200 KiB, but no two share a 100 KiB bank
+    m = make_machine(l2=(2, 100 * KB))
+    buffers = [Buffer(i, 0, f"t{i}", "L2", 60 * KB, 1, 0, 1) for i in range(3)]
+    with pytest.raises(BindError) as e:
+        bind_cpsat("matmul_0", 1, buffers, streams_for(buffers, [1, 1, 1]), m, "model.kpu")
+    assert str(e.value) == ("model.kpu: kernel 'matmul_0' needs 180 KiB of L2 packed into 100 KiB L2 banks, "
+                            "config 'tiny' has 2 (60 KiB short)")
+
+
+def test_operand_streams_get_their_own_bank_ports():
+    # A and B tiles of a matmul on two workers: with 8 banks no two share a port
+    m = load_machine(CONFIGS / "standard.json")
+    buffers = [Buffer(op, w, t, "L2", 16 * KB, 2, 0, 10) for op, t in ((1, "A"), (4, "B")) for w in range(2)]
+    streams = streams_for(buffers, [8] * len(buffers))
+    binding = bind_cpsat("k", 2, buffers, streams, m, "t.kpu")
+    assert len({bb.bank for bb in binding.buffers}) == 4
+    greedy = bind_greedy("k", 2, buffers, streams, m, "t.kpu")
+    assert len({bb.bank for bb in greedy.buffers}) < 4
+
+
+def matmul_dfg(M: int, K: int, N: int) -> str:
+    """A two-input matmul in the .dfg text format (as tests/data/dfg/*2-input-matmul.dfg)."""
+    a, b, c = f"tensor<{M}x{K}xf32>", f"tensor<{K}x{N}xf32>", f"tensor<{M}x{N}xf32>"
+    return "\n".join([
+        f"Domain Flow Graph: matmul-{M}x{K}x{N}", "DIRECTED", "RUNNING_NODE_ID 3", "NODES 4",
+        f"NODE 0 : |const.A|CONSTANT|0|||0:A|0:{a}",
+        f"NODE 1 : |const.B|CONSTANT|0|||0:B|0:{b}",
+        f"NODE 2 : |matmul|MATMUL|1|0:{a},1:{b}||0:C|0:{c}",
+        f"NODE 3 : |C|FUNCTION_RETURN|2|0:{c}|target:memory|0:C|0:{c}",
+        "EDGES 3",
+        f"EDGE 0 -> 2 : 0|true|{a}|32|0|0|1,1,1",
+        f"EDGE 1 -> 2 : 0|true|{b}|32|0|1|1,1,1",
+        f"EDGE 2 -> 3 : 0|false|{c}|32|0|0|1,1,1",
+        "ADJACENCY 2", "ADJ 0 : 2", "ADJ 1 : 2", "ADJ 2 : 3", "SOURCE: 0, 1", "SINK: 3", ""])
+
+
+def compile_matmul(tmp_path, M: int, K: int, N: int):
+    src = tmp_path / f"mm{M}x{K}x{N}.dfg"
+    src.write_text(matmul_dfg(M, K, N))
+    obj = tmp_path / f"mm{M}x{K}x{N}.kpu"
+    proc = run_cli("compiler", src, "-o", obj, "--target", CONFIGS / "standard.json")
+    assert proc.returncode == 0, proc.stderr
+    return obj
+
+
+def test_object_too_big_for_config_exits_2_with_one_line(tmp_path):
+    obj = compile_matmul(tmp_path, 1024, 1024, 1024)
+    line = assert_one_line_error(run_cli("loader", obj, "--config", CONFIGS / "minimal.json", "--dry-run"),
+                                 str(obj), "kernel 'matmul_0'", "config 'minimal'", "KiB")
+    assert "short" in line or "has" in line
+
+
+def test_binding_is_deterministic(tmp_path):
+    obj = tmp_path / "chained.kpu"
+    proc = run_cli("compiler", DATA / "dfg" / "workloads__nla__matmul_256x256_chained.dfg", "-o", obj)
+    assert proc.returncode == 0, proc.stderr
+    program = read(obj)
+    for config in ("standard", "datacenter"):
+        m = load_machine(CONFIGS / f"{config}.json")
+        first, second = (bind_program(program, m, str(obj), bind_cpsat) for _ in range(2))
+        assert [(b.buffers, b.engines, b.makespan_estimate) for b in first] == \
+               [(b.buffers, b.engines, b.makespan_estimate) for b in second]
+    # and across processes, through the CLI
+    runs = [run_cli("loader", obj, "--config", CONFIGS / "datacenter.json", "--dry-run", "--json")
+            for _ in range(2)]
+    views = [json.loads(r.stdout) for r in runs]
+    assert [(v["buffers"], v["engines"]) for v in views][0] == [(v["buffers"], v["engines"]) for v in views][1]
+
+
+def test_dry_run_prints_buffers_engines_schedule(tmp_path):
+    obj = compile_matmul(tmp_path, 32, 32, 32)
+    proc = run_cli("loader", obj, "--config", CONFIGS / "minimal.json", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    for section in ("bound buffers", "engine assignment", "scheduled ops"):
+        assert section in proc.stderr
+    assert "cp-sat" in proc.stderr
+    proc = run_cli("loader", obj, "--config", CONFIGS / "minimal.json", "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    view = json.loads(proc.stdout)
+    assert {"buffers", "engines", "schedule"} <= set(view)
+    assert view["buffers"] and view["engines"] and view["schedule"]
+    assert all(b["method"] == "cp-sat" for b in view["bindings"])

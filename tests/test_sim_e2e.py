@@ -1,0 +1,93 @@
+"""The simulator through the loader: SCALE-Sim's fold counts on an ideal array, a compute-bound
+and a bandwidth-bound GEMM on the standard machine, and the Perfetto trace."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import CONFIGS, run_cli
+
+# SCALE-Sim v3 total cycles (no prefetch), 32x32 array; ours count one more cycle: SCALE-Sim's
+# last cycle index versus our cycle count.
+SCALESIM = {("os", 64): 503, ("os", 256): 20351, ("os", 1024): 1112063,
+            ("ws", 64): 631, ("ws", 256): 22399, ("ws", 1024): 1144831}
+
+
+def compile_gemm(gemm_file, tmp_path, n, *args):
+    obj = tmp_path / f"g{n}.kpu"
+    proc = run_cli("compiler", gemm_file(n, n, n), "-o", obj, *args)
+    assert proc.returncode == 0, proc.stderr
+    return obj
+
+
+def load_json(*args):
+    proc = run_cli("loader", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("dataflow, n", sorted(SCALESIM))
+def test_ideal_array_matches_scalesim(gemm_file, tmp_path, dataflow, n):
+    ideal = CONFIGS / "ideal_32x32.json"
+    obj = compile_gemm(gemm_file, tmp_path, n, "--dataflow", dataflow, "--target", ideal)
+    s = load_json(obj, "--config", ideal, "--timing-only")
+    assert abs(s["cycles"] - SCALESIM[dataflow, n]) <= 0.01 * SCALESIM[dataflow, n]
+    assert s["cycles"] == SCALESIM[dataflow, n] + 1
+
+
+def test_1024_cubed_is_compute_bound_on_standard(gemm_file, tmp_path):
+    obj = compile_gemm(gemm_file, tmp_path, 1024)
+    s = load_json(obj, "--config", CONFIGS / "standard.json", "--check")
+    assert s["check"]["passed"]
+    assert s["utilization"] >= 0.94, s["utilization"]
+    assert s["roofline"]["bound"] == "compute"
+    # array busy time: 1024^3 MACs over 2 arrays of 256 PEs, plus 30 cycles of fill and drain per
+    # 16x16 output block: (1024^3 / 512) + (1024/16)^2 / 2 * 30 = 2,158,592 cycles per array
+    assert s["units"]["array0"]["busy_cycles"] == 2_158_592
+
+
+def test_1024_cubed_is_bandwidth_bound_with_a_tenth_of_the_dram(gemm_file, tmp_path):
+    config = json.loads((CONFIGS / "standard.json").read_text())
+    config["external_memory"]["bandwidth_gbps"] /= 10  # 2 channels x 5 GB/s = 10 bytes/cycle
+    slow = tmp_path / "slow_dram.json"
+    slow.write_text(json.dumps(config))
+    obj = compile_gemm(gemm_file, tmp_path, 1024)
+    s = load_json(obj, "--config", slow, "--timing-only")
+    assert s["roofline"]["bound"] == "bandwidth"
+    dram = s["dram_bytes"]["read"] + s["dram_bytes"]["write"]
+    floor = dram / 10  # cycles the two channels need to move those bytes
+    assert floor <= s["cycles"] <= 1.05 * floor, (s["cycles"], floor)
+    for unit in ("dram0", "dram1", "dma0", "dma1"):
+        assert s["units"][unit]["utilization"] >= 0.95, (unit, s["units"][unit])
+
+
+def test_trace_is_valid_trace_event_json(gemm_file, tmp_path):
+    obj = compile_gemm(gemm_file, tmp_path, 256)
+    trace = tmp_path / "trace.json"
+    s = load_json(obj, "--config", CONFIGS / "standard.json", "--trace-output", trace)
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert set(names.values()) >= set(s["units"])
+    slices = [e for e in events if e["ph"] == "X"]
+    assert len(slices) == sum(u["tasks"] for name, u in s["units"].items() if not name.startswith(("dram", "l2bank")))
+    by_track: dict[int, list] = {}
+    for e in slices:
+        assert {"name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e)
+        assert e["tid"] in names and e["dur"] >= 0
+        by_track.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-9  # one unit never runs two slices at once
+    tiles = [e for e in slices if e["name"].startswith("MATMUL_TILE")]
+    assert tiles and {"ti", "tj"} <= set(tiles[0]["args"])
+
+
+def test_cycles_are_deterministic(gemm_file, tmp_path):
+    obj = compile_gemm(gemm_file, tmp_path, 192)
+    runs = [load_json(obj, "--config", CONFIGS / "standard.json", "--timing-only") for _ in range(2)]
+    assert runs[0]["cycles"] == runs[1]["cycles"]
+    assert runs[0]["units"] == runs[1]["units"]
