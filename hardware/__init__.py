@@ -10,7 +10,7 @@ from hardware.machine import (
     MemoryLevel,
 )
 from hardware.simulator import SimResult, Simulator, UnitStats
-from hardware.task import Task
+from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import write_trace
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "SimResult",
     "Simulator",
     "Task",
+    "UNIT_PREFIX",
     "UnitStats",
     "load_machine",
     "machine_from_dict",

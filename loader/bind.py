@@ -305,10 +305,17 @@ def _shortfall(kernel: str, buffers: list[Buffer], machine: Machine, where: str,
     return BindError(f"{where}: kernel '{kernel}': no binding exists on config '{machine.name}'")
 
 
+def check_live_capacity(kernel: str, buffers: list[Buffer], machine: Machine, where: str) -> None:
+    """The obvious shortfalls, with check_capacity's message, on each set of buffers live at
+    once: buffers whose lifetimes do not overlap may reuse the same bytes."""
+    for t in sorted({b.live_start for b in buffers}):
+        check_capacity(kernel, [b for b in buffers if b.live_start <= t < b.live_end], machine, where)
+
+
 def bind_cpsat(kernel: str, workers: int, buffers: list[Buffer], streams: list[StreamReq], machine: Machine,
                where: str, time_limit: float = 1.0) -> Binding:
     """Place buffers and assign engines to minimise the estimated makespan (see build_model)."""
-    check_capacity(kernel, buffers, machine, where)
+    check_live_capacity(kernel, buffers, machine, where)
     model, sol = build_model(buffers, streams, machine)
     s = solver(time_limit)
     status = s.Solve(model)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dfx import Program
-from hardware import Machine, SimResult
+from hardware import UNIT_PREFIX, Machine, SimResult
 
 from .binding import Binding
 from .buffers import engine_kind
@@ -115,7 +115,7 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
             op = k.body_op(op_id)
             engines.append({"kernel": b.kernel, "op_id": op_id, "compute_tile": worker,
                             "stream": f"{op.destination.tensor} {op.source.level}->{op.destination.level}",
-                            "engine": f"{engine_kind(op.source.level, op.destination.level)}{engine}"})
+                            "engine": f"{UNIT_PREFIX[engine_kind(op.source.level, op.destination.level)]}{engine}"})
     schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
                 for t, start, end, unit in sim.first_tasks[:ops]]
     return {"bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,

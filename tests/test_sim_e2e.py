@@ -37,6 +37,20 @@ def test_ideal_array_matches_scalesim(gemm_file, tmp_path, dataflow, n):
     assert s["cycles"] == SCALESIM[dataflow, n] + 1
 
 
+@pytest.mark.parametrize("binder, cycles", [("cp-sat", 352), ("greedy", 384)])
+def test_single_tile_cycles_by_hand(gemm_file, tmp_path, binder, cycles):
+    # 16x16x16 f32 on standard: every tile is 1024 bytes.
+    #   A and B each: DMA 100 latency + ceil(1024 / 50 B/cycle channel) = 121, on two engines
+    #   and channels in parallel; BlockMover 1024 / 64 = 16; Streamer 16      -> 153
+    #   array: one 16x16 block, k + rows + cols - 2 = 16 + 30 = 46            -> 199
+    #   C: Streamer drain 16, BlockMover 16, DMA 121                          -> 352
+    # Greedy first fit puts A and B in one L2 bank: their BlockMover writes and their Streamer
+    # reads each share one port, 16 + 16 more cycles.
+    obj = compile_gemm(gemm_file, tmp_path, 16)
+    s = load_json(obj, "--config", CONFIGS / "standard.json", "--binder", binder)
+    assert s["cycles"] == cycles
+
+
 def test_1024_cubed_is_compute_bound_on_standard(gemm_file, tmp_path):
     obj = compile_gemm(gemm_file, tmp_path, 1024)
     s = load_json(obj, "--config", CONFIGS / "standard.json", "--check")
