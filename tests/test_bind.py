@@ -77,10 +77,13 @@ def problems(draw):
                      ports=draw(st.integers(1, 2)), tiles=workers)
     buffers = []
     for op_id in range(draw(st.integers(1, 8))):
-        start = draw(st.integers(0, 4))
-        buffers.append(Buffer(op_id, draw(st.integers(0, workers - 1)), f"t{op_id}",
-                              draw(st.sampled_from(["L3", "L2", "L1"])), draw(st.integers(1, 4 * KB)),
-                              draw(st.integers(1, 2)), start, start + draw(st.integers(1, 4))))
+        level = draw(st.sampled_from(["L3", "L2", "L1"]))
+        depth = draw(st.integers(1, 2))
+        # mostly buffers that fit a bank, often more than half of one (hard to pack), a few too big
+        most = level_banks(m, level)[1] // depth
+        start = draw(st.integers(0, 2))
+        buffers.append(Buffer(op_id, draw(st.integers(0, workers - 1)), f"t{op_id}", level,
+                              draw(st.integers(1, most + 64)), depth, start, start + draw(st.integers(1, 4))))
     tiles = draw(st.lists(st.integers(1, 50), min_size=len(buffers), max_size=len(buffers)))
     return m, workers, buffers, streams_for(buffers, tiles)
 
