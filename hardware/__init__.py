@@ -1,6 +1,6 @@
 """The machine: config loading and validation, timing models, simulator core."""
 
-from hardware.config import ConfigError, load_machine, machine_from_dict
+from hardware.config import ConfigError, load_machine, machine_from_dict, resolve_config
 from hardware.machine import (
     DATAFLOWS,
     ComputeFabric,
@@ -28,5 +28,6 @@ __all__ = [
     "UnitStats",
     "load_machine",
     "machine_from_dict",
+    "resolve_config",
     "write_trace",
 ]

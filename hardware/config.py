@@ -349,3 +349,14 @@ def load_machine(path: str | os.PathLike[str]) -> Machine:
     except UnicodeDecodeError:
         _fail(source, "", "cannot read: not UTF-8 text")
     return machine_from_dict(_parse(text, suffix, source), source)
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+
+
+def resolve_config(name: str) -> str:
+    """A config path as given, or the path of a shipped config named without a suffix
+    (`standard`, `minimal`, `datacenter`, `ideal_32x32`)."""
+    if Path(name).suffix or "/" in name:
+        return name
+    return str(SHIPPED / f"{name}.json")

@@ -9,16 +9,8 @@ from typing import Optional
 import typer
 
 DEFAULT_TARGET = "standard"
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def resolve_config(name: str) -> str:
-    """A config path, or the name of a shipped config (`standard`, `minimal`, ...)."""
-    if Path(name).suffix or "/" in name:
-        return name
-    return str(CONFIG_DIR / f"{name}.json")
 
 
 def _fail(message: str) -> None:
@@ -38,10 +30,9 @@ def compile(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
-    from dfx import dumps, write
-    from dfx import ObjectFileError
+    from dfx import ObjectFileError, dumps, write
 
-    from .compile import compile_graph, lower_op, kernel_name
+    from .compile import compile_graph, kernel_name, lower_op
     from .dump import dump_graph, dump_kernel
     from .errors import CompileError
     from .frontends import load_graph
@@ -53,7 +44,7 @@ def compile(
         graph, warnings = load_graph(input)
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
-        tgt = load_target(resolve_config(target))
+        tgt = load_target(target)
         if dump:
             print(dump_graph(graph))
             for i, op in enumerate(graph.ops):

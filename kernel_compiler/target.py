@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware import ConfigError, load_machine
+from hardware import ConfigError, load_machine, resolve_config
 
 from .errors import CompileError
 
@@ -31,9 +31,10 @@ class Target:
     dataflows: tuple[str, ...]
 
 
-def load_target(path: str) -> Target:
+def load_target(config: str) -> Target:
+    """The target of a config file, or of a shipped config named without suffix."""
     try:
-        m = load_machine(path)
+        m = load_machine(resolve_config(config))
     except ConfigError as e:
         raise CompileError(str(e)) from None
     tiles = m.compute.tiles

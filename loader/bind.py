@@ -1,5 +1,10 @@
 """Binding with OR-Tools CP-SAT: one model per kernel places every buffer and assigns every stream.
 
+`build_model` states the rules and the objective (estimated makespan, then queueing on engines
+and L2 bank ports, then peak memory). `bind_cpsat` solves it: an infeasible model becomes a
+one-line BindError naming the level and the bytes short; a time limit without any solution falls
+back to `bind_greedy`.
+
 The model's size follows the kernel's buffers, streams, banks and engines, never its tile-loop
 trip counts: a stream's load is its cycles per tile times its tile count, a constant.
 
@@ -258,8 +263,8 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
 
 def solver(time_limit: float) -> cp_model.CpSolver:
     """A deterministic solver: one search thread with a fixed seed gives the same answer for the
-    same model whenever the search ends by proving optimality (every example does, within a
-    few hundredths of its work limit). A search cut short stops on work done rather than on
+    same model whenever the search ends by proving optimality (every example kernel does, using
+    at most a fifth of the work limit below). A search cut short stops on work done rather than on
     the clock, so it too stops at the same point, unless the host is so loaded that the
     wall-clock limit comes first."""
     s = cp_model.CpSolver()
@@ -271,7 +276,8 @@ def solver(time_limit: float) -> cp_model.CpSolver:
 
 
 def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
-    """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's)."""
+    """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's; both
+    keep `binding.buffers` in the kernel's buffer order)."""
     loads: dict[tuple[str, int], int] = {}
     for s in streams:
         key = (s.kind, binding.engines[s.op_id, s.worker])

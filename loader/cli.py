@@ -10,16 +10,7 @@ from typing import List, Optional
 
 import typer
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
-
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def resolve_config(name: str) -> str:
-    """A config path, or the name of a shipped config (`standard`, `minimal`, ...)."""
-    if Path(name).suffix or "/" in name:
-        return name
-    return str(CONFIG_DIR / f"{name}.json")
 
 
 def _fail(message: str) -> None:
@@ -73,7 +64,7 @@ def load(
     from rich.console import Console
 
     from dfx import ObjectFileError, read
-    from hardware import ConfigError, load_machine, write_trace
+    from hardware import ConfigError, load_machine, resolve_config, write_trace
 
     from .binding import BindError, bind_greedy
     from .buffers import op_runs

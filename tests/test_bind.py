@@ -151,6 +151,16 @@ def test_operand_streams_get_their_own_bank_ports():
     assert len({bb.bank for bb in greedy.buffers}) < 4
 
 
+def test_time_limit_without_solution_falls_back_to_greedy():
+    m = load_machine(CONFIGS / "standard.json")
+    buffers = [Buffer(op, 0, t, "L2", 16 * KB, 2, 0, 10) for op, t in ((1, "A"), (4, "B"))]
+    streams = streams_for(buffers, [8, 8])
+    binding = bind_cpsat("k", 1, buffers, streams, m, "t.kpu", time_limit=1e-9)
+    assert binding.method == "greedy"
+    assert any("cp-sat found no binding" in note for note in binding.notes)
+    assert_valid(binding, buffers, streams, m)
+
+
 def matmul_dfg(M: int, K: int, N: int) -> str:
     """A two-input matmul in the .dfg text format (as tests/data/dfg/*2-input-matmul.dfg)."""
     a, b, c = f"tensor<{M}x{K}xf32>", f"tensor<{K}x{N}xf32>", f"tensor<{M}x{N}xf32>"
@@ -164,7 +174,7 @@ def matmul_dfg(M: int, K: int, N: int) -> str:
         f"EDGE 0 -> 2 : 0|true|{a}|32|0|0|1,1,1",
         f"EDGE 1 -> 2 : 0|true|{b}|32|0|1|1,1,1",
         f"EDGE 2 -> 3 : 0|false|{c}|32|0|0|1,1,1",
-        "ADJACENCY 2", "ADJ 0 : 2", "ADJ 1 : 2", "ADJ 2 : 3", "SOURCE: 0, 1", "SINK: 3", ""])
+        "ADJACENCY 3", "ADJ 0 : 2", "ADJ 1 : 2", "ADJ 2 : 3", "SOURCE: 0, 1", "SINK: 3", ""])
 
 
 def compile_matmul(tmp_path, M: int, K: int, N: int):

@@ -9,6 +9,8 @@ every result the same name.
 
 from __future__ import annotations
 
+import math
+
 import heapq
 import itertools
 import re
@@ -53,13 +55,6 @@ class DfgType:
 
     shape: tuple[int, ...]
     dtype: str | None
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
 
 
 @dataclass
@@ -468,7 +463,7 @@ class _Builder:
         shapes = {t.shape for _, t in wanted}
         # Elementwise consumers broadcast a smaller operand, a contraction takes only its own
         # shape: the largest declaration is the one every consumer can accept.
-        shape = max((t for _, t in wanted), key=lambda t: t.size).shape
+        shape = max((t for _, t in wanted), key=lambda t: math.prod(t.shape)).shape
         if len(shapes) > 1:
             listed = ", ".join(f"node {e.dst} declares {list(t.shape)}" for e, t in wanted)
             self.warn(node.line, f"consumers of result {slot} of node {node.id} '{node.name}' disagree on its "
