@@ -2,7 +2,7 @@
 
 Each workload is compiled for configs/standard.json, bound by both binders, and simulated
 (timing only, as `kpu-loader --timing-only`). Reported per workload: the estimated makespan
-(engines and L2 bank ports, `loader.bind.estimate_makespan`, summed over kernels), the simulated
+(engines and L2 bank ports, `loader.estimate_makespan`, summed over kernels), the simulated
 cycles, and the bind time per kernel. Writes the section `## Binding: CP-SAT vs greedy` of
 benchmarks/RESULTS.md.
 
@@ -25,10 +25,7 @@ from results import machine as host, today, write_section  # noqa: E402
 
 from dfx import read  # noqa: E402
 from hardware import load_machine  # noqa: E402
-from loader.bind import bind_cpsat, estimate_makespan  # noqa: E402
-from loader.binding import bind_greedy  # noqa: E402
-from loader.buffers import kernel_demands  # noqa: E402
-from loader.run import bind_program, simulate  # noqa: E402
+from loader import bind_cpsat, bind_greedy, bind_program, estimate_makespan, kernel_demands, simulate  # noqa: E402
 
 CONFIG = ROOT / "configs" / "standard.json"
 EXAMPLES = sorted(p for pattern in ("*matmul*.dfg", "*AtimesBtimesC*.dfg")
@@ -114,7 +111,7 @@ Reproduce: `.venv/bin/python benchmarks/binding.py`.
 Every matmul of `tests/data/dfg/` (`*matmul*`, `*AtimesBtimesC*`) and three generated ones (`matmul_MxKxN`)
 are compiled for `configs/standard.json` and bound to it by `--binder greedy` (first fit, round-robin
 engines) and `--binder cp-sat` (default 1 s limit). The estimated makespan is the most-loaded engine
-or L2 bank port (`loader.bind.estimate_makespan`, the same count for both binders), summed over the
+or L2 bank port (`loader.estimate_makespan`, the same count for both binders), summed over the
 kernels. Simulated cycles are timing-only runs (`loader.run.simulate`). Bind time is the wall time of
 one kernel's binding inside `bind_program` (CP-SAT: model building and solving), the fastest of
 {REPEATS} runs; the {REPEATS} runs bound identically.

@@ -200,20 +200,22 @@ def section(rows: list[tuple[int, str, dict, dict | None]], scalesim_missing: st
                   "known *reference* cycles of SCALE-Sim 3.0.0 (total cycles without prefetch), "
                   "not measured on this run; its wall time and memory are unknown.", "",
                   "| M=N=K | dataflow | our cycles | SCALE-Sim cycles (reference, not measured) "
-                  "| diff % | our compile s | our loader s (numbers) | our loader s (timing-only) "
-                  "| our peak MB (numbers) | our peak MB (timing-only) |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| diff cycles | diff % | our compile s | our loader s (numbers) "
+                  "| our loader s (timing-only) | our peak MB (numbers) "
+                  "| our peak MB (timing-only) |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     else:
-        lines += ["| M=N=K | dataflow | our cycles | SCALE-Sim cycles | diff % | our compile s "
-                  "| our loader s (numbers) | our loader s (timing-only) | SCALE-Sim s "
-                  "| speedup (numbers) | speedup (timing-only) | our peak MB (numbers) "
+        lines += ["| M=N=K | dataflow | our cycles | SCALE-Sim cycles | diff cycles | diff % "
+                  "| our compile s | our loader s (numbers) | our loader s (timing-only) "
+                  "| SCALE-Sim s | speedup (numbers) | speedup (timing-only) | our peak MB (numbers) "
                   "| our peak MB (timing-only) | SCALE-Sim peak MB |",
-                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for size, dataflow, ours, theirs in rows:
         full, timing = ours["full"], ours["timing"]
         ref = theirs["cycles"] if theirs else REFERENCE_CYCLES.get((dataflow, size))
-        diff = f"{100 * (ours['cycles'] - ref) / ref:+.3f}" if ref else "n/a"
-        cells = [size, dataflow, ours["cycles"], ref or "n/a", diff, f"{ours['compile_wall']:.2f}",
+        diff = [f"{ours['cycles'] - ref:+d}", f"{100 * (ours['cycles'] - ref) / ref:+.4f}"] \
+            if ref else ["n/a", "n/a"]
+        cells = [size, dataflow, ours["cycles"], ref or "n/a", *diff, f"{ours['compile_wall']:.2f}",
                  f"{full['wall']:.2f}", f"{timing['wall']:.2f}"]
         if theirs:
             cells += [f"{theirs['wall']:.2f}", f"{theirs['wall'] / full['wall']:.1f}x",

@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 from hardware import Machine
 
 from .binding import (BindError, Binding, BoundBuffer, _kib, bind_greedy, check_capacity, engine_count,
-                      stream_cycles)
+                      estimate_makespan, port_buffers, stream_cycles)
 from .buffers import Buffer, StreamReq, level_banks
 
 SEED = 1  # fixed, so the same kernel binds the same way run after run
@@ -56,23 +56,6 @@ def pools(buffers: list[Buffer], machine: Machine) -> list[Pool]:
     for (level, owner), members in keys.items():
         count, size = level_banks(machine, level)
         out.append(Pool(level, owner, count, size, tuple(members)))
-    return out
-
-
-def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, int]:
-    """Stream index -> index of the L2 buffer whose bank port it uses, as loader.tasks assigns
-    ports: a move into L2 uses the bank of its own buffer; a move out of L2 uses the bank of the
-    buffer it drains, the latest fill of the same tensor on the same worker before it."""
-    l2 = {(b.op_id, b.worker): i for i, b in enumerate(buffers) if b.level == "L2"}
-    out = {}
-    for s_index, s in enumerate(streams):
-        if s.dst_level == "L2" and (s.op_id, s.worker) in l2:
-            out[s_index] = l2[s.op_id, s.worker]
-        elif s.src_level == "L2":
-            fills = [i for (op_id, worker), i in l2.items()
-                     if worker == s.worker and buffers[i].tensor == s.tensor and op_id < s.op_id]
-            if fills:
-                out[s_index] = max(fills, key=lambda i: buffers[i].op_id)
     return out
 
 
@@ -273,21 +256,6 @@ def solver(time_limit: float) -> cp_model.CpSolver:
     s.parameters.max_time_in_seconds = time_limit
     s.parameters.max_deterministic_time = time_limit / 4  # ~ seconds of an unloaded core
     return s
-
-
-def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
-    """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's; both
-    keep `binding.buffers` in the kernel's buffer order)."""
-    loads: dict[tuple[str, int], int] = {}
-    for s in streams:
-        key = (s.kind, binding.engines[s.op_id, s.worker])
-        loads[key] = loads.get(key, 0) + stream_cycles(s, machine)
-    buffers = [bb.buffer for bb in binding.buffers]
-    for s_index, i in port_buffers(buffers, streams).items():
-        key = ("l2bank", binding.buffers[i].bank)
-        loads[key] = loads.get(key, 0) + stream_cycles(streams[s_index], machine)
-    ports = machine.l2_bank_ports
-    return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
 
 
 def _shortfall(kernel: str, buffers: list[Buffer], machine: Machine, where: str, time_limit: float) -> BindError:

@@ -77,6 +77,28 @@ def engine_count(kind: str, machine: Machine) -> int:
             "streamer": machine.engines.streamer}[kind]
 
 
+def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, int]:
+    """Stream index -> index of the L2 buffer whose bank port it uses."""
+    l2 = {(b.op_id, b.worker): i for i, b in enumerate(buffers) if b.level == "L2"}
+    return {s_index: l2[s.l2_buffer, s.worker] for s_index, s in enumerate(streams)
+            if (s.l2_buffer, s.worker) in l2}
+
+
+def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
+    """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's; both
+    keep `binding.buffers` in the kernel's buffer order)."""
+    loads: dict[tuple[str, int], int] = {}
+    for s in streams:
+        key = (s.kind, binding.engines[s.op_id, s.worker])
+        loads[key] = loads.get(key, 0) + stream_cycles(s, machine)
+    buffers = [bb.buffer for bb in binding.buffers]
+    for s_index, i in port_buffers(buffers, streams).items():
+        key = ("l2bank", binding.buffers[i].bank)
+        loads[key] = loads.get(key, 0) + stream_cycles(streams[s_index], machine)
+    ports = machine.l2_bank_ports
+    return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
+
+
 def _align(n: int, line: int) -> int:
     return -(-n // line) * line
 
@@ -101,10 +123,10 @@ def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[
                             f"{_kib(b.bytes)} of '{b.tensor}' in {b.level}")
     engines: dict[tuple[int, int], int] = {}
     next_engine: dict[str, int] = {}
-    load: dict[tuple[str, int], int] = {}
     for s in streams:
         i = next_engine.get(s.kind, 0)
         engines[s.op_id, s.worker] = i
-        load[s.kind, i] = load.get((s.kind, i), 0) + stream_cycles(s, machine)
         next_engine[s.kind] = (i + 1) % engine_count(s.kind, machine)
-    return Binding(kernel, workers, bound, engines, "greedy", max(load.values(), default=0))
+    binding = Binding(kernel, workers, bound, engines, "greedy")
+    binding.makespan_estimate = estimate_makespan(binding, streams, machine)
+    return binding

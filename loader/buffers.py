@@ -52,6 +52,17 @@ class StreamReq:
     dst_level: str
     bytes_per_tile: int
     tiles: int  # how many times it runs in the kernel (for load balancing)
+    l2_buffer: int | None  # op_id of the L2 buffer whose bank port it uses (same worker)
+
+
+def l2_port_op(op: DataMove) -> int | None:
+    """The L2 buffer a move uses the bank port of: the one it fills, or the one it drains (filled
+    by the move it depends on)."""
+    if op.destination.level == "L2":
+        return op.op_id
+    if op.source.level == "L2" and op.depends_on:
+        return op.depends_on[0]
+    return None
 
 
 def level_banks(machine: Machine, level: str) -> tuple[int, int]:
@@ -93,5 +104,6 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
             if dst.level in ON_CHIP:
                 buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, op.depth, 0, len(kernel.body)))
             streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
-                                     op.source.level, dst.level, tile_bytes, max(1, runs // workers)))
+                                     op.source.level, dst.level, tile_bytes, max(1, runs // workers),
+                                     l2_port_op(op)))
     return buffers, streams

@@ -55,7 +55,8 @@ def summary(result: RunResult, program_path: str, machine: Machine, output_paths
                       for name, u in sim.units.items()},
         })
     out["bindings"] = {b.kernel: {"method": b.method, "compute_tiles": b.workers,
-                                  "makespan_estimate": b.makespan_estimate} for b in result.bindings}
+                                  "makespan_estimate": b.makespan_estimate, "notes": b.notes}
+                       for b in result.bindings}
     if output_paths:
         out["outputs"] = output_paths
     if result.checks:
@@ -77,6 +78,9 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
                   f"({s['seconds'] * 1e6:,.2f} µs)")
     console.print(f"MACs {s['macs']:,}: achieved {s['macs'] / max(1, s['cycles']):,.1f} of peak "
                   f"{s['peak_macs_per_cycle']} MACs/cycle = [bold]{s['utilization']:.1%}[/] array utilization")
+    for kernel, b in s["bindings"].items():
+        for note in b["notes"]:
+            console.print(f"{kernel}: {note}")
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
@@ -119,8 +123,8 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
     schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
                 for t, start, end, unit in sim.first_tasks[:ops]]
     return {"bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
-                          "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4)}
-                         for b in bindings],
+                          "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4),
+                          "notes": b.notes} for b in bindings],
             "buffers": buffers, "engines": engines, "schedule": schedule}
 
 
@@ -128,6 +132,8 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     for b in view["bindings"]:
         console.print(f"kernel [bold]{b['kernel']}[/]: bound by {b['method']} on {b['compute_tiles']} compute "
                       f"tile(s), estimated makespan {b['makespan_estimate']:,} cycles")
+        for note in b["notes"]:
+            console.print(f"  {note}")
     t = Table(title="bound buffers", title_justify="left")
     for col in ("kernel", "tensor", "level", "tile", "bank", "address range", "bytes", "depth"):
         t.add_column(col)

@@ -19,7 +19,7 @@ from dfx import Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
 from .binding import Binding
-from .buffers import engine_kind
+from .buffers import engine_kind, l2_port_op
 from .schedule import accumulating, expand, tile_elements, tile_slices
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
@@ -97,16 +97,12 @@ class TaskStream:
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
-    """(op_id, worker) -> the L2 bank whose port a move uses: the bank it fills, or the bank
-    of the buffer it drains (the one its source move filled)."""
+    """(op_id, worker) -> the bank of the L2 buffer whose port a move uses."""
     filled = {(b.buffer.op_id, b.buffer.worker): b.bank for b in binding.buffers if b.buffer.level == "L2"}
     out = {}
     for op in kernel.body:
-        if not isinstance(op, DataMove):
-            continue
+        port = l2_port_op(op) if isinstance(op, DataMove) else None
         for w in range(binding.workers):
-            if op.destination.level == "L2":
-                out[op.op_id, w] = filled[op.op_id, w]
-            elif op.source.level == "L2" and op.depends_on and (op.depends_on[0], w) in filled:
-                out[op.op_id, w] = filled[op.depends_on[0], w]
+            if (port, w) in filled:
+                out[op.op_id, w] = filled[port, w]
     return out
