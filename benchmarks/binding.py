@@ -112,7 +112,7 @@ Every matmul of `tests/data/dfg/` (`*matmul*`, `*AtimesBtimesC*`) and three gene
 are compiled for `configs/standard.json` and bound to it by `--binder greedy` (first fit, round-robin
 engines) and `--binder cp-sat` (default 1 s limit). The estimated makespan is the most-loaded engine
 or L2 bank port (`loader.estimate_makespan`, the same count for both binders), summed over the
-kernels. Simulated cycles are timing-only runs (`loader.run.simulate`). Bind time is the wall time of
+kernels. Simulated cycles are timing-only runs (`loader.simulate`). Bind time is the wall time of
 one kernel's binding inside `bind_program` (CP-SAT: model building and solving), the fastest of
 {REPEATS} runs; the {REPEATS} runs bound identically.
 
