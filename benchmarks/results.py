@@ -36,7 +36,7 @@ def measure(cmd: list[str], stdout: Path | None = None) -> tuple[float, float]:
         out.close()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}: {stderr.strip()}")
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {code}: {stderr.strip()}")
     return wall, usage.ru_maxrss / 1024
 
 

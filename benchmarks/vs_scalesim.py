@@ -14,19 +14,17 @@ and the section gives SCALE-Sim's known reference cycles, labelled as such.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import machine, measure, today, write_section  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
-SECTION = "## Simulator vs SCALE-Sim v3"
+SECTION = "Simulator vs SCALE-Sim v3"
 CONFIG = REPO / "configs" / "ideal_32x32.json"
 # The CLIs sit next to the interpreter of the project's venv that runs this script.
 BIN = Path(sys.executable).parent
@@ -95,25 +93,6 @@ s.run_scale(top_path=out)
 """
 
 
-def measure(cmd: list[str], stdout: Path) -> tuple[float, float]:
-    """Run cmd with stdout to a file; return (wall seconds, peak RSS in MB) of that process.
-
-    os.wait4 gives the rusage of this one child: getrusage(RUSAGE_CHILDREN) would keep the
-    maximum over every child run so far.
-    """
-    with open(stdout, "w") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
-        with proc.stderr:
-            stderr = proc.stderr.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{stderr}")
-    return wall, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
-
-
 def ensure_scalesim() -> str | None:
     """Make the SCALE-Sim venv if needed; return None when ready, else why it is not."""
     check = [str(SCALESIM_PY), "-c", "import importlib.metadata as m, scalesim;"
@@ -172,18 +151,9 @@ def run_ours(size: int, dataflow: str, work: Path) -> dict:
     return result
 
 
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                if line.startswith("model name")), platform.processor() or "unknown")
-    return (f"{platform.platform()}, CPU {cpu}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
-
-
 def section(rows: list[tuple[int, str, dict, dict | None]], scalesim_missing: str | None) -> str:
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     lines = [
-        SECTION, "",
-        f"Machine: {machine()}. Date: {today}.",
+        f"Machine: {machine()}. Date: {today()}.",
         "Reproduce: `.venv/bin/python benchmarks/vs_scalesim.py`.", "",
         "GEMM M=N=K on one 32x32 array whose memory never stalls it: ours is `kpu-kernel-compiler "
         "--dataflow os|ws --target configs/ideal_32x32.json` then `kpu-loader --json` (values "
@@ -207,8 +177,8 @@ def section(rows: list[tuple[int, str, dict, dict | None]], scalesim_missing: st
     else:
         lines += ["| M=N=K | dataflow | our cycles | SCALE-Sim cycles | diff cycles | diff % "
                   "| our compile s | our loader s (numbers) | our loader s (timing-only) "
-                  "| SCALE-Sim s | speedup (numbers) | speedup (timing-only) | our peak MB (numbers) "
-                  "| our peak MB (timing-only) | SCALE-Sim peak MB |",
+                  "| SCALE-Sim s | speedup (numbers) | speedup (timing-only) "
+                  "| our peak MB (numbers) | our peak MB (timing-only) | SCALE-Sim peak MB |",
                   "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for size, dataflow, ours, theirs in rows:
         full, timing = ours["full"], ours["timing"]
@@ -225,19 +195,6 @@ def section(rows: list[tuple[int, str, dict, dict | None]], scalesim_missing: st
             cells.append(f"{theirs['rss']:.0f}")
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return "\n".join(lines) + "\n"
-
-
-def write_section(text: str) -> None:
-    """Replace our section of RESULTS.md (up to the next "## " heading), keeping the others."""
-    old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    start = old.find(SECTION + "\n")
-    if start < 0:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        rest = old[end + 1:] if end >= 0 else ""
-        new = old[:start] + text + ("\n" + rest if rest else "")
-    RESULTS.write_text(new)
 
 
 def main() -> None:
@@ -260,7 +217,7 @@ def main() -> None:
                          if theirs else ""), file=sys.stderr)
                 rows.append((size, dataflow, ours, theirs))
     text = section(rows, missing)
-    write_section(text)
+    write_section(SECTION, text)
     print(text)
 
 
