@@ -38,12 +38,10 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
             else:
                 tiles[worker, dst.tensor, dst.level] = tile
         elif isinstance(op, Compute):
-            _compute(op, env, worker, tiles, acc)
+            COMPUTES[op.compute_type](op, env, worker, tiles, acc)
 
 
-def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
-    if op.compute_type != "MATMUL_TILE":
-        raise NotImplementedError(op.compute_type)
+def _matmul_tile(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
     a, b = (tiles[worker, r.tensor, r.level].astype(acc, copy=False) for r in op.inputs[:2])
     key = (worker, op.output.tensor, op.output.level)
     if accumulating(op, env):
@@ -53,6 +51,10 @@ def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) ->
         if len(op.inputs) == 3:
             c = c + tiles[worker, op.inputs[2].tensor, op.inputs[2].level].astype(acc, copy=False)
         tiles[key] = c
+
+
+# the tile computes this loader executes
+COMPUTES = {"MATMUL_TILE": _matmul_tile}
 
 
 def reference(program: Program, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

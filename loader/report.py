@@ -54,6 +54,7 @@ def summary(result: RunResult, program_path: str, machine: Machine, output_paths
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
         })
+    out["wall_seconds"] = round(result.wall_seconds, 3)
     out["bindings"] = {b.kernel: {"method": b.method, "compute_tiles": b.workers,
                                   "makespan_estimate": b.makespan_estimate, "notes": b.notes}
                        for b in result.bindings}

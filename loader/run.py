@@ -13,12 +13,9 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import kernel_demands
-from .execute import reference, run_kernel
+from .execute import COMPUTES, reference, run_kernel
 from .schedule import workers_for
 from .tasks import DEP_WINDOW, TaskStream
-
-# the tile computes this loader executes
-SUPPORTED_COMPUTES = {"MATMUL_TILE"}
 
 
 class LoadError(ValueError):
@@ -55,7 +52,7 @@ def check_fits(program: Program, machine: Machine, where: str) -> None:
             raise LoadError(f"{where}: kernel '{k.name}' uses {k.dataflow}, which config "
                             f"'{machine.name}' does not support ({', '.join(machine.compute.dataflows)})")
         for op in k.body:
-            if isinstance(op, Compute) and op.compute_type not in SUPPORTED_COMPUTES:
+            if isinstance(op, Compute) and op.compute_type not in COMPUTES:
                 raise LoadError(f"{where}: kernel '{k.name}' op {op.op_id}: compute '{op.compute_type}' "
                                 f"is not supported by this loader")
         need = k.requirements["min_array"]
