@@ -4,6 +4,10 @@ Each operand is a stream with three hops (EXTERNAL -> L3 -> L2 -> L1 for loads; 
 L2 -> L3 -> EXTERNAL for the result). A stream's ops sit at the innermost loop that indexes
 it, so reuse is in the program: with loops (ti, tj) and no K loop, an A tile indexed [ti] is
 loaded once per ti and stays while tj advances.
+
+The result tile lives at the REGISTER level (the compute tile's accumulators) while the K loop
+runs: each output block's K chunks stream through the array back to back, so the array's fill
+and drain are paid once per block, and the tile leaves once, after the K loop.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
     dtypes = [a.dtype, b.dtype, c.dtype] + ([cin.dtype] if cin else [])
     acc = accumulation_dtype(dtypes)
     where = op.source or op.name
+    if 0 in c.shape or K == 0:
+        raise CompileError(f"{where}: MATMUL {M}x{N}x{K} has an empty dimension; there is nothing to tile")
     dataflow = choose_dataflow(dataflow, M, N, K, target, where)
 
     tiling: MatmulTiling | None = None
@@ -82,10 +88,7 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
     order = tiling.loop_order
     trips = dict(zip(batch_vars, out_batch))
     trips.update(ti=math.ceil(M / Ti), tj=math.ceil(N / Tj), tk=math.ceil(K / Tk))
-    # Work divides over compute tiles along the result's outermost loop with most iterations.
-    c_loops = [v for v in order if v != "tk"]
-    parallel = max(c_loops, key=lambda v: trips[v]) if c_loops else None
-    tile_loops = [TileLoop(v, 0, trips[v], parallel=v == parallel) for v in order]
+    tile_loops = [TileLoop(v, 0, trips[v], parallel=v == tiling.parallel.loop) for v in order]
 
     def ref(tensor, level, batch_idx, inner_idx, inner_shape):
         # Dimensions without a loop in the nest are taken whole ("0").
@@ -135,7 +138,7 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
 
     macs = math.prod(out_batch) * M * N * K
     bufs = tile_buffers(problem, Ti, Tj, Tk)
-    per_stream = {s.name: stream_traffic(s, order, trips) for s in stream_list.values()}
+    per_stream = {s.name: stream_traffic(s, order, trips, tiling.parallel) for s in stream_list.values()}
     compute_cycles = math.prod(out_batch) * _array_cycles(dataflow, M, N, K, target.rows, target.cols)
     return Kernel(
         name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
@@ -156,6 +159,7 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
             "estimated_compute_cycles": -(-compute_cycles // target.compute_tiles),
             "arithmetic_intensity": round(2 * macs / tiling.dram_bytes, 3),
             "target": target.name,
+            "compute_tiles": tiling.parallel.workers,
         },
         inputs=list(op.inputs),
         outputs=list(op.outputs),

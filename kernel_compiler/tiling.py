@@ -30,7 +30,8 @@ class MatmulTiling:
     Tk: int
     L1_Ki: int  # K depth of the A and B slices the streamers keep in L1: the whole Tk here
     loop_order: tuple[str, ...]  # outermost first, trip-1 loops dropped
-    dram_bytes: int  # exact, for this loop order
+    parallel: Parallel
+    dram_bytes: int  # exact, for this loop order and this many compute tiles
 
     def grid(self, M: int, N: int, K: int) -> tuple[int, int, int]:
         return (math.ceil(M / self.Ti), math.ceil(N / self.Tj), math.ceil(K / self.Tk))
@@ -48,18 +49,41 @@ def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
     return depth
 
 
-def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int]) -> int:
+@dataclass(frozen=True)
+class Parallel:
+    """The loop whose iterations are dealt to `workers` compute tiles (None: one tile)."""
+
+    loop: str | None
+    workers: int
+
+
+def parallel_loop(loop_order: tuple[str, ...], trips: dict[str, int], compute_tiles: int) -> Parallel:
+    """Work divides along the result's loop with most iterations (the outermost of equals)."""
+    c_loops = [v for v in loop_order if v != "tk"]
+    if not c_loops:
+        return Parallel(None, 1)
+    loop = max(c_loops, key=lambda v: trips[v])
+    return Parallel(loop, max(1, min(compute_tiles, trips[loop])))
+
+
+def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int],
+                   parallel: Parallel = Parallel(None, 1)) -> int:
     """Exact bytes a stream moves: the whole tensor once per iteration of every loop at or
-    outside its placement that does not index it (each such iteration reloads all tiles)."""
+    outside its placement that does not index it (each such iteration reloads all tiles), and
+    once per compute tile when it sits outside the parallel loop (every tile runs it)."""
+    depth = placement(stream, loop_order)
     repeats = 1
-    for var in loop_order[: placement(stream, loop_order) + 1]:
+    for var in loop_order[: depth + 1]:
         if var not in stream.loop_vars:
             repeats *= trips[var]
+    if parallel.loop is not None and depth < loop_order.index(parallel.loop):
+        repeats *= parallel.workers
     return stream.bytes * repeats
 
 
-def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int]) -> int:
-    return sum(stream_traffic(s, loop_order, trips) for s in streams)
+def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int],
+                 parallel: Parallel = Parallel(None, 1)) -> int:
+    return sum(stream_traffic(s, loop_order, trips, parallel) for s in streams)
 
 
 def _round_down(x: float, s: int) -> int:
@@ -176,11 +200,12 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
                 trips = dict(zip(p.batch, p.batch_trips))
                 trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
                 for order in _loop_orders(p, trips):
-                    dram = dram_traffic(streams(p, Ti, Tj, Tk), order, trips)
+                    parallel = parallel_loop(order, trips, target.compute_tiles)
+                    dram = dram_traffic(streams(p, Ti, Tj, Tk), order, trips, parallel)
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
                     key = (dram, tiles, -Ti * Tj, order)
                     if best is None or key < best[0]:
-                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, dram))
+                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, parallel, dram))
                 break  # the largest Tk that fits this (Ti, Tj) is the one worth having
     if best is None:
         raise ValueError("no tile of the array size fits the target's memories")

@@ -90,3 +90,9 @@ def test_bad_input_arrays(tmp_path):
     assert_one_line_error(run_cli("loader", obj, "--config", std, "--input", f"A={tmp_path / 'none.npy'}"),
                           "none.npy", "cannot read")
     assert_one_line_error(run_cli("loader", obj, "--config", std, "--input", "A"), "NAME=FILE.npy")
+
+
+def test_empty_dimension_is_refused(gemm_file, tmp_path):
+    out = tmp_path / "e.kpu"
+    assert_one_line_error(run_cli("compiler", gemm_file(4, 0, 4), "-o", out), "node 2 'matmul'", "empty dimension")
+    assert not out.exists()
