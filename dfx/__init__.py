@@ -3,7 +3,8 @@
 from .dtypes import DTYPES, accumulator, canonical, dtype_of, is_integer, itemsize, numpy_dtype, tolerance
 from .graph import ROLES, Graph, Op, Tensor
 from .kernel import LEVELS, MOVE_TYPES, Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
-from .objfile import DFX_VERSION, FORMAT, FORMAT_VERSION, ObjectFileError, dumps, loads, read, write
+from .errors import ObjectFileError
+from .objfile import DFX_VERSION, FORMAT, FORMAT_VERSION, dumps, loads, read, write
 from .ops import REGISTRY, OpDef, ShapeError, accumulation_dtype, lookup
 from .program import Program
 

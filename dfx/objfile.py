@@ -17,18 +17,16 @@ from typing import Any
 
 import orjson
 
+from .errors import ObjectFileError
 from .graph import Graph, Op, Tensor
 from .kernel import Barrier, Compute, DataMove, Kernel, TileLoop, TileRef
 from .program import Program
+from .validate import validate_program
 
 FORMAT = "kpu-object"
 FORMAT_VERSION = 1
 DFX_VERSION = "1.0"
 PRODUCER = "kpu-kernel-compiler 0.1.0"
-
-
-class ObjectFileError(ValueError):
-    """A `.kpu` file that cannot be used; str(e) is one line naming file, place and reason."""
 
 
 # ---- writing -------------------------------------------------------------------------------
@@ -176,7 +174,5 @@ def _program(body: dict[str, Any], where: str) -> Program:
         for k in body["kernels"]
     ]
     program = Program(body["name"], body["source"], body["target"], g, kernels)
-    from .validate import validate_program
-
     validate_program(program, where)
     return program

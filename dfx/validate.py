@@ -4,6 +4,7 @@ unique, loop variables exist, tile index lists match tensor ranks."""
 from __future__ import annotations
 
 from .dtypes import DTYPES, itemsize
+from .errors import ObjectFileError
 from .kernel import Compute, DataMove, TileRef
 from .ops import lookup
 from .program import Program
@@ -11,8 +12,6 @@ from .program import Program
 
 def validate_program(program: Program, where: str) -> None:
     """Raise ObjectFileError naming the first problem found."""
-    from .objfile import ObjectFileError
-
     def fail(place: str, reason: str) -> None:
         raise ObjectFileError(f"{where}: {place}: {reason}")
 
