@@ -148,7 +148,8 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     for e in view["engines"]:
         t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), e["stream"], e["engine"])
     console.print(t)
-    t = Table(title=f"first {len(view['schedule'])} scheduled ops", title_justify="left")
+    t = Table(title=f"first {len(view['schedule'])} scheduled ops (timed as the head of the program, later ops left out)",
+              title_justify="left")
     for col in ("task", "unit", "op", "tile", "start", "end"):
         t.add_column(col, justify="right" if col in ("task", "start", "end") else "left")
     for s in view["schedule"]:
