@@ -99,7 +99,11 @@ def schema() -> dict[str, Any]:
 def _schema_error(where: str, obj: dict[str, Any]) -> None:
     import jsonschema  # only the reader pays for it
 
-    validator = jsonschema.Draft202012Validator(schema())
+    # JSON Schema counts 24.0 as an integer; a tile extent or loop bound must be a real int
+    checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
+    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
+    validator = strict(schema())
     error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
     if error is not None:
         place = "/".join(str(p) for p in error.absolute_path) or "(top level)"

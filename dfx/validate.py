@@ -30,6 +30,11 @@ def validate_program(program: Program, where: str) -> None:
         if len(raw) != t.size * itemsize(t.dtype):
             fail(f"constants/{name}", f"holds {len(raw)} bytes, tensor {list(t.shape)} {t.dtype} "
                  f"needs {t.size * itemsize(t.dtype)}")
+    produced = {t for op in g.ops for t in op.outputs}
+    for t in g.tensors.values():
+        if t.role == "output" and t.name not in produced:
+            fail(f"tensor '{t.name}'", "is an output but no graph op produces it")
+    graph_ops = {op.name: op for op in g.ops}
     kernel_names: set[str] = set()
     for k in program.kernels:
         place = f"kernel '{k.name}'"
@@ -41,9 +46,9 @@ def validate_program(program: Program, where: str) -> None:
             if dep not in kernel_names:
                 fail(place, f"depends on '{dep}', which is not an earlier kernel")
         kernel_names.add(k.name)
-        for name in k.inputs + k.outputs:
-            if name not in g.tensors:
-                fail(place, f"unknown tensor '{name}'")
+        source = graph_ops.get(k.graph_op)
+        if source is None or source.op_type != k.op or source.inputs != k.inputs or source.outputs != k.outputs:
+            fail(place, f"does not match graph op '{k.graph_op}' (op, inputs and outputs must agree)")
         loop_vars = [l.induction_var for l in k.tile_loops]
         if len(set(loop_vars)) != len(loop_vars):
             fail(place, "duplicate tile loop variable")

@@ -68,6 +68,7 @@ def load(
 
     from .binding import BindError, bind_greedy
     from .buffers import op_runs
+    from .execute import ExecutionError
     from .inputs import InputError, program_inputs, read_input
     from .report import dry_run_view, print_check, print_dry_run, print_profile, summary
     from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, program_tasks, simulate
@@ -112,7 +113,10 @@ def load(
         progress.close()
     if not timing_only:
         inputs = program_inputs(program, given, seed)
-        values = execute(program, bindings, inputs)
+        try:
+            values = execute(program, bindings, inputs)
+        except ExecutionError as e:
+            _fail(f"{object_file}: {e}")
         result.outputs = {t.name: values[t.name] for t in program.graph.outputs}
         if check:
             result.checks = check_outputs(program, values)

@@ -13,6 +13,10 @@ from dfx import Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, 
 from .schedule import accumulating, expand, tile_slices
 
 
+class ExecutionError(ValueError):
+    """A tile op that cannot execute; str(e) is one line naming the kernel and op."""
+
+
 def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], workers: int) -> None:
     """Execute `kernel`, reading its inputs from and writing its outputs to `memory`
     (external memory: tensor name -> whole array)."""
@@ -24,21 +28,32 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     # (worker, tensor, level) -> the tile held there
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     for worker, op, env in expand(kernel, workers):
-        if isinstance(op, DataMove):
-            src, dst = op.source, op.destination
-            if src.level == "EXTERNAL":
-                tile = memory[src.tensor][tile_slices(src, g.tensors[src.tensor].shape, env)]
-            else:
-                tile = tiles[worker, src.tensor, src.level]
-            if dst.level == "EXTERNAL":
-                out = memory[dst.tensor]
-                out[tile_slices(dst, out.shape, env)] = tile.astype(out.dtype)
-            elif op.transpose:
-                tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2)
-            else:
-                tiles[worker, dst.tensor, dst.level] = tile
-        elif isinstance(op, Compute):
-            COMPUTES[op.compute_type](op, env, worker, tiles, acc)
+        try:
+            _run_op(op, env, worker, tiles, memory, g, acc)
+        except KeyError as e:  # a well-formed object whose ops do not fit together
+            _, tensor, level = e.args[0]
+            raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: reads {tensor} at {level}, "
+                                 f"which no earlier op filled") from None
+        except ValueError as e:
+            raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: {str(e).splitlines()[0]}") from None
+
+
+def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype) -> None:
+    if isinstance(op, DataMove):
+        src, dst = op.source, op.destination
+        if src.level == "EXTERNAL":
+            tile = memory[src.tensor][tile_slices(src, g.tensors[src.tensor].shape, env)]
+        else:
+            tile = tiles[worker, src.tensor, src.level]
+        if dst.level == "EXTERNAL":
+            out = memory[dst.tensor]
+            out[tile_slices(dst, out.shape, env)] = tile.astype(out.dtype)
+        elif op.transpose:
+            tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2)
+        else:
+            tiles[worker, dst.tensor, dst.level] = tile
+    elif isinstance(op, Compute):
+        COMPUTES[op.compute_type](op, env, worker, tiles, acc)
 
 
 def _matmul_tile(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:

@@ -60,7 +60,7 @@ def summary(result: RunResult, program_path: str, machine: Machine, output_paths
                        for b in result.bindings}
     if output_paths:
         out["outputs"] = output_paths
-    if result.checks:
+    if result.checks is not None:
         out["check"] = {"passed": result.check_passed,
                         "outputs": {n: {"max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error,
                                         "passed": c.passed} for n, c in result.checks.items()}}

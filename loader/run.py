@@ -34,12 +34,12 @@ class RunResult:
     bindings: list[Binding]
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     sim: SimResult | None = None
-    checks: dict[str, OutputCheck] = field(default_factory=dict)
+    checks: dict[str, OutputCheck] | None = None  # None: not checked
     wall_seconds: float = 0.0
 
     @property
     def check_passed(self) -> bool:
-        return all(c.passed for c in self.checks.values())
+        return all(c.passed for c in (self.checks or {}).values())
 
 
 Binder = Callable[[str, int, list, list, Machine, str], Binding]
