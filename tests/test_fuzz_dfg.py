@@ -1,4 +1,5 @@
-"""Fuzz the `.dfg` frontend: whatever the text, it parses or raises a one-line CompileError."""
+"""Fuzz the `.dfg` frontend and the compiler behind it: whatever the text, it compiles or raises
+a one-line CompileError."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernel_compiler import compile_graph, load_target
 from kernel_compiler.errors import CompileError
 from kernel_compiler.frontends.dfg import parse_dfg
 from kernel_compiler.shape_inference import infer_shapes
@@ -14,6 +16,7 @@ from kernel_compiler.shape_inference import infer_shapes
 DATA = Path(__file__).parent / "data" / "dfg"
 TEXTS = [p.read_text(encoding="utf-8") for p in sorted(DATA.glob("*.dfg"))]
 NOISE = "|<>:,x?-0123456789 \tfi"
+TARGET = load_target(str(Path(__file__).parent.parent / "configs" / "standard.json"))
 
 
 def delete_line(lines: list[str], i: int, _j: int, _c: str) -> None:
@@ -60,7 +63,7 @@ mutation = st.tuples(
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.sampled_from(TEXTS), mutations=st.lists(mutation, min_size=1, max_size=6))
-def test_mutated_dfg_parses_or_fails_cleanly(text, mutations):
+def test_mutated_dfg_compiles_or_fails_cleanly(text, mutations):
     lines = text.split("\n")
     for mutate, i, j, c in mutations:
         if lines:
@@ -68,6 +71,7 @@ def test_mutated_dfg_parses_or_fails_cleanly(text, mutations):
     try:
         graph, warnings = parse_dfg("fuzz.dfg", "\n".join(lines))
         infer_shapes(graph, warnings)
+        compile_graph(graph, "fuzz.dfg", TARGET)
     except CompileError as exc:
         message = str(exc)
         assert message.startswith("fuzz.dfg:") and "\n" not in message, message
