@@ -12,6 +12,7 @@ from hardware.machine import (
 from hardware.simulator import SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import write_trace
+from hardware.units.systolic_array import matmul_cycles
 
 __all__ = [
     "DATAFLOWS",
@@ -28,6 +29,7 @@ __all__ = [
     "UnitStats",
     "load_machine",
     "machine_from_dict",
+    "matmul_cycles",
     "resolve_config",
     "write_trace",
 ]

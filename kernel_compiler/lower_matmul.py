@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 
-from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, accumulation_dtype
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumulation_dtype, itemsize
+from hardware import matmul_cycles
 
 from .errors import CompileError
 from .target import Target
@@ -29,22 +30,13 @@ def _batch_indices(shape: tuple[int, ...], out_batch: tuple[int, ...]) -> list[s
     return ["0" if d == 1 and out_batch[offset + i] != 1 else f"b{offset + i}" for i, d in enumerate(shape)]
 
 
-def _array_cycles(dataflow: str, M: int, N: int, K: int, rows: int, cols: int) -> int:
-    """Compute cycles of the whole GEMM on one array, SCALE-Sim's fold count per dataflow."""
-    if dataflow == "output_stationary":
-        return math.ceil(M / rows) * math.ceil(N / cols) * (K + rows + cols - 2)
-    if dataflow == "weight_stationary":
-        return math.ceil(K / rows) * math.ceil(N / cols) * (M + 2 * rows + cols - 2)
-    return math.ceil(K / rows) * math.ceil(M / cols) * (N + 2 * rows + cols - 2)
-
-
 def choose_dataflow(requested: str, M: int, N: int, K: int, target: Target, where: str) -> str:
     if requested != "auto":
         dataflow = DATAFLOW_NAMES[requested]
         if dataflow not in target.dataflows:
             raise CompileError(f"{where}: dataflow '{dataflow}' is not supported by target '{target.name}'")
         return dataflow
-    return min(target.dataflows, key=lambda d: (_array_cycles(d, M, N, K, target.rows, target.cols), d))
+    return min(target.dataflows, key=lambda d: (matmul_cycles(M, N, K, target.rows, target.cols, d), d))
 
 
 def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
@@ -139,7 +131,7 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
     macs = math.prod(out_batch) * M * N * K
     bufs = tile_buffers(problem, Ti, Tj, Tk)
     per_stream = {s.name: stream_traffic(s, order, trips, tiling.parallel) for s in stream_list.values()}
-    compute_cycles = math.prod(out_batch) * _array_cycles(dataflow, M, N, K, target.rows, target.cols)
+    compute_cycles = math.prod(out_batch) * matmul_cycles(M, N, K, target.rows, target.cols, dataflow)
     return Kernel(
         name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
         tiling={"Ti": Ti, "Tj": Tj, "Tk": Tk, "L1_Ki": tiling.L1_Ki,
