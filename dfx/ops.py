@@ -31,6 +31,9 @@ class OpDef:
     reference: Callable[[list[np.ndarray], dict[str, Any], list[str]], list[np.ndarray]]
     compute_type: str  # the tile-level COMPUTE it lowers to
     doc: str
+    # the tile COMPUTE's meaning, for ops that lower: (input tiles, partial result or None when
+    # starting afresh, accumulation dtype) -> the new partial result, in that dtype
+    tile: Callable[[list[np.ndarray], np.ndarray | None, np.dtype], np.ndarray] | None = None
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -76,12 +79,18 @@ def _matmul_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]
     return [out]
 
 
+def _matmul_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype) -> np.ndarray:
+    c = np.matmul(tiles[0].astype(acc, copy=False), tiles[1].astype(acc, copy=False))
+    if partial is not None:
+        return partial + c
+    if len(tiles) == 3:
+        c = c + tiles[2].astype(acc, copy=False)
+    return c
+
+
 def _matmul_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     acc = numpy_dtype(accumulation_dtype([dtype_of(x) for x in arrays] + out_dtypes))
-    c = np.matmul(arrays[0].astype(acc), arrays[1].astype(acc))
-    if len(arrays) == 3:
-        c = c + arrays[2].astype(acc)
-    return [c.astype(numpy_dtype(out_dtypes[0]))]
+    return [_matmul_tile(arrays, None, acc).astype(numpy_dtype(out_dtypes[0]))]
 
 
 MATMUL = register(OpDef(
@@ -93,6 +102,7 @@ MATMUL = register(OpDef(
     compute_type="MATMUL_TILE",
     doc="C = A @ B (+ Cin with a third operand); leading dims batch and broadcast as numpy.matmul; "
         "partial sums in f32 (i32 for integers, f64 when any side is f64), rounded once to C's dtype",
+    tile=_matmul_tile,
 ))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dfx import Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, numpy_dtype
+from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, numpy_dtype
 
 from .schedule import accumulating, expand, tile_slices
 
@@ -53,23 +53,17 @@ def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarra
         else:
             tiles[worker, dst.tensor, dst.level] = tile
     elif isinstance(op, Compute):
-        COMPUTES[op.compute_type](op, env, worker, tiles, acc)
+        _compute(op, env, worker, tiles, acc)
 
 
-def _matmul_tile(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
-    a, b = (tiles[worker, r.tensor, r.level].astype(acc, copy=False) for r in op.inputs[:2])
+# the tile computes this loader executes: those of registry ops that define one
+COMPUTES = {op.compute_type: op.tile for op in REGISTRY.values() if op.tile is not None}
+
+
+def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
     key = (worker, op.output.tensor, op.output.level)
-    if accumulating(op, env):
-        tiles[key] = tiles[key] + np.matmul(a, b)
-    else:
-        c = np.matmul(a, b)
-        if len(op.inputs) == 3:
-            c = c + tiles[worker, op.inputs[2].tensor, op.inputs[2].level].astype(acc, copy=False)
-        tiles[key] = c
-
-
-# the tile computes this loader executes
-COMPUTES = {"MATMUL_TILE": _matmul_tile}
+    partial = tiles[key] if accumulating(op, env) else None
+    tiles[key] = COMPUTES[op.compute_type]([tiles[worker, r.tensor, r.level] for r in op.inputs], partial, acc)
 
 
 def reference(program: Program, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
