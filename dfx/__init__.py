@@ -1,8 +1,8 @@
 """The DFX contract: graph IR, op registry, tiled kernel IR and the `.kpu` object file."""
 
 from .dtypes import DTYPES, accumulator, canonical, dtype_of, is_integer, itemsize, numpy_dtype, tolerance
-from .graph import ROLES, Graph, Op, Tensor
-from .kernel import LEVELS, MOVE_TYPES, Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
+from .graph import Graph, Op, Tensor
+from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
 from .errors import ObjectFileError
 from .objfile import DFX_VERSION, FORMAT, FORMAT_VERSION, dumps, loads, read, write
 from .ops import REGISTRY, OpDef, ShapeError, accumulation_dtype, lookup
@@ -10,8 +10,8 @@ from .program import Program
 
 __all__ = [
     "DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "numpy_dtype", "tolerance",
-    "ROLES", "Graph", "Op", "Tensor",
-    "LEVELS", "MOVE_TYPES", "Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef",
+    "Graph", "Op", "Tensor",
+    "Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef",
     "DFX_VERSION", "FORMAT", "FORMAT_VERSION", "ObjectFileError", "dumps", "loads", "read", "write",
     "REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "lookup",
     "Program",

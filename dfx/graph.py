@@ -6,15 +6,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-ROLES = ("input", "constant", "output", "intermediate")
-
-
 @dataclass
 class Tensor:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    role: str = "intermediate"
+    role: str = "intermediate"  # input | constant | output | intermediate
 
     @property
     def size(self) -> int:

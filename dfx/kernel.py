@@ -12,9 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-LEVELS = ("EXTERNAL", "L3", "L2", "L1", "REGISTER")
-MOVE_TYPES = ("LOAD", "STORE", "PREFETCH", "FLUSH")
-
 
 @dataclass
 class TileLoop:
@@ -32,7 +29,7 @@ class TileLoop:
 @dataclass
 class TileRef:
     tensor: str
-    level: str
+    level: str  # EXTERNAL | L3 | L2 | L1 | REGISTER
     tile_indices: list[str]
     tile_shape: list[int]
 
@@ -40,7 +37,7 @@ class TileRef:
 @dataclass
 class DataMove:
     op_id: int
-    move_type: str
+    move_type: str  # LOAD | STORE | PREFETCH | FLUSH
     source: TileRef
     destination: TileRef
     at: str | None = None

@@ -15,9 +15,3 @@ class Program:
     target: str  # the machine class the tiling was chosen for
     graph: Graph
     kernels: list[Kernel] = field(default_factory=list)
-
-    def kernel(self, name: str) -> Kernel:
-        for k in self.kernels:
-            if k.name == name:
-                return k
-        raise KeyError(name)
