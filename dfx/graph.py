@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+
 @dataclass
 class Tensor:
     name: str
