@@ -40,7 +40,6 @@ class TaskStream:
         instance: dict[tuple[int, int], int] = {}  # (worker, op_id) -> instances so far
         reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
-        writers = {op.op_id for op in kernel.body}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
@@ -56,22 +55,22 @@ class TaskStream:
                     reader[worker, d, instance[key]] = tid
             # a new instance of a buffer waits for the readers of the one `depth` back
             fresh = not (isinstance(op, Compute) and accumulating(op, env))
-            if op.op_id in writers and fresh:
+            if fresh:
                 n = instance.get((worker, op.op_id), 0) + 1
                 instance[worker, op.op_id] = n
                 old = reader.pop((worker, op.op_id, n - depth.get(op.op_id, 1)), None)
                 if old is not None:
                     deps.add(old)
+            if isinstance(op, DataMove) and op.source.level == "EXTERNAL":
+                deps.update(self.final_stores.get(op.source.tensor, {}).values())
+            window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
             if isinstance(op, DataMove):
                 src, dst = op.source, op.destination
                 kind = engine_kind(src.level, dst.level)
                 tensor = g.tensors[dst.tensor]
                 nbytes = tile_elements(dst, tensor.shape, env) * itemsize(tensor.dtype)
                 engine = binding.engines[op.op_id, worker]
-                if src.level == "EXTERNAL":
-                    deps.update(self.final_stores.get(src.tensor, {}).values())
-                task = Task(tid, kind, engine, tuple(sorted(d for d in deps if tid - d < DEP_WINDOW)),
-                            stream=op.op_id,
+                task = Task(tid, kind, engine, window, stream=op.op_id,
                             bytes=nbytes, src_level=src.level, dst_level=dst.level,
                             l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose,
                             label=f"{dst.tensor} {src.level}->{dst.level}",
@@ -84,8 +83,7 @@ class TaskStream:
                 cols = tile_slices(b, g.tensors[b.tensor].shape, env)[-1]
                 mm, k, n = rows.stop - rows.start, inner.stop - inner.start, cols.stop - cols.start
                 drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
-                task = Task(tid, "array", worker, tuple(sorted(d for d in deps if tid - d < DEP_WINDOW)),
-                            m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain,
+                task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain,
                             label=f"{op.compute_type} {op.output.tensor}",
                             args={v: env[v] for v in op.output.tile_indices + ["tk"] if v in env})
             else:
@@ -93,7 +91,6 @@ class TaskStream:
             last[worker, op.op_id] = tid
             yield task
         self.final_stores.update(stores)
-
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
