@@ -12,9 +12,11 @@ from hardware.machine import (
 from hardware.simulator import SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import write_trace
+from hardware.units.bandwidth import Bandwidth
 from hardware.units.systolic_array import matmul_cycles
 
 __all__ = [
+    "Bandwidth",
     "DATAFLOWS",
     "ComputeFabric",
     "ConfigError",

@@ -17,7 +17,7 @@ YAML is read as YAML 1.1, so write large floats with a dot (`1.0e9`; a bare `1e9
 | `host_memory.{region_count, region_capacity_mb, bandwidth_gbps}` | counts, GB/s | optional | accepted for kpu-sim compatibility, unused |
 | `external_memory.bank_count` | positive int | required | independent DRAM channels |
 | `external_memory.bank_capacity_mb` | positive int | required | capacity of one channel |
-| `external_memory.bandwidth_gbps` | positive number or `"unlimited"` | required | bandwidth of one channel; bytes/cycle = `bandwidth_gbps / timing.clock_ghz` |
+| `external_memory.bandwidth_gbps` | number >= 0.001 or `"unlimited"` | required | bandwidth of one channel; bytes/cycle = `bandwidth_gbps / timing.clock_ghz` |
 | `memory_controller.{controller_count, page_buffer_count, page_buffer_capacity_kb}` | positive ints | optional | accepted for kpu-sim compatibility, unused |
 | `on_chip_memory.l3.tile_count` | positive int | required | L3 tiles, shared by all compute tiles |
 | `on_chip_memory.l3.tile_capacity_kb` | positive int | required | capacity of one L3 tile |
@@ -34,11 +34,11 @@ YAML is read as YAML 1.1, so write large floats with a dot (`1.0e9`; a bare `1e9
 | `compute.processor_array.topology` | `rectangular` | `rectangular` | the only topology modelled |
 | `compute.systolic_mode` | `true` | `true` | the only mode modelled |
 | `address_map.*` | int >= 0 or hex string | optional | accepted for kpu-sim compatibility, unused; any keys |
-| `timing.clock_ghz` | positive number | `1.0` | clock of the whole KPU; all rates are per cycle of it |
+| `timing.clock_ghz` | number in [0.001, 1000] | `1.0` | clock of the whole KPU; all rates are per cycle of it |
 | `timing.dram_latency_cycles` | int >= 0 | `100` | cycles before the first byte of an external-memory access |
-| `timing.dma_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one DMA engine |
-| `timing.block_mover_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one BlockMover |
-| `timing.streamer_bytes_per_cycle` | positive number or `"unlimited"` | `64` | bytes per cycle of one Streamer |
+| `timing.dma_bytes_per_cycle` | number >= 0.001 or `"unlimited"` | `64` | bytes per cycle of one DMA engine |
+| `timing.block_mover_bytes_per_cycle` | number >= 0.001 or `"unlimited"` | `64` | bytes per cycle of one BlockMover |
+| `timing.streamer_bytes_per_cycle` | number >= 0.001 or `"unlimited"` | `64` | bytes per cycle of one Streamer |
 | `timing.l2_bank_ports` | positive int | `1` | streams one L2 bank serves at once |
 | `timing.line_bytes` | power of two | `64` | allocation alignment at every on-chip level |
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
@@ -125,9 +125,16 @@ class _Kind:
 MAX_COUNT = 1 << 20
 _COUNT = _Kind(f"a positive integer up to {MAX_COUNT}", lambda v: _is_int(v) and 0 < v <= MAX_COUNT)
 _CYCLES = _Kind("a non-negative integer", lambda v: _is_int(v) and v >= 0)
-_RATE = _Kind("a positive finite number", lambda v: _is_number(v) and 0 < v < math.inf)
+# Rates have a floor so that a transfer's cycle count stays a 64-bit integer (the binder's CP-SAT
+# model and trace viewers need that): a terabyte at the floor rate still takes under 2^51 cycles.
+MIN_RATE = 0.001
+_RATE = _Kind(f"a finite number of at least {MIN_RATE}", lambda v: _is_number(v) and MIN_RATE <= v < math.inf)
 # Engine and channel rates may also be "unlimited": an ideal memory whose transfers take no time.
-_RATE_OR_UNLIMITED = _Kind('a positive finite number or "unlimited"', lambda v: v == "unlimited" or _RATE.test(v))
+_RATE_OR_UNLIMITED = _Kind(f'a finite number of at least {MIN_RATE}, or "unlimited"',
+                           lambda v: v == "unlimited" or _RATE.test(v))
+MAX_CLOCK_GHZ = 1000
+_CLOCK = _Kind(f"a number from {MIN_RATE} to {MAX_CLOCK_GHZ}",
+               lambda v: _is_number(v) and MIN_RATE <= v <= MAX_CLOCK_GHZ)
 _POW2 = _Kind("a positive power of two", lambda v: _is_int(v) and v > 0 and v & (v - 1) == 0)
 _NAME = _Kind("a non-empty string", lambda v: isinstance(v, str) and v.strip() != "")
 _TEXT = _Kind("a string", lambda v: isinstance(v, str))
@@ -223,7 +230,7 @@ _SCHEMA = _Section(
         "address_map": _Section(_ADDRESS, required=False),
         "timing": _Section(
             {
-                "clock_ghz": _Key(_RATE, 1.0),
+                "clock_ghz": _Key(_CLOCK, 1.0),
                 "dram_latency_cycles": _Key(_CYCLES, 100),
                 "dma_bytes_per_cycle": _Key(_RATE_OR_UNLIMITED, 64),
                 "block_mover_bytes_per_cycle": _Key(_RATE_OR_UNLIMITED, 64),
@@ -283,6 +290,13 @@ def machine_from_dict(document: Any, source: str = "<config>") -> Machine:
     compute = config["compute"]
     array = compute["processor_array"]
 
+    # GB/s over G cycles/s: bytes per cycle of the config clock.
+    channel_bytes_per_cycle = _rate(external["bandwidth_gbps"]) / timing["clock_ghz"]
+    if channel_bytes_per_cycle < MIN_RATE:
+        _fail(source, "external_memory.bandwidth_gbps",
+              f"gives {channel_bytes_per_cycle:g} bytes per cycle at timing.clock_ghz {timing['clock_ghz']}, "
+              f"below the floor of {MIN_RATE}")
+
     l1_count = on_chip["l1"]["buffer_count"]
     if l1_count is None:
         # kpu-sim: every edge of the array has an ingress and an egress buffer per row/column.
@@ -294,8 +308,7 @@ def machine_from_dict(document: Any, source: str = "<config>") -> Machine:
         external=ExternalMemory(
             channels=external["bank_count"],
             channel_bytes=external["bank_capacity_mb"] * MB,
-            # GB/s over G cycles/s: bytes per cycle of the config clock.
-            channel_bytes_per_cycle=_rate(external["bandwidth_gbps"]) / timing["clock_ghz"],
+            channel_bytes_per_cycle=channel_bytes_per_cycle,
             latency_cycles=timing["dram_latency_cycles"],
         ),
         l3=MemoryLevel(on_chip["l3"]["tile_count"], on_chip["l3"]["tile_capacity_kb"] * KB),

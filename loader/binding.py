@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hardware import Machine
+from hardware import Bandwidth, Machine
 
 from .buffers import Buffer, StreamReq, level_banks
 
@@ -69,7 +69,7 @@ def stream_cycles(s: StreamReq, machine: Machine) -> int:
     rate = {"dma": machine.engines.dma_bytes_per_cycle,
             "block_mover": machine.engines.block_mover_bytes_per_cycle,
             "streamer": machine.engines.streamer_bytes_per_cycle}[s.kind]
-    return math.ceil(s.bytes_per_tile / rate) * s.tiles
+    return Bandwidth(rate).cycles(s.bytes_per_tile) * s.tiles
 
 
 def engine_count(kind: str, machine: Machine) -> int:

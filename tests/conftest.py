@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# `make test` (profile "ci") draws the same examples every run, so CI passes or fails on the code,
+# never on the draw. `make fuzz` (profile "fuzz") draws fresh examples, twenty times as many.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("fuzz", derandomize=False, deadline=None)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def examples(n: int) -> int:
+    """How many examples a property test draws: n under `make test`, 20n under `make fuzz`."""
+    return n * (20 if PROFILE == "fuzz" else 1)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

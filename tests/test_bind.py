@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CONFIGS, DATA, assert_one_line_error, run_cli
+from conftest import CONFIGS, DATA, assert_one_line_error, examples, run_cli
 from dfx import read
 from hardware import load_machine
 from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
@@ -90,7 +90,7 @@ def problems(draw):
     return m, workers, buffers, streams_for(buffers, tiles)
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(50), suppress_health_check=[HealthCheck.too_slow])
 @given(problems())
 def test_random_bindings_are_valid(problem):
     m, workers, buffers, streams = problem

@@ -203,8 +203,12 @@ def _error_for(tmp_path: Path, document: dict) -> str:
     [
         ("on_chip_memory.l2.bank_count", 0, "must be a positive integer up to 1048576, got 0"),
         ("on_chip_memory.l3.tile_capacity_kb", -64, "must be a positive integer up to 1048576, got -64"),
-        ("external_memory.bandwidth_gbps", "fast", 'must be a positive finite number or "unlimited", got \'fast\''),
-        ("external_memory.bandwidth_gbps", float("nan"), "must be a positive finite number"),
+        ("external_memory.bandwidth_gbps", "fast", 'must be a finite number of at least 0.001, or "unlimited", got \'fast\''),
+        ("external_memory.bandwidth_gbps", float("nan"), "must be a finite number of at least 0.001"),
+        # a subnormal rate would make one transfer take more cycles than a float can hold
+        ("timing.dma_bytes_per_cycle", 2.225073858507203e-309, "must be a finite number of at least 0.001"),
+        ("timing.clock_ghz", 1e6, "must be a number from 0.001 to 1000"),
+        ("timing.clock_ghz", 0, "must be a number from 0.001 to 1000"),
         ("data_movement.dma_engine_count", True, "must be a positive integer up to 1048576, got True"),
         ("data_movement.streamer_count", 4.0, "must be a positive integer up to 1048576, got 4.0"),
         ("timing.dram_latency_cycles", -1, "must be a non-negative integer"),
@@ -220,6 +224,12 @@ def _error_for(tmp_path: Path, document: dict) -> str:
 def test_bad_value(tmp_path, key, value, reason):
     message = _error_for(tmp_path, _set(_minimal(), key, value))
     assert f": {key}: {reason}" in message
+
+
+def test_channel_rate_below_floor_names_bandwidth(tmp_path):
+    d = _set(_set(_minimal(), "external_memory.bandwidth_gbps", 0.5), "timing.clock_ghz", 1000)
+    message = _error_for(tmp_path, d)
+    assert ": external_memory.bandwidth_gbps: gives 0.0005 bytes per cycle at timing.clock_ghz 1000" in message
 
 
 @pytest.mark.parametrize(

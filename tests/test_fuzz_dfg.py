@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from kernel_compiler import compile_graph, load_target
 from kernel_compiler.errors import CompileError
 from kernel_compiler.frontends.dfg import parse_dfg
@@ -61,7 +62,7 @@ mutation = st.tuples(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.sampled_from(TEXTS), mutations=st.lists(mutation, min_size=1, max_size=6))
 def test_mutated_dfg_compiles_or_fails_cleanly(text, mutations):
     lines = text.split("\n")

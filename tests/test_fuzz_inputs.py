@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, examples, run_cli
 from loader.cli import app
 
 JSON_VALUES = st.one_of(
@@ -63,7 +63,7 @@ def invoke(args):
     return result
 
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=examples(120), suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @FUZZ

@@ -8,13 +8,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CONFIGS, gemm_dfg
+from conftest import CONFIGS, examples, gemm_dfg
 from hardware import load_machine
 from kernel_compiler import compile_graph, load_graph, load_target
 from loader import bind_greedy, bind_program, execute, generated, simulate
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25))
 @given(M=st.integers(1, 300), N=st.integers(1, 300), K=st.integers(1, 300),
        config=st.sampled_from(["minimal", "standard", "datacenter"]),
        dataflow=st.sampled_from(["auto", "os", "ws", "is"]))
@@ -49,7 +49,7 @@ def matmul_dfg(a: tuple[int, ...], b: tuple[int, ...], cin: tuple[int, ...] | No
                       f"EDGES {m + 1}", *edges, f"EDGE {m} -> {m + 1} : 0|false|{t(out)}|32|0|0|1,1,1"])
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25))
 @given(M=st.integers(1, 70), N=st.integers(1, 70), K=st.integers(1, 70), batch=st.integers(1, 3),
        a_batched=st.booleans(), b_batched=st.booleans(), cin=st.sampled_from([None, "row", "full", "batched"]))
 def test_random_batched_matmul_with_accumulator(tmp_path_factory, M, N, K, batch, a_batched, b_batched, cin):
