@@ -40,7 +40,8 @@ def validate_program(program: Program, where: str) -> None:
         place = f"kernel '{k.name}'"
         if k.name in kernel_names:
             fail(place, "duplicate kernel name")
-        if lookup(k.op) is None:
+        opdef = lookup(k.op)
+        if opdef is None:
             fail(place, f"unknown op '{k.op}'")
         for dep in k.depends_on:
             if dep not in kernel_names:
@@ -69,6 +70,13 @@ def validate_program(program: Program, where: str) -> None:
                     fail(op_place, f"placed at unknown loop '{anchor}'")
             if op.at is not None and op.after is not None:
                 fail(op_place, "has both 'at' and 'after'")
+            # a COMPUTE takes one tile of each kernel input, in order, and makes the kernel's output
+            if isinstance(op, Compute) and (op.compute_type != opdef.compute_type
+                                            or [r.tensor for r in op.inputs] != k.inputs
+                                            or [op.output.tensor] != k.outputs):
+                got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
+                fail(op_place, f"a {k.op} kernel computes {opdef.compute_type} from "
+                     f"[{', '.join(k.inputs)}] into {', '.join(k.outputs)}, this op {got}")
             if isinstance(op, Compute) and not _accumulate_ok(op.accumulate, loop_vars):
                 fail(op_place, f"accumulate '{op.accumulate}' is not 'true', 'false' or '<loop> > <int>'")
             refs: list[TileRef] = []

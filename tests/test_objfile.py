@@ -91,6 +91,15 @@ def test_semantic_error_names_the_op(gemm_file):
         loads(resealed(obj), "m.kpu")
 
 
+def test_compute_must_take_a_tile_of_each_kernel_input(gemm_file):
+    obj = orjson.loads(dumps(compiled(gemm_file(32, 32, 32))))
+    compute = next(op for op in obj["body"]["kernels"][0]["body"] if op["type"] == "COMPUTE")
+    compute["inputs"] = compute["inputs"][:1]  # found by fuzzing: the loader indexed a missing B tile
+    with pytest.raises(ObjectFileError, match=r"computes MATMUL_TILE from \[A, B\] into C, this op "
+                                              r"MATMUL_TILE from \[A\] into C"):
+        loads(resealed(obj), "m.kpu")
+
+
 def test_loader_rejects_a_corrupt_object_with_one_line(gemm_file, tmp_path):
     obj = tmp_path / "m.kpu"
     assert run_cli("compiler", gemm_file(32, 32, 32), "-o", obj).returncode == 0
