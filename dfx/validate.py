@@ -36,6 +36,8 @@ def validate_program(program: Program, where: str) -> None:
             fail(f"tensor '{t.name}'", "is an output but no graph op produces it")
     graph_ops = {op.name: op for op in g.ops}
     kernel_names: set[str] = set()
+    # tensors in external memory before a kernel runs: inputs, constants, earlier kernels' outputs
+    ready = {t.name for t in g.tensors.values() if t.role in ("input", "constant")} | set(g.constants)
     for k in program.kernels:
         place = f"kernel '{k.name}'"
         if k.name in kernel_names:
@@ -47,9 +49,14 @@ def validate_program(program: Program, where: str) -> None:
             if dep not in kernel_names:
                 fail(place, f"depends on '{dep}', which is not an earlier kernel")
         kernel_names.add(k.name)
-        source = graph_ops.get(k.graph_op)
+        source = graph_ops.pop(k.graph_op, None)
         if source is None or source.op_type != k.op or source.inputs != k.inputs or source.outputs != k.outputs:
-            fail(place, f"does not match graph op '{k.graph_op}' (op, inputs and outputs must agree)")
+            fail(place, f"does not match graph op '{k.graph_op}' (op, inputs and outputs must agree, "
+                 f"one kernel per op)")
+        for name in k.inputs:
+            if name not in ready:
+                fail(place, f"reads '{name}' before any kernel computes it")
+        ready.update(k.outputs)
         loop_vars = [l.induction_var for l in k.tile_loops]
         if len(set(loop_vars)) != len(loop_vars):
             fail(place, "duplicate tile loop variable")
@@ -103,6 +110,9 @@ def validate_program(program: Program, where: str) -> None:
                     if not (trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent):
                         fail(op_place, f"tiles of {extent} along '{index}' do not cover dimension {dim} "
                              f"of '{ref.tensor}'")
+
+    for name in graph_ops:
+        fail(f"graph op '{name}'", "has no kernel")
 
 
 def _accumulate_ok(expr: str, loop_vars: list[str]) -> bool:

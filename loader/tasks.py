@@ -6,7 +6,11 @@ Dependencies of a task:
   instance n - d are done (depth 2 lets the next tile load while this one computes); the
   array's accumulators are a depth-1 buffer drained by the REGISTER -> L2 store;
 - kernel order: a kernel's loads of a tensor that an earlier kernel wrote wait for that
-  kernel's final stores.
+  kernel's final stores;
+- memory reuse across kernels: each kernel is bound on its own, so its buffers may sit where an
+  earlier kernel's still are. The first `depth` fills of a buffer wait for the last use of every
+  earlier buffer they overlap (same level, bank and bytes). Kernels overlap only where their
+  buffers do not.
 A DMA engine moves data through the external memory channel it is wired to (engine i to
 channel i mod channels, as the simulator does), so balancing DMA engines balances channels.
 """
@@ -18,7 +22,7 @@ from typing import Iterator
 from dfx import Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
-from .binding import Binding
+from .binding import Binding, BoundBuffer
 from .buffers import engine_kind, l2_port_op
 from .schedule import accumulating, expand, tile_elements, tile_slices
 
@@ -32,6 +36,8 @@ class TaskStream:
         self.program = program
         self.next_id = 0
         self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
+        # bytes of on-chip memory earlier kernels used: (level, L1 owner or -1, bank) -> [(start, end, last use id)]
+        self.occupied: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding) -> Iterator[Task]:
         g = self.program.graph
@@ -43,6 +49,8 @@ class TaskStream:
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
+        previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
+        last_use: dict[tuple[int, int], int] = {}  # (worker, op_id of a buffer) -> latest id using it
         for worker, op, env in expand(kernel, workers):
             tid = self.next_id
             self.next_id += 1
@@ -53,6 +61,7 @@ class TaskStream:
                     deps.add(last[key])
                     # this op reads the buffer `d` filled: remember it for d's next overwrite
                     reader[worker, d, instance[key]] = tid
+                    last_use[key] = tid
             # a new instance of a buffer waits for the readers of the one `depth` back
             fresh = not (isinstance(op, Compute) and accumulating(op, env))
             if fresh:
@@ -61,6 +70,9 @@ class TaskStream:
                 old = reader.pop((worker, op.op_id, n - depth.get(op.op_id, 1)), None)
                 if old is not None:
                     deps.add(old)
+                if n <= depth.get(op.op_id, 1):  # a first fill of each slot of the buffer
+                    deps.update(previous_users.get((worker, op.op_id), ()))
+                last_use[worker, op.op_id] = tid
             if isinstance(op, DataMove) and op.source.level == "EXTERNAL":
                 deps.update(self.final_stores.get(op.source.tensor, {}).values())
             window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
@@ -91,6 +103,31 @@ class TaskStream:
             last[worker, op.op_id] = tid
             yield task
         self.final_stores.update(stores)
+        self._occupy(binding, last_use)
+
+    def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
+        waits: dict[tuple[int, int], set[int]] = {}
+        for bb in binding.buffers:
+            b = bb.buffer
+            for start, end, user in self.occupied.get(_place(bb), ()):
+                if start < bb.end and bb.address < end:
+                    waits.setdefault((b.worker, b.op_id), set()).add(user)
+        return waits
+
+    def _occupy(self, binding: Binding, last_use: dict[tuple[int, int], int]) -> None:
+        """This kernel's buffers replace the earlier ones they overlap: their last use is later."""
+        for bb in binding.buffers:
+            used = last_use.get((bb.buffer.worker, bb.buffer.op_id))
+            if used is None:
+                continue
+            place = _place(bb)
+            kept = [(s, e, u) for s, e, u in self.occupied.get(place, ()) if not (s < bb.end and bb.address < e)]
+            self.occupied[place] = [*kept, (bb.address, bb.end, used)]
+
+
+def _place(bb: BoundBuffer) -> tuple[str, int, int]:
+    level = bb.buffer.level
+    return level, bb.buffer.worker if level == "L1" else -1, bb.bank
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:

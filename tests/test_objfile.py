@@ -8,7 +8,7 @@ import hashlib
 import orjson
 import pytest
 
-from conftest import CONFIGS, assert_one_line_error, run_cli
+from conftest import CONFIGS, DATA, assert_one_line_error, run_cli
 from dfx import ObjectFileError, dumps, loads, read
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.frontends import load_graph
@@ -97,6 +97,21 @@ def test_compute_must_take_a_tile_of_each_kernel_input(gemm_file):
     compute["inputs"] = compute["inputs"][:1]  # found by fuzzing: the loader indexed a missing B tile
     with pytest.raises(ObjectFileError, match=r"computes MATMUL_TILE from \[A, B\] into C, this op "
                                               r"MATMUL_TILE from \[A\] into C"):
+        loads(resealed(obj), "m.kpu")
+
+
+def test_every_graph_op_has_a_kernel_and_kernels_run_in_dataflow_order():
+    chained = compiled(DATA / "dfg" / "workloads__nla__matmul_8x8_chained.dfg")
+    obj = orjson.loads(dumps(chained))
+    obj["body"]["kernels"] = []  # found by fuzzing: --check then looked for an output never computed
+    with pytest.raises(ObjectFileError, match=r"graph op '.*': has no kernel"):
+        loads(resealed(obj), "m.kpu")
+    obj = orjson.loads(dumps(chained))
+    kernels = obj["body"]["kernels"]
+    kernels[0], kernels[1] = kernels[1], kernels[0]
+    for k in kernels:
+        k["depends_on"] = []
+    with pytest.raises(ObjectFileError, match=rf"kernel '{kernels[0]['name']}': reads '.*' before any kernel computes it"):
         loads(resealed(obj), "m.kpu")
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, DATA, run_cli
 
 # SCALE-Sim v3 total cycles (no prefetch), 32x32 array; ours count one more cycle: SCALE-Sim's
 # last cycle index versus our cycle count.
@@ -105,3 +105,43 @@ def test_cycles_are_deterministic(gemm_file, tmp_path):
     runs = [load_json(obj, "--config", CONFIGS / "standard.json", "--timing-only") for _ in range(2)]
     assert runs[0]["cycles"] == runs[1]["cycles"]
     assert runs[0]["units"] == runs[1]["units"]
+
+
+@pytest.mark.parametrize("name", ["workloads__nla__matmul_256x256_chained.dfg", "workloads__nla__AtimesBtimesC_skinny.dfg"])
+def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_path, name):
+    """Kernels are bound one at a time, so greedy first fit puts every kernel's buffers at the
+    same addresses; the schedule may overlap two kernels only where their buffers do not."""
+    from dfx import DataMove, read
+    from hardware import load_machine
+    from loader import bind_greedy, bind_program, simulate
+    from loader.schedule import expand
+
+    obj = tmp_path / "chain.kpu"
+    assert run_cli("compiler", DATA / "dfg" / name, "-o", obj).returncode == 0
+    program, machine = read(obj), load_machine(CONFIGS / "standard.json")
+    bindings = bind_program(program, machine, str(obj), bind_greedy)
+    # task ids follow the expanded body, kernel after kernel (barriers make no task)
+    owner = [(i, w, op) for i, k in enumerate(program.kernels) for w, op, _ in expand(k, bindings[i].workers)
+             if op.type != "BARRIER"]
+    result = simulate(program, machine, bindings, record_first=len(owner))
+    assert len(result.first_tasks) == len(owner)
+    span = {task.id: (start, end) for task, start, end, _ in result.first_tasks}
+
+    def users(kernel, bb):
+        """Start and end of every task that fills or reads a buffer, in task order."""
+        op_id, worker = bb.buffer.op_id, bb.buffer.worker
+        return [span[t] for t, (i, w, op) in enumerate(owner)
+                if i == kernel and w == worker and (op.op_id == op_id or op_id in op.depends_on)]
+
+    checked = 0
+    for later in range(1, len(program.kernels)):
+        for bb in bindings[later].buffers:
+            fills = [s for s, _ in users(later, bb)[:bb.buffer.depth]]
+            for earlier in range(later):
+                for old in bindings[earlier].buffers:
+                    same_place = (old.buffer.level, old.bank) == (bb.buffer.level, bb.bank) and (
+                        bb.buffer.level != "L1" or old.buffer.worker == bb.buffer.worker)
+                    if same_place and old.address < bb.end and bb.address < old.end:
+                        assert min(fills) >= max(end for _, end in users(earlier, old))
+                        checked += 1
+    assert checked > 0
