@@ -14,6 +14,7 @@ from hardware import Machine, SimResult, Simulator, Task
 from .binding import BindError, Binding, bind_greedy
 from .buffers import kernel_demands
 from .execute import COMPUTES, reference, run_kernel
+from .relocate import Occupancy, relocate
 from .schedule import workers_for
 from .tasks import DEP_WINDOW, TaskStream
 
@@ -62,19 +63,23 @@ def check_fits(program: Program, machine: Machine, where: str) -> None:
 
 
 def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
-    """Bind each kernel, with as many compute tiles as its memory needs allow."""
+    """Bind each kernel, with as many compute tiles as its memory needs allow, placed away from
+    the memory the kernels before it last used."""
     bindings = []
+    taken = Occupancy()
     for k in program.kernels:
         error: BindError | None = None
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
             buffers, streams = kernel_demands(k, program, workers)
             start = time.perf_counter()
             try:
-                binding = binder(k.name, workers, buffers, streams, machine, where)
+                binding = relocate(binder(k.name, workers, buffers, streams, machine, where), taken, machine)
             except BindError as e:
                 error = error or e
                 continue
             binding.bind_seconds = time.perf_counter() - start
+            for bb in binding.buffers:
+                taken.claim(bb, len(bindings))
             if workers < workers_for(k, machine.compute.tiles):
                 binding.notes.append(f"memory holds buffers for {workers} compute tile(s) only")
             bindings.append(binding)

@@ -22,7 +22,8 @@ from typing import Iterator
 from dfx import Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
-from .binding import Binding, BoundBuffer
+from .binding import Binding
+from .relocate import Occupancy, place_of
 from .buffers import engine_kind, l2_port_op
 from .schedule import accumulating, expand, tile_elements, tile_slices
 
@@ -36,8 +37,7 @@ class TaskStream:
         self.program = program
         self.next_id = 0
         self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
-        # bytes of on-chip memory earlier kernels used: (level, L1 owner or -1, bank) -> [(start, end, last use id)]
-        self.occupied: dict[tuple[str, int, int], list[tuple[int, int, int]]] = {}
+        self.occupied = Occupancy()  # tagged with the id of each buffer's last use
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding) -> Iterator[Task]:
         g = self.program.graph
@@ -106,28 +106,15 @@ class TaskStream:
         self._occupy(binding, last_use)
 
     def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
-        waits: dict[tuple[int, int], set[int]] = {}
-        for bb in binding.buffers:
-            b = bb.buffer
-            for start, end, user in self.occupied.get(_place(bb), ()):
-                if start < bb.end and bb.address < end:
-                    waits.setdefault((b.worker, b.op_id), set()).add(user)
-        return waits
+        return {(bb.buffer.worker, bb.buffer.op_id): {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
+                for bb in binding.buffers}
 
     def _occupy(self, binding: Binding, last_use: dict[tuple[int, int], int]) -> None:
-        """This kernel's buffers replace the earlier ones they overlap: their last use is later."""
+        """This kernel's buffers hide the earlier ones they overlap: their last use is later."""
         for bb in binding.buffers:
             used = last_use.get((bb.buffer.worker, bb.buffer.op_id))
-            if used is None:
-                continue
-            place = _place(bb)
-            kept = [(s, e, u) for s, e, u in self.occupied.get(place, ()) if not (s < bb.end and bb.address < e)]
-            self.occupied[place] = [*kept, (bb.address, bb.end, used)]
-
-
-def _place(bb: BoundBuffer) -> tuple[str, int, int]:
-    level = bb.buffer.level
-    return level, bb.buffer.worker if level == "L1" else -1, bb.bank
+            if used is not None:
+                self.occupied.claim(bb, used)
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:

@@ -15,8 +15,9 @@ from dfx import read
 from hardware import load_machine
 from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
 from loader.bind import bind_cpsat
-from loader.binding import BindError, Binding, bind_greedy, engine_count
+from loader.binding import BindError, Binding, bind_greedy, engine_count, estimate_makespan
 from loader.buffers import Buffer, StreamReq, engine_kind, level_banks
+from loader.relocate import Occupancy, relocate
 from loader.run import bind_program
 
 KB = 1024
@@ -108,6 +109,50 @@ def test_random_bindings_are_valid(problem):
     assert_valid(binding, buffers, streams, m)
     if binding.method == "cp-sat":
         assert binding.makespan_estimate > 0
+
+
+def banks_shared(binding: Binding) -> set[frozenset]:
+    """Which buffers share a bank, whatever the bank's number."""
+    groups: dict[tuple, set] = {}
+    for bb in binding.buffers:
+        b = bb.buffer
+        groups.setdefault((b.level, b.worker if b.level == "L1" else -1, bb.bank), set()).add((b.op_id, b.worker))
+    return {frozenset(g) for g in groups.values()}
+
+
+@settings(max_examples=examples(50), suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_moving_a_binding_off_earlier_kernels_keeps_it_valid(problem):
+    # the same kernel twice in a row: the second binding moves away from the first
+    m, workers, buffers, streams = problem
+    try:
+        binding = bind_greedy("k", workers, buffers, streams, m, "t.kpu")
+    except BindError:
+        return
+    taken = Occupancy()
+    for bb in binding.buffers:
+        taken.claim(bb, 0)
+    moved = relocate(binding, taken, m)
+    assert_valid(moved, buffers, streams, m)
+    assert banks_shared(moved) == banks_shared(binding)
+    assert moved.engines == binding.engines
+    assert estimate_makespan(moved, streams, m) == binding.makespan_estimate
+
+
+@pytest.mark.parametrize("l2", [(2, 32 * KB), (1, 64 * KB)])
+def test_a_kernel_moves_to_the_bank_or_bytes_the_one_before_left_free(l2):
+    m = make_machine(l2=l2)
+    buffers = [Buffer(i, 0, f"t{i}", "L2", 8 * KB, 1, 0, 1) for i in range(3)]
+    streams = streams_for(buffers, [1, 1, 1])
+    first = bind_greedy("k0", 1, buffers, streams, m, "t.kpu")
+    taken = Occupancy()
+    for bb in first.buffers:
+        taken.claim(bb, 0)
+    second = relocate(bind_greedy("k1", 1, buffers, streams, m, "t.kpu"), taken, m)
+    assert_valid(second, buffers, streams, m)
+    for x in first.buffers:
+        for y in second.buffers:
+            assert x.bank != y.bank or x.end <= y.address or y.end <= x.address, (x, y)
 
 
 def test_packing_greedy_first_fit_misses():

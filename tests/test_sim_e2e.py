@@ -109,17 +109,19 @@ def test_cycles_are_deterministic(gemm_file, tmp_path):
 
 @pytest.mark.parametrize("name", ["workloads__nla__matmul_256x256_chained.dfg", "workloads__nla__AtimesBtimesC_skinny.dfg"])
 def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_path, name):
-    """Kernels are bound one at a time, so greedy first fit puts every kernel's buffers at the
-    same addresses; the schedule may overlap two kernels only where their buffers do not."""
-    from dfx import DataMove, read
+    """Kernels bound one at a time by greedy first fit, without moving them apart, have their
+    buffers at the same addresses; the schedule may overlap two kernels only where their buffers
+    do not."""
+    from dfx import read
     from hardware import load_machine
-    from loader import bind_greedy, bind_program, simulate
+    from loader import bind_greedy, bind_program, kernel_demands, simulate
     from loader.schedule import expand
 
     obj = tmp_path / "chain.kpu"
     assert run_cli("compiler", DATA / "dfg" / name, "-o", obj).returncode == 0
     program, machine = read(obj), load_machine(CONFIGS / "standard.json")
-    bindings = bind_program(program, machine, str(obj), bind_greedy)
+    bindings = [bind_greedy(k.name, b.workers, *kernel_demands(k, program, b.workers), machine, str(obj))
+                for k, b in zip(program.kernels, bind_program(program, machine, str(obj), bind_greedy))]
     # task ids follow the expanded body, kernel after kernel (barriers make no task)
     owner = [(i, w, op) for i, k in enumerate(program.kernels) for w, op, _ in expand(k, bindings[i].workers)
              if op.type != "BARRIER"]
@@ -145,3 +147,17 @@ def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_p
                         assert min(fills) >= max(end for _, end in users(earlier, old))
                         checked += 1
     assert checked > 0
+
+
+def test_moving_kernels_apart_lets_them_overlap(tmp_path):
+    from dfx import read
+    from hardware import load_machine
+    from loader import bind_greedy, bind_program, kernel_demands, simulate
+
+    obj = tmp_path / "chain.kpu"
+    assert run_cli("compiler", DATA / "dfg" / "workloads__nla__matmul_256x256_chained.dfg", "-o", obj).returncode == 0
+    program, machine = read(obj), load_machine(CONFIGS / "standard.json")
+    moved = bind_program(program, machine, str(obj), bind_greedy)
+    in_place = [bind_greedy(k.name, b.workers, *kernel_demands(k, program, b.workers), machine, str(obj))
+                for k, b in zip(program.kernels, moved)]
+    assert simulate(program, machine, moved).cycles < simulate(program, machine, in_place).cycles

@@ -1,0 +1,94 @@
+"""Between kernels: move a kernel's buffers off the memory the kernels before it still hold.
+
+Each kernel is bound on its own, so both binders start every kernel at the bottom of the same
+banks; the task stream then makes a kernel's first fills wait until the earlier kernel is done
+with those bytes, and consecutive kernels cannot overlap. Within a pool (one level, or one
+worker's L1) banks are interchangeable, and a bank's contents can move as one block to another
+offset, without changing anything the binders weigh (bank port loads follow the banks, engines
+are untouched, each bank holds the same bytes). So each kernel's banks are relabelled and
+shifted onto the bytes the most recent kernels did not use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hardware import Machine
+
+from .binding import Binding, BoundBuffer
+from .buffers import level_banks
+
+Place = tuple[str, int, int]  # (level, L1 owner worker or -1, bank)
+
+
+class Occupancy:
+    """Which kernel's buffer last held each byte of on-chip memory, with a tag per buffer (the
+    task stream tags each with the id of the buffer's last use)."""
+
+    def __init__(self) -> None:
+        self.spans: dict[Place, list[tuple[int, int, int]]] = {}
+
+    def under(self, place: Place, start: int, end: int) -> list[tuple[int, int, int]]:
+        """The (start, end, tag) spans that share a byte with [start, end) of a bank."""
+        return [(s, e, t) for s, e, t in self.spans.get(place, ()) if s < end and start < e]
+
+    def claim(self, bb: BoundBuffer, tag: int = 0) -> None:
+        """A later kernel's buffer hides what earlier ones left under it."""
+        place = place_of(bb)
+        hidden = self.under(place, bb.address, bb.end)
+        self.spans[place] = [*(x for x in self.spans.get(place, ()) if x not in hidden), (bb.address, bb.end, tag)]
+
+
+def place_of(bb: BoundBuffer) -> Place:
+    level = bb.buffer.level
+    return level, bb.buffer.worker if level == "L1" else -1, bb.bank
+
+
+def relocate(binding: Binding, taken: Occupancy, machine: Machine) -> Binding:
+    """The same binding with each pool's banks relabelled and their contents shifted, so that
+    its buffers overlap as few bytes as possible of the newest kernel in `taken`, then of the one
+    before, and so on (greedy, fullest bank first): small kernels run many at once. Tags of
+    `taken` are kernel numbers."""
+    newest = max((t for spans in taken.spans.values() for _, _, t in spans), default=0)
+
+    def cost(place: Place, spans: list[tuple[int, int]]) -> list[int]:
+        """Bytes shared with each earlier kernel, newest first."""
+        shared = [0] * (newest + 1)
+        for start, end in spans:
+            for s, e, t in taken.under(place, start, end):
+                shared[newest - t] += min(e, end) - max(s, start)
+        return shared
+
+    line = machine.line_bytes
+    by_pool: dict[tuple[str, int], dict[int, list[BoundBuffer]]] = {}
+    for bb in binding.buffers:
+        by_pool.setdefault(place_of(bb)[:2], {}).setdefault(bb.bank, []).append(bb)
+    moved: dict[int, BoundBuffer] = {}  # id of the original -> its new placement
+    for (level, owner), banks in by_pool.items():
+        count, size = level_banks(machine, level)
+        free = set(range(count))
+        for bank, members in sorted(banks.items(), key=lambda kv: (-sum(b.buffer.bytes for b in kv[1]), kv[0])):
+            low = min(bb.address for bb in members)
+            extent = max(bb.end for bb in members) - low
+            best = None
+            for k in sorted(free):
+                for offset in _offsets(taken.spans.get((level, owner, k), []), extent, size, line):
+                    shift = offset - low
+                    key = (cost((level, owner, k), [(bb.address + shift, bb.end + shift) for bb in members]),
+                           k != bank, k, offset)
+                    best = min(best or key, key)
+            _, _, target, offset = best
+            free.remove(target)
+            moved.update((id(bb), BoundBuffer(bb.buffer, target, bb.address - low + offset)) for bb in members)
+    return replace(binding, buffers=[moved[id(bb)] for bb in binding.buffers])
+
+
+def _offsets(spans: list[tuple[int, int, int]], extent: int, size: int, line: int) -> list[int]:
+    """Aligned starts for a block of `extent` bytes in a bank: either end of the bank, and
+    against either side of each span earlier kernels left there."""
+    top = (size - extent) // line * line
+    candidates = {0, top}
+    for s, e, _ in spans:
+        candidates.add(-(-e // line) * line)
+        candidates.add((s - extent) // line * line)
+    return sorted(o for o in candidates if 0 <= o <= top)
