@@ -23,8 +23,8 @@ from dfx import Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
 from .binding import Binding
-from .relocate import Occupancy, place_of
 from .buffers import engine_kind, l2_port_op
+from .relocate import Occupancy, place_of
 from .schedule import accumulating, expand, tile_elements, tile_slices
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
@@ -106,7 +106,9 @@ class TaskStream:
         self._occupy(binding, last_use)
 
     def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
-        return {(bb.buffer.worker, bb.buffer.op_id): {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
+        """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes."""
+        return {(bb.buffer.worker, bb.buffer.op_id):
+                {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
                 for bb in binding.buffers}
 
     def _occupy(self, binding: Binding, last_use: dict[tuple[int, int], int]) -> None:
