@@ -9,7 +9,7 @@ from hardware.machine import (
     Machine,
     MemoryLevel,
 )
-from hardware.simulator import SimResult, Simulator, UnitStats
+from hardware.simulator import PhaseSpan, SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import write_trace
 from hardware.units.bandwidth import Bandwidth
@@ -24,6 +24,7 @@ __all__ = [
     "ExternalMemory",
     "Machine",
     "MemoryLevel",
+    "PhaseSpan",
     "SimResult",
     "Simulator",
     "Task",

@@ -52,6 +52,17 @@ class UnitStats:
 
 
 @dataclass(slots=True)
+class PhaseSpan:
+    """When a phase's tasks ran: first start, first array task's start, last end, and the MACs
+    its array tasks did."""
+
+    start: int
+    end: int
+    compute_start: int | None = None
+    macs: int = 0
+
+
+@dataclass(slots=True)
 class SimResult:
     cycles: int  # makespan
     units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., l2bank0..
@@ -59,6 +70,7 @@ class SimResult:
     macs: int
     trace_events: list[dict] = field(default_factory=list)  # Chrome trace events, if trace=True
     first_tasks: list[tuple[Task, int, int, str]] = field(default_factory=list)
+    phases: dict[int, PhaseSpan] = field(default_factory=dict)  # by Task.phase
 
 
 class _Queue(deque):
@@ -156,6 +168,7 @@ class Simulator:
         events: list[dict] = []
         first: list = [None] * record_first
         first_index: dict[int, int] = {}  # task id -> program position, for the first tasks
+        phases: dict[int, PhaseSpan] = {}
 
         heap: list[tuple[int, int, object]] = []  # (cycle, key, engine | resource)
         in_flight = self._in_flight = set()  # ids read but not finished
@@ -178,8 +191,17 @@ class Simulator:
             st.busy_cycles += cycles
             st.tasks += 1
             st.bytes += nbytes
+            span = phases.get(task.phase)
+            if span is None:  # tasks start in time order: the first seen starts the phase
+                span = phases[task.phase] = PhaseSpan(now, end)
+            elif end > span.end:
+                span.end = end
             if eng.is_array:
-                eng.macs += task.m * task.n * task.k
+                macs = task.m * task.n * task.k
+                eng.macs += macs
+                span.macs += macs
+                if span.compute_start is None:
+                    span.compute_start = now
             else:
                 key = (task.src_level, task.dst_level)
                 moved = eng.moved
@@ -322,10 +344,10 @@ class Simulator:
         if progress is not None:
             progress(done)
         recent.clear()
-        return self._result(now, channels, engines, banks, events, first[:admitted])
+        return self._result(now, channels, engines, banks, events, first[:admitted], phases)
 
     @staticmethod
-    def _result(cycles, channels, engines, banks, events, first) -> SimResult:
+    def _result(cycles, channels, engines, banks, events, first, phases) -> SimResult:
         units: dict[str, UnitStats] = {}
         bytes_moved: dict[str, int] = {}
         macs = 0
@@ -340,7 +362,7 @@ class Simulator:
                     bytes_moved[key] = bytes_moved.get(key, 0) + n
         for r in banks:
             units[r.name] = r.stats
-        return SimResult(cycles, units, bytes_moved, macs, events, first)
+        return SimResult(cycles, units, bytes_moved, macs, events, first, dict(sorted(phases.items())))
 
 
 def _resource(task: Task, eng: _Engine, channels: list[_Resource],

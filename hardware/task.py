@@ -35,3 +35,4 @@ class Task:
     drain: bool = True  # "array", output-stationary: the last K chunk of its output block
     label: str = ""  # e.g. "A EXT->L3"
     args: dict | None = None  # shown in the trace (tile indices)
+    phase: int = 0  # a part of the program (the loader's kernel number); results give each one's span

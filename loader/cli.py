@@ -136,7 +136,7 @@ def load(
     except OSError as e:
         _fail(f"{e.filename}: cannot write: {e.strerror}")
 
-    s = summary(result, object_file, machine, output_paths)
+    s = summary(result, program, object_file, machine, output_paths)
     if profile:
         print_profile(s, console)
     if check:

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dfx import Program
-from hardware import UNIT_PREFIX, Machine, SimResult
+from hardware import UNIT_PREFIX, Machine, PhaseSpan, SimResult
 
 from .binding import Binding
 from .buffers import engine_kind
@@ -36,7 +36,16 @@ def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
             "attainable_macs_per_cycle": attainable / 2}
 
 
-def summary(result: RunResult, program_path: str, machine: Machine, output_paths: dict[str, str]) -> dict[str, Any]:
+def kernel_span(span: PhaseSpan, peak: int) -> dict[str, Any]:
+    """A kernel's first task (its first loads) to its last; utilization is over its compute:
+    from its first array task to its end."""
+    computing = span.end - span.compute_start if span.compute_start is not None else 0
+    return {"start_cycle": span.start, "compute_start_cycle": span.compute_start, "end_cycle": span.end,
+            "macs": span.macs, "utilization": span.macs / (computing * peak) if computing else 0.0}
+
+
+def summary(result: RunResult, program: Program, program_path: str, machine: Machine,
+            output_paths: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"object": program_path, "config": machine.name}
     sim = result.sim
     if sim is not None:
@@ -50,6 +59,8 @@ def summary(result: RunResult, program_path: str, machine: Machine, output_paths
             "dram_bytes": dram_bytes(sim),
             "bytes_moved": dict(sorted(sim.bytes_moved.items())),
             "roofline": roofline(sim, machine),
+            "kernels": {k.name: kernel_span(sim.phases[i], peak) for i, k in enumerate(program.kernels)
+                        if i in sim.phases},
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
@@ -85,6 +96,14 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
+    kernels = Table(title="kernels", title_justify="left",
+                    caption="utilization: of the arrays, from the kernel's first compute to its end", caption_justify="left")
+    for col in ("kernel", "first load", "first compute", "end", "utilization"):
+        kernels.add_column(col, justify="left" if col == "kernel" else "right")
+    for name, k in s["kernels"].items():
+        first_compute = "-" if k["compute_start_cycle"] is None else f"{k['compute_start_cycle']:,}"
+        kernels.add_row(name, f"{k['start_cycle']:,}", first_compute, f"{k['end_cycle']:,}", f"{k['utilization']:.1%}")
+    console.print(kernels)
     units = Table(title="units", title_justify="left")
     for col in ("unit", "busy cycles", "utilization", "tasks", "bytes"):
         units.add_column(col, justify="left" if col == "unit" else "right")

@@ -49,6 +49,7 @@ class TaskStream:
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
+        phase = self.program.kernels.index(kernel)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
         last_use: dict[tuple[int, int], int] = {}  # (worker, op_id of a buffer) -> latest id using it
         for worker, op, env in expand(kernel, workers):
@@ -84,7 +85,7 @@ class TaskStream:
                 engine = binding.engines[op.op_id, worker]
                 task = Task(tid, kind, engine, window, stream=op.op_id,
                             bytes=nbytes, src_level=src.level, dst_level=dst.level,
-                            l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose,
+                            l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose, phase=phase,
                             label=f"{dst.tensor} {src.level}->{dst.level}",
                             args={v: env[v] for v in dst.tile_indices if v in env})
                 if dst.level == "EXTERNAL":
@@ -95,7 +96,7 @@ class TaskStream:
                 cols = tile_slices(b, g.tensors[b.tensor].shape, env)[-1]
                 mm, k, n = rows.stop - rows.start, inner.stop - inner.start, cols.stop - cols.start
                 drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
-                task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain,
+                task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain, phase=phase,
                             label=f"{op.compute_type} {op.output.tensor}",
                             args={v: env[v] for v in op.output.tile_indices + ["tk"] if v in env})
             else:

@@ -49,6 +49,12 @@ def test_single_tile_cycles_by_hand(gemm_file, tmp_path, binder, cycles):
     obj = compile_gemm(gemm_file, tmp_path, 16)
     s = load_json(obj, "--config", CONFIGS / "standard.json", "--binder", binder)
     assert s["cycles"] == cycles
+    # the one kernel: loads from cycle 0, array from 153, to the end; 4096 MACs in 199 - 153
+    kernel = s["kernels"]["matmul_0"]
+    assert (kernel["start_cycle"], kernel["end_cycle"], kernel["macs"]) == (0, cycles, 16 ** 3)
+    if binder == "cp-sat":
+        assert kernel["compute_start_cycle"] == 153
+        assert kernel["utilization"] == 16 ** 3 / ((352 - 153) * 512)
 
 
 def test_1024_cubed_is_compute_bound_on_standard(gemm_file, tmp_path):
@@ -161,3 +167,18 @@ def test_moving_kernels_apart_lets_them_overlap(tmp_path):
     in_place = [bind_greedy(k.name, b.workers, *kernel_demands(k, program, b.workers), machine, str(obj))
                 for k, b in zip(program.kernels, moved)]
     assert simulate(program, machine, moved).cycles < simulate(program, machine, in_place).cycles
+
+
+def test_profile_gives_each_kernel_its_span(tmp_path):
+    # a chain: each matmul reads the one before's result, so it computes only after that one ends
+    obj = tmp_path / "chain.kpu"
+    assert run_cli("compiler", DATA / "dfg" / "workloads__nla__matmul_256x256_chained.dfg", "-o", obj).returncode == 0
+    s = load_json(obj, "--config", CONFIGS / "standard.json", "--timing-only")
+    spans = list(s["kernels"].values())
+    assert list(s["kernels"]) == ["matmul_0", "matmul_1", "matmul_2", "matmul_3"]
+    assert sum(k["macs"] for k in spans) == s["macs"] == 4 * 256 ** 3
+    assert max(k["end_cycle"] for k in spans) == s["cycles"]
+    for before, k in zip(spans, spans[1:]):
+        assert k["start_cycle"] <= k["compute_start_cycle"] < k["end_cycle"]
+        assert k["compute_start_cycle"] >= before["end_cycle"]
+        assert k["start_cycle"] < before["end_cycle"]  # its first loads overlap the kernel before
