@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import sys
 import time
 from pathlib import Path
@@ -59,12 +58,11 @@ def load(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),
 ) -> None:
     """Bind OBJECT.kpu to a machine, simulate it cycle by cycle, and compute its outputs."""
-    import numpy as np
     import orjson
     from rich.console import Console
 
     from dfx import ObjectFileError, read
-    from hardware import ConfigError, load_machine, resolve_config, write_trace
+    from hardware import ConfigError, load_machine, resolve_config
 
     from .binding import BindError, bind_greedy
     from .buffers import op_runs
@@ -76,8 +74,9 @@ def load(
     console = Console(stderr=True)
     if binder not in ("cp-sat", "greedy"):
         _fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
-    if check and timing_only:
-        _fail("--check needs the values that --timing-only skips")
+    skipping = "--dry-run" if dry_run else "--timing-only" if timing_only else None
+    if skipping and (check or output_dir is not None):
+        _fail(f"{'--check' if check else '--output-dir'} needs the values that {skipping} skips")
     started = time.perf_counter()
     try:
         program = read(object_file)
@@ -92,25 +91,23 @@ def load(
     except (ObjectFileError, ConfigError, InputError, LoadError, BindError) as e:
         _fail(str(e))
 
+    result = RunResult(bindings)
+    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    progress = _Progress(total, console)
+    try:
+        # a dry run times the whole program too: an op's start depends on every op competing for its unit
+        result.sim = simulate(program, machine, bindings, trace=trace_output is not None,
+                              record_first=ops if dry_run else 0, progress=progress)
+    finally:
+        progress.close()
     if dry_run:
-        from hardware import Simulator
-
-        sim = Simulator(machine, record_first=ops).run(
-            itertools.islice(program_tasks(program, machine, bindings), 4 * ops))
-        view = dry_run_view(program, bindings, sim, ops)
+        _write_outputs(result, None, trace_output, machine)
+        view = dry_run_view(program, bindings, result.sim, ops)
         if json_out:
             sys.stdout.write(orjson.dumps(view).decode() + "\n")
         else:
             print_dry_run(view, console)
         return
-
-    result = RunResult(bindings)
-    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
-    progress = _Progress(total, console)
-    try:
-        result.sim = simulate(program, machine, bindings, trace=trace_output is not None, progress=progress)
-    finally:
-        progress.close()
     if not timing_only:
         inputs = program_inputs(program, given, seed)
         try:
@@ -122,20 +119,7 @@ def load(
             result.checks = check_outputs(program, values)
     result.wall_seconds = time.perf_counter() - started
 
-    output_paths: dict[str, str] = {}
-    try:
-        if output_dir is not None:
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            for name, value in result.outputs.items():
-                path = Path(output_dir) / f"{name}.npy"
-                # plain numpy cannot name bf16/f8 in a .npy: widen them to f32, which is exact
-                np.save(path, value.astype(np.float32) if value.dtype.kind == "V" else value)
-                output_paths[name] = str(path)
-        if trace_output is not None:
-            write_trace(trace_output, result.sim, machine)
-    except OSError as e:
-        _fail(f"{e.filename}: cannot write: {e.strerror}")
-
+    output_paths = _write_outputs(result, output_dir, trace_output, machine)
     s = summary(result, program, object_file, machine, output_paths)
     if profile:
         print_profile(s, console)
@@ -148,6 +132,28 @@ def load(
                       f"{s['utilization']:.1%} array utilization")
     if check and not result.check_passed:
         raise typer.Exit(1)
+
+
+def _write_outputs(result, output_dir: str | None, trace_output: str | None, machine) -> dict[str, str]:
+    """Write the outputs' .npy files and the trace, once the run has succeeded; name -> path."""
+    import numpy as np
+
+    from hardware import write_trace
+
+    paths: dict[str, str] = {}
+    try:
+        if output_dir is not None:
+            Path(output_dir).mkdir(parents=True, exist_ok=True)
+            for name, value in result.outputs.items():
+                path = Path(output_dir) / f"{name}.npy"
+                # plain numpy cannot name bf16/f8 in a .npy: widen them to f32, which is exact
+                np.save(path, value.astype(np.float32) if value.dtype.kind == "V" else value)
+                paths[name] = str(path)
+        if trace_output is not None:
+            write_trace(trace_output, result.sim, machine)
+    except OSError as e:
+        _fail(f"{e.filename}: cannot write: {e.strerror}")
+    return paths
 
 
 def main() -> None:

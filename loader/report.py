@@ -142,7 +142,8 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
                             "engine": f"{UNIT_PREFIX[engine_kind(op.source.level, op.destination.level)]}{engine}"})
     schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
                 for t, start, end, unit in sim.first_tasks[:ops]]
-    return {"bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
+    return {"cycles": sim.cycles,
+            "bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
                           "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4),
                           "notes": b.notes} for b in bindings],
             "buffers": buffers, "engines": engines, "schedule": schedule}
@@ -167,8 +168,8 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     for e in view["engines"]:
         t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), e["stream"], e["engine"])
     console.print(t)
-    t = Table(title=f"first {len(view['schedule'])} scheduled ops (timed as the head of the program, later ops left out)",
-              title_justify="left")
+    t = Table(title=f"first {len(view['schedule'])} scheduled ops, in program order "
+                    f"(the whole program takes {view['cycles']:,} cycles)", title_justify="left")
     for col in ("task", "unit", "op", "tile", "start", "end"):
         t.add_column(col, justify="right" if col in ("task", "start", "end") else "left")
     for s in view["schedule"]:

@@ -271,3 +271,16 @@ def test_dry_run_prints_buffers_engines_schedule(tmp_path):
     assert {"buffers", "engines", "schedule"} <= set(view)
     assert view["buffers"] and view["engines"] and view["schedule"]
     assert all(b["method"] == "cp-sat" for b in view["bindings"])
+    # the schedule is timed with the whole program: the same cycles as a timing-only run
+    run = run_cli("loader", obj, "--config", CONFIGS / "minimal.json", "--timing-only", "--json")
+    assert view["cycles"] == json.loads(run.stdout)["cycles"]
+    assert max(op["end"] for op in view["schedule"]) <= view["cycles"]
+
+
+@pytest.mark.parametrize("flag", [["--check"], ["--output-dir", "out"]])
+@pytest.mark.parametrize("mode", ["--dry-run", "--timing-only"])
+def test_values_are_not_asked_of_a_run_that_skips_them(tmp_path, flag, mode):
+    obj = compile_matmul(tmp_path, 32, 32, 32)
+    assert_one_line_error(run_cli("loader", obj, "--config", CONFIGS / "minimal.json", mode, *flag, cwd=tmp_path),
+                          f"{flag[0]} needs the values that {mode} skips")
+    assert not (tmp_path / "out").exists()
