@@ -85,6 +85,9 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             bindings.append(binding)
             break
         else:
+            if program.target != machine.name:  # the tiles were sized for another machine
+                raise BindError(f"{error}; the object was tiled for '{program.target}': compile it with "
+                                f"--target naming this config")
             raise error
     return bindings
 

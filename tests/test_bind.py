@@ -236,7 +236,8 @@ def compile_matmul(tmp_path, M: int, K: int, N: int):
 def test_object_too_big_for_config_exits_2_with_one_line(tmp_path):
     obj = compile_matmul(tmp_path, 1024, 1024, 1024)
     line = assert_one_line_error(run_cli("loader", obj, "--config", CONFIGS / "minimal.json"),
-                                 str(obj), "kernel 'matmul_0'", "config 'minimal'")
+                                 str(obj), "kernel 'matmul_0'", "config 'minimal'",
+                                 "the object was tiled for 'standard': compile it with --target")
     assert re.search(r"needs [\d.]+ KiB (in one |of )L[123]\b", line), line
 
 
