@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
@@ -10,12 +11,13 @@ from .machine import Machine
 from .simulator import TRACE_PID, SimResult
 
 
-def write_trace(path: str | Path, result: SimResult, machine: Machine) -> None:
+def write_trace(path: str | Path, result: SimResult, machine: Machine, phase_names: Sequence[str] = ()) -> None:
     """Write one named track per unit, in `result.units` order, and the run's task slices.
 
     Slices (one per task, on its engine's track) come from `Simulator(trace=True)`, already in
     microseconds at the machine clock. DRAM channel and L2 bank tracks are named too, so every
-    unit of the report appears; their occupancy is in `result.units`.
+    unit of the report appears; their occupancy is in `result.units`. Below them, a track per
+    named phase (phases overlap) holds its span, and within it the span from its first compute.
     """
     meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": TRACE_PID, "tid": 0,
              "args": {"name": f"KPU {machine.name} @ {machine.clock_ghz:g} GHz"}}]
@@ -23,5 +25,19 @@ def write_trace(path: str | Path, result: SimResult, machine: Machine) -> None:
         track = {"ph": "M", "ts": 0, "pid": TRACE_PID, "tid": tid}
         meta.append({"name": "thread_name", **track, "args": {"name": name}})
         meta.append({"name": "thread_sort_index", **track, "args": {"sort_index": tid}})
-    doc = {"traceEvents": meta + result.trace_events, "displayTimeUnit": "ns"}
+    us = 1.0 / (machine.clock_ghz * 1e3)
+    spans = []
+    for tid, (phase, name) in enumerate(enumerate(phase_names), start=len(result.units)):
+        span = result.phases.get(phase)
+        if span is None:
+            continue
+        track = {"ph": "M", "ts": 0, "pid": TRACE_PID, "tid": tid}
+        meta.append({"name": "thread_name", **track, "args": {"name": name}})
+        meta.append({"name": "thread_sort_index", **track, "args": {"sort_index": tid}})
+        spans.append({"name": name, "ph": "X", "pid": TRACE_PID, "tid": tid, "ts": span.start * us,
+                      "dur": (span.end - span.start) * us, "args": {"macs": span.macs}})
+        if span.compute_start is not None:
+            spans.append({"name": "compute", "ph": "X", "pid": TRACE_PID, "tid": tid, "ts": span.compute_start * us,
+                          "dur": (span.end - span.compute_start) * us, "args": {}})
+    doc = {"traceEvents": meta + result.trace_events + spans, "displayTimeUnit": "ns"}
     Path(path).write_bytes(orjson.dumps(doc))

@@ -101,7 +101,7 @@ def load(
     finally:
         progress.close()
     if dry_run:
-        _write_outputs(result, None, trace_output, machine)
+        _write_outputs(result, program, None, trace_output, machine)
         view = dry_run_view(program, bindings, result.sim, ops)
         if json_out:
             sys.stdout.write(orjson.dumps(view).decode() + "\n")
@@ -119,7 +119,7 @@ def load(
             result.checks = check_outputs(program, values)
     result.wall_seconds = time.perf_counter() - started
 
-    output_paths = _write_outputs(result, output_dir, trace_output, machine)
+    output_paths = _write_outputs(result, program, output_dir, trace_output, machine)
     s = summary(result, program, object_file, machine, output_paths)
     if profile:
         print_profile(s, console)
@@ -134,7 +134,7 @@ def load(
         raise typer.Exit(1)
 
 
-def _write_outputs(result, output_dir: str | None, trace_output: str | None, machine) -> dict[str, str]:
+def _write_outputs(result, program, output_dir: str | None, trace_output: str | None, machine) -> dict[str, str]:
     """Write the outputs' .npy files and the trace, once the run has succeeded; name -> path."""
     import numpy as np
 
@@ -150,7 +150,7 @@ def _write_outputs(result, output_dir: str | None, trace_output: str | None, mac
                 np.save(path, value.astype(np.float32) if value.dtype.kind == "V" else value)
                 paths[name] = str(path)
         if trace_output is not None:
-            write_trace(trace_output, result.sim, machine)
+            write_trace(trace_output, result.sim, machine, [k.name for k in program.kernels])
     except OSError as e:
         _fail(f"{e.filename}: cannot write: {e.strerror}")
     return paths

@@ -92,11 +92,19 @@ def test_trace_is_valid_trace_event_json(gemm_file, tmp_path):
     names = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert set(names.values()) >= set(s["units"])
     slices = [e for e in events if e["ph"] == "X"]
-    assert len(slices) == sum(u["tasks"] for name, u in s["units"].items() if not name.startswith(("dram", "l2bank")))
-    by_track: dict[int, list] = {}
     for e in slices:
         assert {"name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e)
         assert e["tid"] in names and e["dur"] >= 0
+    on_units = [e for e in slices if names[e["tid"]] in s["units"]]
+    assert len(on_units) == sum(u["tasks"] for name, u in s["units"].items() if not name.startswith(("dram", "l2bank")))
+    # the kernel's own track: its span, and within it the span from its first compute
+    kernel = s["kernels"]["matmul_0"]
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices if names[e["tid"]] == "matmul_0")
+    assert [t for span in spans for t in span] == pytest.approx(
+        [kernel["start_cycle"] / 1e3, kernel["end_cycle"] / 1e3, kernel["compute_start_cycle"] / 1e3,
+         kernel["end_cycle"] / 1e3])
+    by_track: dict[int, list] = {}
+    for e in on_units:
         by_track.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
     for spans in by_track.values():
         spans.sort()
