@@ -21,8 +21,8 @@ def _fail(message: str) -> None:
 class _Progress:
     """A progress bar on stderr, shown only once a run has taken more than a second."""
 
-    def __init__(self, total: int, console):
-        self.total, self.console, self.start = total, console, time.perf_counter()
+    def __init__(self, total: int, console, what: str):
+        self.total, self.console, self.what, self.start = total, console, what, time.perf_counter()
         self.bar = None
 
     def __call__(self, done: int) -> None:
@@ -33,7 +33,7 @@ class _Progress:
 
             self.bar = Progress(console=self.console, transient=True)
             self.bar.start()
-            self.task = self.bar.add_task("simulating", total=self.total)
+            self.task = self.bar.add_task(self.what, total=self.total)
         self.bar.update(self.task, completed=done)
 
     def close(self) -> None:
@@ -93,7 +93,7 @@ def load(
 
     result = RunResult(bindings)
     total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
-    progress = _Progress(total, console)
+    progress = _Progress(total, console, "simulating")
     try:
         # a dry run times the whole program too: an op's start depends on every op competing for its unit
         result.sim = simulate(program, machine, bindings, trace=trace_output is not None,
@@ -110,10 +110,13 @@ def load(
         return
     if not timing_only:
         inputs = program_inputs(program, given, seed)
+        progress = _Progress(total, console, "computing values")
         try:
-            values = execute(program, bindings, inputs)
+            values = execute(program, bindings, inputs, progress)
         except ExecutionError as e:
             _fail(f"{object_file}: {e}")
+        finally:
+            progress.close()
         result.outputs = {t.name: values[t.name] for t in program.graph.outputs}
         if check:
             result.checks = check_outputs(program, values)

@@ -6,6 +6,8 @@ tile, or forgets one, computes wrong numbers and `--check` catches it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, numpy_dtype
@@ -13,13 +15,18 @@ from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype
 from .schedule import accumulating, expand, tile_slices
 
 
+PROGRESS_EVERY = 4096  # tile ops between progress callbacks
+
+
 class ExecutionError(ValueError):
     """A tile op that cannot execute; str(e) is one line naming the kernel and op."""
 
 
-def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], workers: int) -> None:
+def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], workers: int,
+               progress: Callable[[int], None] | None = None, done: int = 0) -> int:
     """Execute `kernel`, reading its inputs from and writing its outputs to `memory`
-    (external memory: tensor name -> whole array)."""
+    (external memory: tensor name -> whole array). Tile ops are counted on from `done`, with
+    `progress(count)` every PROGRESS_EVERY of them; returns the count."""
     g = program.graph
     for name in kernel.outputs:
         t = g.tensors[name]
@@ -28,6 +35,9 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     # (worker, tensor, level) -> the tile held there
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     for worker, op, env in expand(kernel, workers):
+        done += 1
+        if progress is not None and done % PROGRESS_EVERY == 0:
+            progress(done)
         try:
             _run_op(op, env, worker, tiles, memory, g, acc)
         except KeyError as e:  # a well-formed object whose ops do not fit together
@@ -36,6 +46,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
                                  f"which no earlier op filled") from None
         except ValueError as e:
             raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: {str(e).splitlines()[0]}") from None
+    return done
 
 
 def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype) -> None:

@@ -104,11 +104,14 @@ def simulate(program: Program, machine: Machine, bindings: list[Binding], trace:
     return sim.run(program_tasks(program, machine, bindings), progress=progress)
 
 
-def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor's value after running all kernels: inputs, intermediates and outputs."""
+def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndarray],
+            progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+    """Every tensor's value after running all kernels: inputs, intermediates and outputs;
+    `progress(ops done)` every few thousand tile ops."""
     memory = dict(inputs)
+    done = 0
     for kernel, binding in zip(program.kernels, bindings):
-        run_kernel(kernel, program, memory, binding.workers)
+        done = run_kernel(kernel, program, memory, binding.workers, progress, done)
     return memory
 
 

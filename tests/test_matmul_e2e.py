@@ -114,3 +114,23 @@ def test_batched_broadcast_matmul(tmp_path):
     g = read(obj).graph
     want = generated(g.tensors["arg"], 0) @ generated(g.tensors["weights"], 0)
     np.testing.assert_allclose(np.load(out / "out.npy"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_execution_reports_progress_in_tile_ops(gemm_file, tmp_path, monkeypatch):
+    import importlib
+
+    from hardware import load_machine
+    from loader import bind_program, execute, program_inputs
+    from loader.buffers import op_runs
+
+    obj = tmp_path / "g.kpu"
+    assert run_cli("compiler", gemm_file(256, 256, 256), "-o", obj, "--target", CONFIGS / "minimal.json").returncode == 0
+    program = read(obj)
+    bindings = bind_program(program, load_machine(CONFIGS / "minimal.json"), str(obj))
+    # the module, not the `execute` function the package exports under the same name
+    monkeypatch.setattr(importlib.import_module("loader.execute"), "PROGRESS_EVERY", 100)
+    calls = []
+    values = execute(program, bindings, program_inputs(program, {}, 0), calls.append)
+    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    assert total > 300 and calls == list(range(100, total + 1, 100))
+    np.testing.assert_allclose(values["C"], values["A"].astype(np.float64) @ values["B"], rtol=1e-4, atol=1e-4)
