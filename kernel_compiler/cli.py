@@ -25,7 +25,7 @@ def compile(
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Object file (default: <input stem>.kpu)"),
     target: str = typer.Option(DEFAULT_TARGET, "--target", help="Machine config the tiles are chosen for"),
     dataflow: str = typer.Option("auto", "--dataflow", help="auto | os | ws | is"),
-    emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the DFX kernels as JSON on stdout"),
+    emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the object file (JSON) on stdout"),
     dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
 ) -> None:
