@@ -364,7 +364,7 @@ def load_machine(path: str | os.PathLike[str]) -> Machine:
     return machine_from_dict(_parse(text, suffix, source), source)
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "configs"
+SHIPPED = Path(__file__).parent / "configs"  # the repo's configs/, installed with the package
 
 
 def resolve_config(name: str) -> str:

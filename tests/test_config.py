@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import hardware
 from hardware import (
     DATAFLOWS,
     ComputeFabric,
@@ -15,6 +16,7 @@ from hardware import (
     MemoryLevel,
     load_machine,
     machine_from_dict,
+    resolve_config,
 )
 
 REPO = Path(__file__).resolve().parent.parent
@@ -135,6 +137,16 @@ def test_shipped_config(name, ext, l3, l2, l1, engines, compute):
     assert (m.external, m.l3, m.l2, m.l1) == (ext, l3, l2, l1)
     assert (m.engines, m.compute) == (engines, compute)
     assert json.loads(path.read_text())["description"]
+
+
+@pytest.mark.parametrize("name", ["minimal", "standard", "datacenter", "ideal_32x32"])
+def test_shipped_config_by_name_is_the_file_in_configs(name):
+    # the name resolves inside the package (hardware/configs links to configs/), so it works
+    # from an installed package as from the checkout
+    path = Path(resolve_config(name))
+    assert path.is_relative_to(Path(hardware.__file__).parent)
+    assert path.read_bytes() == (CONFIGS / f"{name}.json").read_bytes()
+    assert load_machine(path).name == name
 
 
 def test_ideal_config_never_stalls_and_resizes():
