@@ -22,18 +22,14 @@ def write_trace(path: str | Path, result: SimResult, machine: Machine, phase_nam
     meta = [{"name": "process_name", "ph": "M", "ts": 0, "pid": TRACE_PID, "tid": 0,
              "args": {"name": f"KPU {machine.name} @ {machine.clock_ghz:g} GHz"}}]
     for tid, name in enumerate(result.units):
-        track = {"ph": "M", "ts": 0, "pid": TRACE_PID, "tid": tid}
-        meta.append({"name": "thread_name", **track, "args": {"name": name}})
-        meta.append({"name": "thread_sort_index", **track, "args": {"sort_index": tid}})
+        meta += _track(tid, name)
     us = 1.0 / (machine.clock_ghz * 1e3)
     spans = []
     for tid, (phase, name) in enumerate(enumerate(phase_names), start=len(result.units)):
         span = result.phases.get(phase)
         if span is None:
             continue
-        track = {"ph": "M", "ts": 0, "pid": TRACE_PID, "tid": tid}
-        meta.append({"name": "thread_name", **track, "args": {"name": name}})
-        meta.append({"name": "thread_sort_index", **track, "args": {"sort_index": tid}})
+        meta += _track(tid, name)
         spans.append({"name": name, "ph": "X", "pid": TRACE_PID, "tid": tid, "ts": span.start * us,
                       "dur": (span.end - span.start) * us, "args": {"macs": span.macs}})
         if span.compute_start is not None:
@@ -41,3 +37,10 @@ def write_trace(path: str | Path, result: SimResult, machine: Machine, phase_nam
                           "dur": (span.end - span.compute_start) * us, "args": {}})
     doc = {"traceEvents": meta + result.trace_events + spans, "displayTimeUnit": "ns"}
     Path(path).write_bytes(orjson.dumps(doc))
+
+
+def _track(tid: int, name: str) -> list[dict]:
+    """The metadata events that name a track and keep tracks in `tid` order."""
+    track = {"ph": "M", "ts": 0, "pid": TRACE_PID, "tid": tid}
+    return [{"name": "thread_name", **track, "args": {"name": name}},
+            {"name": "thread_sort_index", **track, "args": {"sort_index": tid}}]

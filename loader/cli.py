@@ -69,7 +69,7 @@ def load(
     from .execute import ExecutionError
     from .inputs import InputError, program_inputs, read_input
     from .report import dry_run_view, print_check, print_dry_run, print_profile, summary
-    from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, program_tasks, simulate
+    from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, simulate
 
     console = Console(stderr=True)
     if binder not in ("cp-sat", "greedy"):
