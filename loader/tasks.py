@@ -51,7 +51,6 @@ class TaskStream:
         l2_bank = _l2_banks(kernel, binding)
         phase = self.program.kernels.index(kernel)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
-        last_use: dict[tuple[int, int], int] = {}  # (worker, op_id of a buffer) -> latest id using it
         for worker, op, env in expand(kernel, workers):
             tid = self.next_id
             self.next_id += 1
@@ -62,7 +61,6 @@ class TaskStream:
                     deps.add(last[key])
                     # this op reads the buffer `d` filled: remember it for d's next overwrite
                     reader[worker, d, instance[key]] = tid
-                    last_use[key] = tid
             # a new instance of a buffer waits for the readers of the one `depth` back
             fresh = not (isinstance(op, Compute) and accumulating(op, env))
             if fresh:
@@ -73,7 +71,6 @@ class TaskStream:
                     deps.add(old)
                 if n <= depth.get(op.op_id, 1):  # a first fill of each slot of the buffer
                     deps.update(previous_users.get((worker, op.op_id), ()))
-                last_use[worker, op.op_id] = tid
             if isinstance(op, DataMove) and op.source.level == "EXTERNAL":
                 deps.update(self.final_stores.get(op.source.tensor, {}).values())
             window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
@@ -104,7 +101,7 @@ class TaskStream:
             last[worker, op.op_id] = tid
             yield task
         self.final_stores.update(stores)
-        self._occupy(binding, last_use)
+        self._occupy(kernel, binding, last)
 
     def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes."""
@@ -112,12 +109,15 @@ class TaskStream:
                 {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
                 for bb in binding.buffers}
 
-    def _occupy(self, binding: Binding, last_use: dict[tuple[int, int], int]) -> None:
-        """This kernel's buffers hide the earlier ones they overlap: their last use is later."""
+    def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int]) -> None:
+        """This kernel's buffers hide the earlier ones they overlap: their last use is later. A
+        buffer's last use is the latest task of the move that fills it or of an op that reads it."""
+        readers = {op.op_id: [r.op_id for r in kernel.body if op.op_id in r.depends_on] for op in kernel.body}
         for bb in binding.buffers:
-            used = last_use.get((bb.buffer.worker, bb.buffer.op_id))
-            if used is not None:
-                self.occupied.claim(bb, used)
+            w, op_id = bb.buffer.worker, bb.buffer.op_id
+            uses = [last[w, o] for o in (op_id, *readers[op_id]) if (w, o) in last]
+            if uses:
+                self.occupied.claim(bb, max(uses))
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
