@@ -372,4 +372,8 @@ def resolve_config(name: str) -> str:
     (`standard`, `minimal`, `datacenter`, `ideal_32x32`)."""
     if Path(name).suffix or "/" in name:
         return name
-    return str(SHIPPED / f"{name}.json")
+    shipped = SHIPPED / f"{name}.json"
+    if not shipped.is_file():
+        names = ", ".join(sorted(p.stem for p in SHIPPED.glob("*.json")))
+        raise ConfigError(f"{name}: not a config file (.json, .yaml, .yml) nor a shipped config ({names})")
+    return str(shipped)

@@ -52,7 +52,7 @@ def load(
     profile: bool = typer.Option(False, "--profile", help="Print cycles, unit utilization, bytes, roofline"),
     trace_output: Optional[str] = typer.Option(None, "--trace-output", help="Write a Perfetto trace JSON"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Bind and schedule only: buffers, engines, first ops"),
-    ops: int = typer.Option(20, "--ops", help="Scheduled ops shown by --dry-run"),
+    ops: int = typer.Option(20, "--ops", min=0, help="Scheduled ops shown by --dry-run"),
     timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
     binder: str = typer.Option("cp-sat", "--binder", help="cp-sat | greedy"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),

@@ -149,6 +149,12 @@ def test_shipped_config_by_name_is_the_file_in_configs(name):
     assert load_machine(path).name == name
 
 
+def test_unknown_config_name_lists_the_shipped_ones():
+    with pytest.raises(ConfigError, match=r"^standrad: not a config file \(.json, .yaml, .yml\) nor a shipped "
+                                          r"config \(datacenter, ideal_32x32, minimal, standard\)$"):
+        resolve_config("standrad")
+
+
 def test_ideal_config_never_stalls_and_resizes():
     document = json.loads((CONFIGS / "ideal_32x32.json").read_text())
     assert document["description"]
