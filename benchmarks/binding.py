@@ -25,7 +25,7 @@ from results import machine as host, today, write_section  # noqa: E402
 
 from dfx import read  # noqa: E402
 from hardware import load_machine  # noqa: E402
-from loader import bind_cpsat, bind_greedy, bind_program, estimate_makespan, kernel_demands, simulate  # noqa: E402
+from loader import bind_cpsat, bind_greedy, bind_program, simulate  # noqa: E402
 
 CONFIG = ROOT / "configs" / "standard.json"
 EXAMPLES = sorted(p for pattern in ("*matmul*.dfg", "*AtimesBtimesC*.dfg")
@@ -65,10 +65,7 @@ def run(obj: Path, binder) -> Run:
     bindings = tries[0]
     # every repeat must bind the same way; CP-SAT is deterministic
     assert all([(b.buffers, b.engines) for b in t] == [(b.buffers, b.engines) for b in bindings] for t in tries)
-    estimate = 0
-    for kernel, b in zip(program.kernels, bindings):
-        _, streams = kernel_demands(kernel, program, b.workers)
-        estimate += estimate_makespan(b, streams, m)
+    estimate = sum(b.makespan_estimate for b in bindings)
     bind_ms = [1000 * min(t[k].bind_seconds for t in tries) for k in range(len(bindings))]
     return Run(estimate, simulate(program, m, bindings).cycles, bind_ms, [b.workers for b in bindings])
 

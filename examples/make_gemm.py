@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 
+from dfx import itemsize
+
 
 def gemm_dfg(M: int, N: int, K: int, dtype: str = "f32", name: str | None = None) -> str:
     a, b, c = f"tensor<{M}x{K}x{dtype}>", f"tensor<{K}x{N}x{dtype}>", f"tensor<{M}x{N}x{dtype}>"
-    bits = {"f64": 64, "f32": 32, "i32": 32, "f16": 16, "bf16": 16, "f8": 8, "i8": 8}[dtype]
+    bits = 8 * itemsize(dtype)
     name = name or f"gemm_{M}x{N}x{K}_{dtype}"
     return "\n".join([
         f"Domain Flow Graph: {name}",

@@ -12,11 +12,10 @@ from hardware.machine import (
 from hardware.simulator import PhaseSpan, SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import write_trace
-from hardware.units.bandwidth import Bandwidth
+from hardware.units import move_timer
 from hardware.units.systolic_array import matmul_cycles
 
 __all__ = [
-    "Bandwidth",
     "DATAFLOWS",
     "ComputeFabric",
     "ConfigError",
@@ -33,6 +32,7 @@ __all__ = [
     "load_machine",
     "machine_from_dict",
     "matmul_cycles",
+    "move_timer",
     "resolve_config",
     "write_trace",
 ]

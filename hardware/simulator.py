@@ -35,9 +35,7 @@ from heapq import heappop, heappush
 
 from .machine import Machine
 from .task import UNIT_PREFIX, Task
-from .units.block_mover import BlockMoverModel
-from .units.dma import DmaModel
-from .units.streamer import StreamerModel
+from .units import MOVE_MODELS
 from .units.systolic_array import SystolicArrayModel
 
 TRACE_PID = 1  # every trace slice belongs to one process: the KPU
@@ -88,7 +86,7 @@ class _Engine:
     """One engine: a queue per stream, the candidates among their heads, and the running task."""
 
     __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "is_array",
-                 "channel", "held", "macs", "moved")
+                 "channel", "held", "moved")
 
     def __init__(self, name, tid, model, channel):
         self.name = name
@@ -103,7 +101,6 @@ class _Engine:
         self.is_array = isinstance(model, SystolicArrayModel)
         self.channel = channel  # DMA engines: the home channel, for tasks that name none
         self.held = None  # the resource its running task releases on completion
-        self.macs = 0
         self.moved: dict[tuple[str, str], int] = {}
 
 
@@ -141,10 +138,9 @@ class Simulator:
         """The machine's resources and engines; trace track ids follow SimResult.units order."""
         mc = self.machine
         channels = [_Resource(f"dram{c}", 1) for c in range(mc.external.channels)]
-        models = {"dma": (DmaModel, mc.engines.dma),
-                  "block_mover": (BlockMoverModel, mc.engines.block_mover),
-                  "streamer": (StreamerModel, mc.engines.streamer),
-                  "array": (SystolicArrayModel, mc.compute.tiles)}
+        counts = {"dma": mc.engines.dma, "block_mover": mc.engines.block_mover, "streamer": mc.engines.streamer}
+        models = {unit: (model, counts[unit]) for unit, model in MOVE_MODELS.items()}
+        models["array"] = (SystolicArrayModel, mc.compute.tiles)
         engines: dict[str, dict[int, _Engine]] = {}
         track = len(channels)
         for unit, (model_cls, count) in models.items():
@@ -197,9 +193,7 @@ class Simulator:
             elif end > span.end:
                 span.end = end
             if eng.is_array:
-                macs = task.m * task.n * task.k
-                eng.macs += macs
-                span.macs += macs
+                span.macs += task.m * task.n * task.k
                 if span.compute_start is None:
                     span.compute_start = now
             else:
@@ -350,19 +344,18 @@ class Simulator:
     def _result(cycles, channels, engines, banks, events, first, phases) -> SimResult:
         units: dict[str, UnitStats] = {}
         bytes_moved: dict[str, int] = {}
-        macs = 0
         for r in channels:
             units[r.name] = r.stats
         for kind in engines.values():
             for eng in kind.values():
                 units[eng.name] = eng.stats
-                macs += eng.macs
                 for (src, dst), n in eng.moved.items():
                     key = f"{src}->{dst}"
                     bytes_moved[key] = bytes_moved.get(key, 0) + n
         for r in banks:
             units[r.name] = r.stats
-        return SimResult(cycles, units, bytes_moved, macs, events, first, dict(sorted(phases.items())))
+        macs = sum(span.macs for span in phases.values())
+        return SimResult(cycles, units, bytes_moved, macs, events, first, phases)
 
 
 def _resource(task: Task, eng: _Engine, channels: list[_Resource],

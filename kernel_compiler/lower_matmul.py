@@ -148,7 +148,7 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
             "estimated_dram_bytes": tiling.dram_bytes,
             "dram_bytes_per_stream": per_stream,
             "compulsory_dram_bytes": sum(s.bytes for s in stream_list.values()),
-            "estimated_compute_cycles": -(-compute_cycles // target.compute_tiles),
+            "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
             "arithmetic_intensity": round(2 * macs / tiling.dram_bytes, 3),
             "target": target.name,
             "compute_tiles": tiling.parallel.workers,

@@ -33,9 +33,6 @@ class MatmulTiling:
     parallel: Parallel
     dram_bytes: int  # exact, for this loop order and this many compute tiles
 
-    def grid(self, M: int, N: int, K: int) -> tuple[int, int, int]:
-        return (math.ceil(M / self.Ti), math.ceil(N / self.Tj), math.ceil(K / self.Tk))
-
 
 def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
     """Index in `loop_order` of the loop the stream's op sits at (-1: before all loops).
@@ -67,7 +64,7 @@ def parallel_loop(loop_order: tuple[str, ...], trips: dict[str, int], compute_ti
 
 
 def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int],
-                   parallel: Parallel = Parallel(None, 1)) -> int:
+                   parallel: Parallel) -> int:
     """Exact bytes a stream moves: the whole tensor once per iteration of every loop at or
     outside its placement that does not index it (each such iteration reloads all tiles), and
     once per compute tile when it sits outside the parallel loop (every tile runs it)."""
@@ -82,7 +79,7 @@ def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str,
 
 
 def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int],
-                 parallel: Parallel = Parallel(None, 1)) -> int:
+                 parallel: Parallel) -> int:
     return sum(stream_traffic(s, loop_order, trips, parallel) for s in streams)
 
 

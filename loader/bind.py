@@ -25,7 +25,7 @@ from ortools.sat.python import cp_model
 
 from hardware import Machine
 
-from .binding import (BindError, Binding, BoundBuffer, _kib, bind_greedy, check_capacity, engine_count,
+from .binding import (UNIT_NAME, BindError, Binding, BoundBuffer, _kib, bind_greedy, check_capacity, engine_count,
                       estimate_makespan, port_buffers, stream_cycles)
 from .buffers import Buffer, StreamReq, level_banks
 
@@ -34,7 +34,6 @@ SEED = 1  # fixed, so the same kernel binds the same way run after run
 # coarse enough that the lexicographic objective's weights stay far inside int64
 LOAD_STEPS = 1 << 10
 PEAK_STEPS = 1 << 8
-UNIT_NAME = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Pool:
 def pools(buffers: list[Buffer], machine: Machine) -> list[Pool]:
     keys: dict[tuple[str, int], list[int]] = {}
     for i, b in enumerate(buffers):
-        keys.setdefault((b.level, b.worker if b.level == "L1" else -1), []).append(i)
+        keys.setdefault((b.level, b.owner), []).append(i)
     out = []
     for (level, owner), members in keys.items():
         count, size = level_banks(machine, level)
@@ -169,7 +168,7 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
     """The kernel's binding problem; each group's comment names the rule it enforces."""
     model = cp_model.CpModel()
     line_bytes = machine.line_bytes
-    cycles = [stream_cycles(s, machine) for s in streams]
+    cycles = stream_cycles(streams, machine)
     unit = load_unit(cycles)
     load = [-(-c // unit) for c in cycles]
 

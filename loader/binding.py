@@ -6,10 +6,11 @@ finds nothing in its time limit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from hardware import Bandwidth, Machine
+from collections.abc import Callable
+
+from hardware import Machine, move_timer
 
 from .buffers import Buffer, StreamReq, level_banks
 
@@ -41,6 +42,9 @@ class Binding:
     notes: list[str] = field(default_factory=list)
 
 
+UNIT_NAME = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}  # one bank of each level
+
+
 def _kib(n: int) -> str:
     return f"{n / 1024:g} KiB"
 
@@ -52,7 +56,7 @@ def check_capacity(kernel: str, buffers: list[Buffer], machine: Machine, where: 
         if not mine:
             continue
         count, size = level_banks(machine, level)
-        unit = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}[level]
+        unit = UNIT_NAME[level]
         biggest = max(b.bytes for b in mine)
         if biggest > size:
             raise BindError(f"{where}: kernel '{kernel}' needs {_kib(biggest)} in one {unit}, "
@@ -65,11 +69,10 @@ def check_capacity(kernel: str, buffers: list[Buffer], machine: Machine, where: 
                             f"config '{machine.name}' has {_kib(have)} ({_kib(need - have)} short)")
 
 
-def stream_cycles(s: StreamReq, machine: Machine) -> int:
-    rate = {"dma": machine.engines.dma_bytes_per_cycle,
-            "block_mover": machine.engines.block_mover_bytes_per_cycle,
-            "streamer": machine.engines.streamer_bytes_per_cycle}[s.kind]
-    return Bandwidth(rate).cycles(s.bytes_per_tile) * s.tiles
+def stream_cycles(streams: list[StreamReq], machine: Machine) -> list[int]:
+    """Each stream's engine cycles over the kernel, timed as the simulator times its moves."""
+    timer: Callable[[str, int], int] = move_timer(machine)
+    return [timer(s.kind, s.bytes_per_tile) * s.tiles for s in streams]
 
 
 def engine_count(kind: str, machine: Machine) -> int:
@@ -87,14 +90,15 @@ def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, i
 def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
     """Cycles of the most-loaded engine or L2 bank port under a binding (any binder's; both
     keep `binding.buffers` in the kernel's buffer order)."""
+    cycles = stream_cycles(streams, machine)
     loads: dict[tuple[str, int], int] = {}
-    for s in streams:
+    for s, c in zip(streams, cycles):
         key = (s.kind, binding.engines[s.op_id, s.worker])
-        loads[key] = loads.get(key, 0) + stream_cycles(s, machine)
+        loads[key] = loads.get(key, 0) + c
     buffers = [bb.buffer for bb in binding.buffers]
     for s_index, i in port_buffers(buffers, streams).items():
         key = ("l2bank", binding.buffers[i].bank)
-        loads[key] = loads.get(key, 0) + stream_cycles(streams[s_index], machine)
+        loads[key] = loads.get(key, 0) + cycles[s_index]
     ports = machine.l2_bank_ports
     return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
 
@@ -111,7 +115,7 @@ def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[
     bound: list[BoundBuffer] = []
     for b in buffers:
         count, size = level_banks(machine, b.level)
-        owner = b.worker if b.level == "L1" else -1
+        owner = b.owner
         for bank in range(count):
             used = fill.get((b.level, owner, bank), 0)
             if used + b.bytes <= size:

@@ -41,6 +41,11 @@ class Buffer:
     def bytes(self) -> int:
         return self.tile_bytes * self.depth
 
+    @property
+    def owner(self) -> int:
+        """Whose banks it may use: its worker's for L1 (per compute tile), -1 for shared L3/L2."""
+        return self.worker if self.level == "L1" else -1
+
 
 @dataclass(frozen=True)
 class StreamReq:

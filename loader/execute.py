@@ -41,8 +41,9 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         try:
             _run_op(op, env, worker, tiles, memory, g, acc)
         except KeyError as e:  # a well-formed object whose ops do not fit together
-            _, tensor, level = e.args[0]
-            raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: reads {tensor} at {level}, "
+            key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
+            what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
+            raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: reads {what}, "
                                  f"which no earlier op filled") from None
         except ValueError as e:
             raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: {str(e).splitlines()[0]}") from None

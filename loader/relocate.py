@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from hardware import Machine
 
-from .binding import Binding, BoundBuffer
+from .binding import Binding, BoundBuffer, _align
 from .buffers import level_banks
 
 Place = tuple[str, int, int]  # (level, L1 owner worker or -1, bank)
@@ -32,7 +32,7 @@ class Occupancy:
         """The (start, end, tag) spans that share a byte with [start, end) of a bank."""
         return [(s, e, t) for s, e, t in self.spans.get(place, ()) if s < end and start < e]
 
-    def claim(self, bb: BoundBuffer, tag: int = 0) -> None:
+    def claim(self, bb: BoundBuffer, tag: int) -> None:
         """A later kernel's buffer hides what earlier ones left under it."""
         place = place_of(bb)
         hidden = self.under(place, bb.address, bb.end)
@@ -40,8 +40,7 @@ class Occupancy:
 
 
 def place_of(bb: BoundBuffer) -> Place:
-    level = bb.buffer.level
-    return level, bb.buffer.worker if level == "L1" else -1, bb.bank
+    return bb.buffer.level, bb.buffer.owner, bb.bank
 
 
 def relocate(binding: Binding, taken: Occupancy, machine: Machine) -> Binding:
@@ -89,6 +88,6 @@ def _offsets(spans: list[tuple[int, int, int]], extent: int, size: int, line: in
     top = (size - extent) // line * line
     candidates = {0, top}
     for s, e, _ in spans:
-        candidates.add(-(-e // line) * line)
+        candidates.add(_align(e, line))
         candidates.add((s - extent) // line * line)
     return sorted(o for o in candidates if 0 <= o <= top)

@@ -92,16 +92,16 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     return bindings
 
 
-def program_tasks(program: Program, machine: Machine, bindings: list[Binding]) -> Iterator[Task]:
+def program_tasks(program: Program, bindings: list[Binding]) -> Iterator[Task]:
     stream = TaskStream(program)
-    for kernel, binding in zip(program.kernels, bindings):
-        yield from stream.kernel_tasks(kernel, binding)
+    for phase, (kernel, binding) in enumerate(zip(program.kernels, bindings)):
+        yield from stream.kernel_tasks(kernel, binding, phase)
 
 
 def simulate(program: Program, machine: Machine, bindings: list[Binding], trace: bool = False,
              record_first: int = 0, progress: Callable[[int], None] | None = None) -> SimResult:
     sim = Simulator(machine, trace=trace, record_first=record_first, dep_window=DEP_WINDOW)
-    return sim.run(program_tasks(program, machine, bindings), progress=progress)
+    return sim.run(program_tasks(program, bindings), progress=progress)
 
 
 def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndarray],

@@ -111,3 +111,13 @@ def accumulating(op: Compute, env: dict[str, int]) -> bool:
         return expr == "true"
     var, _, rest = expr.partition(">")
     return env.get(var.strip(), 0) > int(rest.strip() or 0)
+
+
+def readers(kernel: Kernel) -> dict[int, list[int]]:
+    """For each data move, the ops that read the buffer it fills (its consumers)."""
+    out: dict[int, list[int]] = {op.op_id: [] for op in kernel.body if isinstance(op, DataMove)}
+    for op in kernel.body:
+        for dep in op.depends_on:
+            if dep in out:
+                out[dep].append(op.op_id)
+    return out

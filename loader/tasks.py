@@ -25,7 +25,7 @@ from hardware import Task
 from .binding import Binding
 from .buffers import engine_kind, l2_port_op
 from .relocate import Occupancy, place_of
-from .schedule import accumulating, expand, tile_elements, tile_slices
+from .schedule import accumulating, expand, readers, tile_elements, tile_slices
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
 
@@ -39,7 +39,8 @@ class TaskStream:
         self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
 
-    def kernel_tasks(self, kernel: Kernel, binding: Binding) -> Iterator[Task]:
+    def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
+        """The kernel's tasks, tagged with `phase` (its number in the program)."""
         g = self.program.graph
         workers = binding.workers
         last: dict[tuple[int, int], int] = {}  # (worker, op_id) -> id of its latest instance
@@ -49,7 +50,6 @@ class TaskStream:
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
-        phase = self.program.kernels.index(kernel)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
         for worker, op, env in expand(kernel, workers):
             tid = self.next_id
@@ -80,6 +80,7 @@ class TaskStream:
                 tensor = g.tensors[dst.tensor]
                 nbytes = tile_elements(dst, tensor.shape, env) * itemsize(tensor.dtype)
                 engine = binding.engines[op.op_id, worker]
+                # one queue per op across kernels: a later kernel's move waits behind the earlier kernel's
                 task = Task(tid, kind, engine, window, stream=op.op_id,
                             bytes=nbytes, src_level=src.level, dst_level=dst.level,
                             l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose, phase=phase,
@@ -112,10 +113,10 @@ class TaskStream:
     def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int]) -> None:
         """This kernel's buffers hide the earlier ones they overlap: their last use is later. A
         buffer's last use is the latest task of the move that fills it or of an op that reads it."""
-        readers = {op.op_id: [r.op_id for r in kernel.body if op.op_id in r.depends_on] for op in kernel.body}
+        consumers = readers(kernel)
         for bb in binding.buffers:
             w, op_id = bb.buffer.worker, bb.buffer.op_id
-            uses = [last[w, o] for o in (op_id, *readers[op_id]) if (w, o) in last]
+            uses = [last[w, o] for o in (op_id, *consumers[op_id]) if (w, o) in last]
             if uses:
                 self.occupied.claim(bb, max(uses))
 

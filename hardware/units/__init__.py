@@ -4,3 +4,22 @@ Every model has `cycles(task) -> int` and `tail_cycles`: the trailing part of a 
 it no longer holds its shared resource (DRAM channel or L2 bank port), so the simulator can free
 that resource early.
 """
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..machine import Machine
+from ..task import Task
+from .block_mover import BlockMoverModel
+from .dma import DmaModel
+from .streamer import StreamerModel
+
+# the engines that move data, by Task.unit
+MOVE_MODELS = {"dma": DmaModel, "block_mover": BlockMoverModel, "streamer": StreamerModel}
+
+
+def move_timer(machine: Machine) -> Callable[[str, int], int]:
+    """(engine kind, bytes) -> cycles one move keeps that engine busy, as the simulator times it."""
+    models = {kind: model(machine) for kind, model in MOVE_MODELS.items()}
+    return lambda kind, nbytes: models[kind].cycles(Task(0, kind, 0, bytes=nbytes))
