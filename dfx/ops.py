@@ -34,6 +34,8 @@ class OpDef:
     # the tile COMPUTE's meaning, for ops that lower: (input tiles, partial result or None when
     # starting afresh, accumulation dtype) -> the new partial result, in that dtype
     tile: Callable[[list[np.ndarray], np.ndarray | None, np.dtype], np.ndarray] | None = None
+    # the array work of one tile COMPUTE: (input tile shapes) -> (m, n, k) of C[m, n] += A[m, k] B[k, n]
+    tile_mnk: Callable[[list[tuple[int, ...]]], tuple[int, int, int]] | None = None
 
 
 REGISTRY: dict[str, OpDef] = {}
@@ -88,6 +90,11 @@ def _matmul_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dt
     return c
 
 
+def _matmul_mnk(shapes: list[tuple[int, ...]]) -> tuple[int, int, int]:
+    a, b = shapes[0], shapes[1]
+    return a[-2], b[-1], a[-1]
+
+
 def _matmul_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     acc = numpy_dtype(accumulation_dtype([dtype_of(x) for x in arrays] + out_dtypes))
     return [_matmul_tile(arrays, None, acc).astype(numpy_dtype(out_dtypes[0]))]
@@ -103,6 +110,7 @@ MATMUL = register(OpDef(
     doc="C = A @ B (+ Cin with a third operand); leading dims batch and broadcast as numpy.matmul; "
         "partial sums in f32 (i32 for integers, f64 when any side is f64), rounded once to C's dtype",
     tile=_matmul_tile,
+    tile_mnk=_matmul_mnk,
 ))
 
 

@@ -1,6 +1,6 @@
 """Machine configs: the flat kpu-sim schema (JSON or YAML) plus our optional `timing` section.
 
-`load_machine(path)` reads a `.json`, `.yaml` or `.yml` file; `machine_from_dict(document, source)`
+`load_machine(path)` reads a `.json`, `.yaml` or `.yml` file, or a shipped config by name; `machine_from_dict(document, source)`
 takes an already parsed document. Both return a `hardware.machine.Machine` or raise `ConfigError`,
 whose message is one line naming the file, the dotted key and the reason:
 
@@ -350,8 +350,8 @@ def _parse(text: str, suffix: str, source: str) -> Any:
 
 
 def load_machine(path: str | os.PathLike[str]) -> Machine:
-    """Read a config file (.json, .yaml or .yml) and build its Machine."""
-    source = os.fspath(path)
+    """Read a config file (.json, .yaml or .yml), or a shipped config by name, and build its Machine."""
+    source = resolve_config(os.fspath(path))
     suffix = Path(source).suffix.lower()
     if suffix not in (".json", ".yaml", ".yml"):
         _fail(source, "", f"unsupported extension {suffix!r}; expected .json, .yaml or .yml")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware import ConfigError, load_machine, resolve_config
+from hardware import ConfigError, load_machine
 
 from .errors import CompileError
 
@@ -34,7 +34,7 @@ class Target:
 def load_target(config: str) -> Target:
     """The target of a config file, or of a shipped config named without suffix."""
     try:
-        m = load_machine(resolve_config(config))
+        m = load_machine(config)
     except ConfigError as e:
         raise CompileError(str(e)) from None
     tiles = m.compute.tiles

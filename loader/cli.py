@@ -62,7 +62,7 @@ def load(
     from rich.console import Console
 
     from dfx import ObjectFileError, read
-    from hardware import ConfigError, load_machine, resolve_config
+    from hardware import ConfigError, load_machine
 
     from .binding import BindError, bind_greedy
     from .buffers import op_runs
@@ -80,7 +80,7 @@ def load(
     started = time.perf_counter()
     try:
         program = read(object_file)
-        machine = load_machine(resolve_config(config))
+        machine = load_machine(config)
         given = dict(read_input(spec, program) for spec in input or [])
         check_fits(program, machine, object_file)
         if binder == "cp-sat":

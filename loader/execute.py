@@ -68,8 +68,9 @@ def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarra
         _compute(op, env, worker, tiles, acc)
 
 
-# the tile computes this loader executes: those of registry ops that define one
-COMPUTES = {op.compute_type: op.tile for op in REGISTRY.values() if op.tile is not None}
+# the tile computes this loader executes and times: those of registry ops that define both
+COMPUTES = {op.compute_type: op.tile for op in REGISTRY.values()
+            if op.tile is not None and op.tile_mnk is not None}
 
 
 def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dfx import Compute, DataMove, Kernel, Program, itemsize
+from dfx import Compute, DataMove, Kernel, Program, itemsize, lookup
 from hardware import Task
 
 from .binding import Binding
@@ -48,6 +48,7 @@ class TaskStream:
         reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
+        tile_mnk = lookup(kernel.op).tile_mnk  # the array work of the kernel's tile compute
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
@@ -89,10 +90,9 @@ class TaskStream:
                 if dst.level == "EXTERNAL":
                     stores.setdefault(dst.tensor, {})[engine] = tid
             elif isinstance(op, Compute):
-                a, b = op.inputs[0], op.inputs[1]
-                rows, inner = tile_slices(a, g.tensors[a.tensor].shape, env)[-2:]
-                cols = tile_slices(b, g.tensors[b.tensor].shape, env)[-1]
-                mm, k, n = rows.stop - rows.start, inner.stop - inner.start, cols.stop - cols.start
+                shapes = [tuple(s.stop - s.start for s in tile_slices(r, g.tensors[r.tensor].shape, env))
+                          for r in op.inputs]
+                mm, n, k = tile_mnk(shapes)
                 drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
                 task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain, phase=phase,
                             label=f"{op.compute_type} {op.output.tensor}",
