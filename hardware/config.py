@@ -1,7 +1,7 @@
 """Machine configs: the flat kpu-sim schema (JSON or YAML) plus our optional `timing` section.
 
-`load_machine(path)` reads a `.json`, `.yaml` or `.yml` file, or a shipped config by name; `machine_from_dict(document, source)`
-takes an already parsed document. Both return a `hardware.machine.Machine` or raise `ConfigError`,
+`load_machine(path)` reads a `.json`, `.yaml` or `.yml` file, or a shipped config by name;
+`machine_from_dict(document, source)` takes an already parsed document. Both return a `hardware.machine.Machine` or raise `ConfigError`,
 whose message is one line naming the file, the dotted key and the reason:
 
     configs/x.json: on_chip_memory.l2.bank_count: must be a positive integer, got 0
