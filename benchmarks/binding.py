@@ -107,7 +107,7 @@ Reproduce: `.venv/bin/python benchmarks/binding.py`.
 
 Every matmul of `tests/data/dfg/` (`*matmul*`, `*AtimesBtimesC*`) and three generated ones (`matmul_MxKxN`)
 are compiled for `configs/standard.json` and bound to it by `--binder greedy` (first fit, round-robin
-engines) and `--binder cp-sat` (default 1 s limit); with either, the loader then moves each kernel's
+engines) and `--binder cp-sat` (a work limit of 0.25 deterministic seconds, the same on any machine); with either, the loader then moves each kernel's
 banks off the memory the kernels before it used, so kernels can overlap. The estimated makespan is the most-loaded engine
 or L2 bank port (`loader.estimate_makespan`, the same count for both binders), summed over the
 kernels. Simulated cycles are timing-only runs (`loader.simulate`). Bind time is the wall time of

@@ -1,7 +1,7 @@
 """A binding: where each buffer lives and which engine runs each stream, for one kernel.
 
 `bind_greedy` is the baseline (first fit, round-robin engines) and the fallback when CP-SAT
-finds nothing in its time limit.
+finds nothing within its work limit.
 """
 
 from __future__ import annotations

@@ -4,17 +4,23 @@ greedy first fit misses, one-line errors when nothing fits, determinism, and the
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+import subprocess
+import sys
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CONFIGS, DATA, assert_one_line_error, examples, run_cli
-from dfx import read
+from conftest import CONFIGS, DATA, ROOT, assert_one_line_error, examples, run_cli
+from dfx import Program, read
 from hardware import load_machine
 from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
-from loader.bind import bind_cpsat
+from kernel_compiler import compile_graph, load_graph, load_target
+from loader.bind import WORK_LIMIT, bind_cpsat, solver
 from loader.binding import BindError, Binding, bind_greedy, engine_count, estimate_makespan
 from loader.buffers import Buffer, StreamReq, engine_kind, level_banks
 from loader.relocate import Occupancy, relocate
@@ -100,7 +106,7 @@ def test_random_bindings_are_valid(problem):
     except BindError:
         greedy = None
     try:
-        binding = bind_cpsat("k", workers, buffers, streams, m, "t.kpu", time_limit=0.3)
+        binding = bind_cpsat("k", workers, buffers, streams, m, "t.kpu", work_limit=0.1)
     except BindError as e:
         assert str(e) and "\n" not in str(e)
         # greedy packs as if all buffers were live at once: what it places, CP-SAT places too
@@ -198,11 +204,11 @@ def test_operand_streams_get_their_own_bank_ports():
     assert len({bb.bank for bb in greedy.buffers}) < 4
 
 
-def test_time_limit_without_solution_falls_back_to_greedy():
+def test_work_limit_without_solution_falls_back_to_greedy():
     m = load_machine(CONFIGS / "standard.json")
     buffers = [Buffer(op, 0, t, "L2", 16 * KB, 2, 0, 10) for op, t in ((1, "A"), (4, "B"))]
     streams = streams_for(buffers, [8, 8])
-    binding = bind_cpsat("k", 1, buffers, streams, m, "t.kpu", time_limit=1e-9)
+    binding = bind_cpsat("k", 1, buffers, streams, m, "t.kpu", work_limit=1e-9)
     assert binding.method == "greedy"
     assert any("cp-sat found no binding" in note for note in binding.notes)
     assert_valid(binding, buffers, streams, m)
@@ -241,17 +247,52 @@ def test_object_too_big_for_config_exits_2_with_one_line(tmp_path):
     assert re.search(r"needs [\d.]+ KiB (in one |of )L[123]\b", line), line
 
 
-def test_binding_is_deterministic(tmp_path):
+@contextmanager
+def all_cores_busy():
+    """One busy loop per core, each in a process of its own, while the block runs; yields them."""
+    loops = []
+    try:
+        for _ in range(os.cpu_count() or 1):
+            loops.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+        yield loops
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+
+
+def compiled(src, config: str) -> Program:
+    graph, _ = load_graph(str(src))
+    return compile_graph(graph, str(src), load_target(str(CONFIGS / f"{config}.json")))
+
+
+def test_binding_is_deterministic_under_load(gemm_file):
+    # a wall-clock limit would stop a search wherever the load let it get: only work may stop it
+    assert math.isinf(solver(WORK_LIMIT).parameters.max_time_in_seconds)
+    cases = [(ROOT / "examples" / "matmul_256.dfg", "standard"),
+             # this odd shape on 4 compute tiles stops on the work limit, not on a proof of
+             # optimality, so where the search stops decides the binding
+             (gemm_file(333, 777, 555), "datacenter")]
+    programs = [(compiled(src, config), load_machine(CONFIGS / f"{config}.json")) for src, config in cases]
+
+    def bind_all() -> list[list[Binding]]:
+        return [bind_program(program, m, "t.kpu", bind_cpsat) for program, m in programs]
+
+    def placed(run: list[list[Binding]]) -> list[list[tuple]]:
+        return [[(b.buffers, b.engines, b.makespan_estimate) for b in bindings] for bindings in run]
+
+    with all_cores_busy() as loops:
+        runs = [bind_all() for _ in range(20)]
+        assert all(p.poll() is None for p in loops)  # the load lasted the whole test
+    assert runs[0][1][0].notes == ["cp-sat: best found within the work limit"]
+    for n, run in enumerate(runs[1:], 2):
+        assert placed(run) == placed(runs[0]), f"run {n} bound differently from run 1"
+
+
+def test_binding_is_deterministic_across_processes(tmp_path):
     obj = tmp_path / "chained.kpu"
     proc = run_cli("compiler", DATA / "dfg" / "workloads__nla__matmul_256x256_chained.dfg", "-o", obj)
     assert proc.returncode == 0, proc.stderr
-    program = read(obj)
-    for config in ("standard", "datacenter"):
-        m = load_machine(CONFIGS / f"{config}.json")
-        first, second = (bind_program(program, m, str(obj), bind_cpsat) for _ in range(2))
-        assert [(b.buffers, b.engines, b.makespan_estimate) for b in first] == \
-               [(b.buffers, b.engines, b.makespan_estimate) for b in second]
-    # and across processes, through the CLI
     runs = [run_cli("loader", obj, "--config", CONFIGS / "datacenter.json", "--dry-run", "--json")
             for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr
