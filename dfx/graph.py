@@ -6,6 +6,24 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+# Bounds every shape meets wherever it enters (frontends, shape inference, the object reader).
+# 2^40 elements is 4 TiB of f32, beyond any machine model's external memory, and keeps the byte
+# and tile counts the toolchain derives from shapes inside a signed 64-bit integer. Rank 32 is
+# numpy's oldest ndarray limit.
+MAX_ELEMENTS = 2**40
+MAX_RANK = 32
+INT64_MAX = 2**63 - 1  # the largest integer a `.kpu` file holds (orjson writes no wider signed int)
+
+
+def shape_problem(shape: tuple[int, ...] | list[int]) -> str | None:
+    """Why `shape` cannot be a tensor's, or None. An empty dimension counts as 1, so it cannot
+    hide huge other dimensions (their tile loops would still run)."""
+    if len(shape) > MAX_RANK:
+        return f"rank {len(shape)} exceeds the {MAX_RANK} a tensor may have"
+    if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+        return f"shape {list(shape)} has more than the 2^40 elements a tensor may have"
+    return None
+
 
 @dataclass
 class Tensor:

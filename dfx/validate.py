@@ -1,10 +1,15 @@
 """Semantic checks of a program that a JSON Schema cannot express: names resolve, ids are
-unique, loop variables exist, tile index lists match tensor ranks."""
+unique, roles agree with the ops, loop variables exist, tile index lists match tensor ranks,
+and every loop's trip count is the one its tile indices need, so no edited number can make the
+loader run longer than the tensors' shapes say."""
 
 from __future__ import annotations
 
+import re
+
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
+from .graph import shape_problem
 from .kernel import Compute, DataMove, TileRef
 from .ops import lookup
 from .program import Program
@@ -19,25 +24,42 @@ def validate_program(program: Program, where: str) -> None:
     for t in g.tensors.values():
         if t.dtype not in DTYPES:
             fail(f"tensor '{t.name}'", f"unknown dtype '{t.dtype}'")
+        problem = shape_problem(t.shape)
+        if problem:
+            fail(f"tensor '{t.name}'", problem)
+    # with no graph op there is no kernel either (each op must have one, checked last)
+    if not g.ops:
+        fail("graph", "has no ops: the program computes nothing")
+    producer: dict[str, str] = {}
     for op in g.ops:
         for name in op.inputs + op.outputs:
             if name not in g.tensors:
                 fail(f"graph op '{op.name}'", f"unknown tensor '{name}'")
+        for name in op.outputs:
+            if name in producer:
+                fail(f"graph op '{op.name}'", f"writes '{name}', which graph op '{producer[name]}' writes too")
+            producer[name] = op.name
+    # roles must agree with the ops, or a run would overwrite an input or check nothing
+    for t in g.tensors.values():
+        if t.name in producer and t.role in ("input", "constant"):
+            fail(f"tensor '{t.name}'", f"has role '{t.role}' but graph op '{producer[t.name]}' produces it")
+        if t.name not in producer and t.role in ("output", "intermediate"):
+            fail(f"tensor '{t.name}'", f"has role '{t.role}' but no graph op produces it")
+    if not g.outputs:
+        fail("graph", "has no output tensor, so a run would compute and check nothing")
     for name, raw in g.constants.items():
         t = g.tensors.get(name)
         if t is None:
             fail(f"constants/{name}", "not a tensor of the graph")
+        if t.role not in ("input", "constant"):
+            fail(f"constants/{name}", f"gives a value to a tensor of role '{t.role}', which a graph op computes")
         if len(raw) != t.size * itemsize(t.dtype):
             fail(f"constants/{name}", f"holds {len(raw)} bytes, tensor {list(t.shape)} {t.dtype} "
                  f"needs {t.size * itemsize(t.dtype)}")
-    produced = {t for op in g.ops for t in op.outputs}
-    for t in g.tensors.values():
-        if t.role == "output" and t.name not in produced:
-            fail(f"tensor '{t.name}'", "is an output but no graph op produces it")
     graph_ops = {op.name: op for op in g.ops}
     kernel_names: set[str] = set()
     # tensors in external memory before a kernel runs: inputs, constants, earlier kernels' outputs
-    ready = {t.name for t in g.tensors.values() if t.role in ("input", "constant")} | set(g.constants)
+    ready = {t.name for t in g.tensors.values() if t.role in ("input", "constant")}
     for k in program.kernels:
         place = f"kernel '{k.name}'"
         if k.name in kernel_names:
@@ -64,6 +86,7 @@ def validate_program(program: Program, where: str) -> None:
             if l.end < l.start:
                 fail(f"{place} loop '{l.induction_var}'", f"end {l.end} < start {l.start}")
         ids: set[int] = set()
+        indexing: set[str] = set()  # loop variables some tile index uses
         for op in k.body:
             op_place = f"{place} op {op.op_id}"
             if op.op_id in ids:
@@ -98,6 +121,7 @@ def validate_program(program: Program, where: str) -> None:
                 if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape):
                     fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices and "
                          f"{len(ref.tile_shape)} extents for a rank-{len(t.shape)} tensor")
+                indexing.update(ref.tile_indices)
                 for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, t.shape):
                     if index == "0":
                         trips = 1
@@ -106,17 +130,26 @@ def validate_program(program: Program, where: str) -> None:
                         trips = loop.end if loop.step == 1 and loop.start == 0 else -1
                     else:
                         fail(op_place, f"tile index '{index}' is not a loop variable")
-                    # the tiles must cover the dimension exactly: no tile wholly outside it
-                    if not (trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent):
-                        fail(op_place, f"tiles of {extent} along '{index}' do not cover dimension {dim} "
-                             f"of '{ref.tensor}'")
+                    # the tiles must cover the dimension exactly: trips = ceil(dim / extent), no
+                    # tile wholly outside it and none larger than the dimension
+                    if not (trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent
+                            and extent <= max(dim, 1)):
+                        fail(op_place, f"tiles of {extent} along '{index}' ({trips} trips) do not cover "
+                             f"dimension {dim} of '{ref.tensor}' exactly")
+        for l in k.tile_loops:
+            if l.induction_var not in indexing:
+                # nothing would bound its trips but the number written in the file
+                fail(f"{place} loop '{l.induction_var}'", "indexes no tile dimension")
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")
+
+
+_BOUND = re.compile(r"[0-9]{1,18}")  # ASCII digits that int() reads into a 64-bit value
 
 
 def _accumulate_ok(expr: str, loop_vars: list[str]) -> bool:
     if expr in ("true", "false"):
         return True
     var, sep, bound = expr.partition(">")
-    return bool(sep) and var.strip() in loop_vars and bound.strip().isdigit()
+    return bool(sep) and var.strip() in loop_vars and _BOUND.fullmatch(bound.strip()) is not None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from dfx import Graph, Kernel, Op, Program
+from dfx.graph import INT64_MAX
 
 from .errors import CompileError
 from .lower_matmul import lower_matmul
@@ -28,11 +29,36 @@ def kernel_name(op: Op, index: int) -> str:
     return f"{op.op_type.lower()}_{index}"
 
 
+def _counts(d: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, int]]:
+    """(dotted key, value) of every integer in a nested dict."""
+    for key, value in d.items():
+        if isinstance(value, dict):
+            yield from _counts(value, f"{prefix}{key}.")
+        elif isinstance(value, int):
+            yield f"{prefix}{key}", value
+
+
+def _check_counts(kernel: Kernel, where: str) -> None:
+    # the object file holds signed 64-bit integers only; a count beyond that is a problem too
+    # large for any machine, not something to truncate
+    for section in ("hints", "requirements"):
+        for key, value in _counts(getattr(kernel, section)):
+            if value > INT64_MAX:
+                raise CompileError(f"{where}: kernel '{kernel.name}': {section} '{key}' is {value}, beyond a "
+                                   f"signed 64-bit integer; the problem is too large")
+
+
 def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto") -> Program:
+    # an empty program would "run" and report nothing: refuse it here, as the object reader does
+    if not graph.ops:
+        raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
+    if not graph.outputs:
+        raise CompileError(f"{source}: graph '{graph.name}': has no outputs, nothing it computes would be kept")
     kernels: list[Kernel] = []
     producer: dict[str, str] = {}
     for i, op in enumerate(graph.ops):
         kernel = lower_op(graph, op, kernel_name(op, i), target, dataflow)
+        _check_counts(kernel, op.source or op.name)
         kernel.depends_on = sorted({producer[t] for t in op.inputs if t in producer})
         for t in op.outputs:
             producer[t] = kernel.name

@@ -8,7 +8,7 @@ disagreement becomes a warning. Dtypes stay as declared: mixed-precision chains 
 from __future__ import annotations
 
 from dfx import ops as registry
-from dfx.graph import Graph, Op
+from dfx.graph import Graph, Op, shape_problem
 
 from .errors import CompileError
 
@@ -36,6 +36,9 @@ def _infer_op(graph: Graph, op: Op, opdef: registry.OpDef, warnings: list[str]) 
     for name, shape in zip(op.outputs, derived):
         tensor = graph.tensors[name]
         shape = tuple(int(d) for d in shape)
+        problem = shape_problem(shape)  # a broadcast or a product can outgrow its operands
+        if problem:
+            raise CompileError(f"{op.source}: result '{name}': {problem}")
         if tensor.shape != shape:
             warnings.append(f"{op.source}: declared shape {list(tensor.shape)} of '{name}' disagrees with the "
                             f"derived {list(shape)}; using the derived shape")

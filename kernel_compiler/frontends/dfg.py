@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dfx.graph import Graph, Op, Tensor
+from dfx.graph import INT64_MAX, Graph, Op, Tensor, shape_problem
 
 from ..errors import CompileError
 
@@ -260,6 +260,9 @@ class _Reader:
                 raise self.fail(number, f"unknown element type '{_clip(part)}' in '{_clip(text)}'")
             else:
                 raise self.fail(number, f"bad dimension '{_clip(part)}' in '{_clip(text)}'")
+        problem = shape_problem(shape)
+        if problem:
+            raise self.fail(number, f"type '{_clip(text)}': {problem}")
         return DfgType(tuple(shape), dtype)
 
     def parse_attributes(self, number: int, text: str) -> dict[str, Any]:
@@ -281,8 +284,8 @@ class _Reader:
         typed = _TYPED_SCALAR.fullmatch(value)
         if typed and _FLOAT.fullmatch(typed.group(1)):  # `6.000000e+00 : f32`, `1 : i32`
             return self.parse_number(number, key, typed.group(1), typed.group(2))
-        if _SIGNED_INT.fullmatch(value) and len(value) <= 19:
-            return int(value)
+        if _SIGNED_INT.fullmatch(value):
+            return self.int64(number, key, value)
         if _FLOAT.fullmatch(value):
             return float(value)
         return value  # e.g. `target:memory`
@@ -290,8 +293,15 @@ class _Reader:
     def parse_number(self, number: int, key: str, text: str, element_type: str) -> int | float:
         integral = element_type[0] in "iu"
         if (_SIGNED_INT if integral else _FLOAT).fullmatch(text) and len(text) <= 40:
-            return int(text) if integral else float(text)
+            return self.int64(number, key, text) if integral else float(text)
         raise self.fail(number, f"attribute '{_clip(key)}': bad {element_type} value '{_clip(text)}'")
+
+    def int64(self, number: int, key: str, text: str) -> int:
+        # attributes go into the object file, which holds signed 64-bit integers at most; the
+        # length test comes first so that int() never meets thousands of digits
+        if len(text.lstrip("+-")) <= 19 and -INT64_MAX - 1 <= int(text) <= INT64_MAX:
+            return int(text)
+        raise self.fail(number, f"attribute '{_clip(key)}': {_clip(text)} does not fit in a signed 64-bit integer")
 
 
 def _split_top_level(text: str) -> list[str]:

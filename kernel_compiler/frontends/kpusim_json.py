@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import heapq
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from dfx import dtypes
-from dfx.graph import Graph, Op, Tensor
+from dfx.graph import INT64_MAX, Graph, Op, Tensor, shape_problem
 
 from ..errors import CompileError
 
@@ -34,6 +35,10 @@ OPERATORS = frozenset(OPERATOR_NAMES.values()) | frozenset(
 )
 # GEMM attributes with these values mean a plain matmul; anything else the MATMUL op cannot express.
 PLAIN_GEMM = {"transpose_a": False, "transpose_b": False, "alpha": 1.0, "beta": 0.0}
+# Attributes are copied into the object file, which orjson writes: integers must fit in a signed
+# 64-bit integer and nesting must stay far below orjson's 255 levels (real attributes are flat
+# or lists of numbers).
+MAX_ATTR_DEPTH = 16
 
 
 class _Doc:
@@ -74,8 +79,11 @@ def parse_kpusim_json(path: str, text: str | None = None) -> tuple[Graph, list[s
         root = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CompileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:  # e.g. an integer literal beyond Python's digit limit
-        raise CompileError(f"{path}: invalid JSON: {exc}") from None
+    except RecursionError:
+        raise CompileError(f"{path}: invalid JSON: nested too deeply") from None
+    except ValueError:  # Python's limit on the digits of an integer literal
+        raise CompileError(f"{path}: invalid JSON: an integer literal has more than "
+                           f"{sys.get_int_max_str_digits()} digits") from None
     doc = _Doc(path)
     if not isinstance(root, dict):
         raise doc.fail("(top level)", f"expected an object, got {type(root).__name__}")
@@ -102,6 +110,9 @@ def _read_tensors(doc: _Doc, tensors: dict) -> dict[str, Tensor]:
         shape = doc.get(spec, "shape", where, list)
         if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 2**31 for d in shape):
             raise doc.fail(f"{where}.shape", f"expected a list of non-negative integers, got {_clip(shape)}")
+        problem = shape_problem(shape)
+        if problem:
+            raise doc.fail(f"{where}.shape", problem)
         dtype_name = doc.get(spec, "dtype", where, str)
         try:
             dtype = dtypes.canonical(dtype_name)
@@ -124,6 +135,7 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
         raise doc.fail(f"{where}.type", f"unknown operator type '{type_name}'")
     name = doc.get(spec, "name", where, str, required=False) or f"{op_type.lower()}_{index}"
     attrs = doc.get(spec, "attributes", where, dict, required=False) or {}
+    _check_attribute(doc, attrs, f"{where}.attributes", 0)
     if op_type == "MATMUL":
         for key, plain in PLAIN_GEMM.items():
             if key in attrs and attrs[key] != plain:
@@ -136,6 +148,16 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
                 raise doc.fail(f"{where}.{key}[{i}]", f"no tensor {json.dumps(tensor)} in 'tensors'")
         lists[key] = names
     return Op(name, op_type, lists["inputs"], lists["outputs"], dict(attrs), source=f"{doc.file}: {where} {json.dumps(name)}")
+
+
+def _check_attribute(doc: _Doc, value: Any, where: str, depth: int) -> None:
+    if depth > MAX_ATTR_DEPTH:
+        raise doc.fail(where, f"nested deeper than {MAX_ATTR_DEPTH} levels")
+    if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+        raise doc.fail(where, "integer does not fit in a signed 64-bit integer")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_attribute(doc, item, f"{where}.{key}" if isinstance(value, dict) else f"{where}[{key}]", depth + 1)
 
 
 def _check_unique_names(doc: _Doc, ops: list[Op]) -> None:
