@@ -18,8 +18,9 @@ from typing import Any
 import orjson
 
 from .errors import ObjectFileError
-from .graph import Graph, Op, Tensor
+from .graph import INT64_MAX, Graph, Op, Tensor
 from .kernel import Barrier, Compute, DataMove, Kernel, TileLoop, TileRef
+from .output_files import OutputFiles
 from .program import Program
 from .validate import validate_program
 
@@ -77,15 +78,10 @@ def dumps(program: Program) -> bytes:
 
 
 def write(program: Program, path: str | Path) -> None:
-    """Write atomically: a failure never leaves a partial object behind."""
-    path = Path(path)
-    data = dumps(program)
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write atomically: a failure never leaves a partial object behind (OutputError if it fails)."""
+    with OutputFiles() as out:
+        out.stage(out.claim(path), dumps(program))
+        out.commit()
 
 
 # ---- reading -------------------------------------------------------------------------------
@@ -110,6 +106,27 @@ def _schema_error(where: str, obj: dict[str, Any]) -> None:
         raise ObjectFileError(f"{where}: {place}: {error.message.splitlines()[0]}")
 
 
+# A compiled object nests about ten levels, attributes included. Checksumming (orjson, 255
+# levels) and schema validation (recursive) must never meet a document nested deeper.
+MAX_DEPTH = 64
+
+
+def _bounds_error(where: str, obj: Any) -> None:
+    """Nesting depth and integer range, walked without recursion: orjson reads integers up to
+    2^64 - 1 and nesting up to 1024 levels, more than the rest of the reader can take."""
+    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ObjectFileError(f"{where}: {path[:80]}...: nested deeper than {MAX_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}/{k}" if path else k, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}/{i}" if path else str(i), depth + 1) for i, v in enumerate(value))
+        elif isinstance(value, int) and value > INT64_MAX:
+            raise ObjectFileError(f"{where}: {path}: {value} does not fit in a signed 64-bit integer")
+
+
 def loads(data: bytes, where: str = "<object>") -> Program:
     try:
         obj = orjson.loads(data)
@@ -123,6 +140,7 @@ def loads(data: bytes, where: str = "<object>") -> Program:
     if obj.get("dfx_version") != DFX_VERSION:
         raise ObjectFileError(f"{where}: unsupported dfx_version {obj.get('dfx_version')!r}, "
                               f"this loader reads {DFX_VERSION}")
+    _bounds_error(where, obj)
     body = obj.get("body")
     if not isinstance(body, dict) or _digest(body) != obj.get("sha256"):
         raise ObjectFileError(f"{where}: sha256 mismatch: the body was modified or corrupted")

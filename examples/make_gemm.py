@@ -1,4 +1,4 @@
-"""Write a GEMM as a Domain Flow Graph: `python examples/make_gemm.py M N K [dtype] -o gemm.dfg`.
+"""Write a GEMM as a Domain Flow Graph: `.venv/bin/python examples/make_gemm.py M N K [dtype] -o gemm.dfg`.
 
 The text follows the domain_flow serializer (examples/matmul_256.dfg was made with it).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from dfx import itemsize
+from dfx import OutputFiles, itemsize
 
 
 def gemm_dfg(M: int, N: int, K: int, dtype: str = "f32", name: str | None = None) -> str:
@@ -44,8 +44,9 @@ def main() -> None:
     p.add_argument("dtype", nargs="?", default="f32")
     p.add_argument("-o", "--output", required=True)
     args = p.parse_args()
-    with open(args.output, "w") as f:
-        f.write(gemm_dfg(args.M, args.N, args.K, args.dtype) + "\n")
+    with OutputFiles() as files:
+        files.stage(files.claim(args.output), (gemm_dfg(args.M, args.N, args.K, args.dtype) + "\n").encode())
+        files.commit()
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from hardware.machine import (
 )
 from hardware.simulator import PhaseSpan, SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
-from hardware.trace import write_trace
+from hardware.trace import trace_json
 from hardware.units import move_timer
 from hardware.units.systolic_array import matmul_cycles
 
@@ -34,5 +34,5 @@ __all__ = [
     "matmul_cycles",
     "move_timer",
     "resolve_config",
-    "write_trace",
+    "trace_json",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 import orjson
 
@@ -11,8 +10,8 @@ from .machine import Machine
 from .simulator import TRACE_PID, SimResult
 
 
-def write_trace(path: str | Path, result: SimResult, machine: Machine, phase_names: Sequence[str] = ()) -> None:
-    """Write one named track per unit, in `result.units` order, and the run's task slices.
+def trace_json(result: SimResult, machine: Machine, phase_names: Sequence[str] = ()) -> bytes:
+    """The trace document: one named track per unit, in `result.units` order, and the run's task slices.
 
     Slices (one per task, on its engine's track) come from `Simulator(trace=True)`, already in
     microseconds at the machine clock. DRAM channel and L2 bank tracks are named too, so every
@@ -36,7 +35,7 @@ def write_trace(path: str | Path, result: SimResult, machine: Machine, phase_nam
             spans.append({"name": "compute", "ph": "X", "pid": TRACE_PID, "tid": tid, "ts": span.compute_start * us,
                           "dur": (span.end - span.compute_start) * us, "args": {}})
     doc = {"traceEvents": meta + result.trace_events + spans, "displayTimeUnit": "ns"}
-    Path(path).write_bytes(orjson.dumps(doc))
+    return orjson.dumps(doc)
 
 
 def _track(tid: int, name: str) -> list[dict]:

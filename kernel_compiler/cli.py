@@ -13,12 +13,6 @@ DEFAULT_TARGET = "standard"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def _fail(message: str) -> None:
-    # one line whatever the message quotes from the input (a key may hold a line break)
-    print("error: " + " ".join(message.splitlines()), file=sys.stderr)
-    raise typer.Exit(2)
-
-
 @app.command()
 def compile(
     input: str = typer.Argument(..., help="Graph to compile: .dfg, .json (kpu-sim graph)"),
@@ -30,7 +24,7 @@ def compile(
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
-    from dfx import ObjectFileError, dumps, write
+    from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail
 
     from .compile import compile_graph, kernel_name, lower_op
     from .dump import dump_graph, dump_kernel
@@ -39,34 +33,37 @@ def compile(
     from .target import load_target
 
     if dataflow not in ("auto", "os", "ws", "is"):
-        _fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
-    try:
-        graph, warnings = load_graph(input)
-        for w in warnings:
-            print(f"warning: {w}", file=sys.stderr)
-        tgt = load_target(target)
-        if dump:
-            print(dump_graph(graph))
-            for i, op in enumerate(graph.ops):
-                try:
-                    print(dump_kernel(lower_op(graph, op, kernel_name(op, i), tgt, dataflow)))
-                except CompileError as e:
-                    print(f"  (no kernel) {e}")
-            return
-        program = compile_graph(graph, input, tgt, dataflow)
-        out = output or f"{Path(input).stem}.kpu"
-        write(program, out)
-    except (CompileError, ObjectFileError) as e:
-        _fail(str(e))
-    except OSError as e:
-        _fail(f"{e.filename or output}: cannot write: {e.strerror}")
+        fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
+    with OutputFiles(inputs=[input, target]) as files:
+        try:
+            out = None if dump else files.claim(output or f"{Path(input).stem}.kpu")
+            graph, warnings = load_graph(input)
+            for w in warnings:
+                print(f"warning: {w}", file=sys.stderr)
+            tgt = load_target(target)
+            if dump:
+                print(dump_graph(graph))
+                for i, op in enumerate(graph.ops):
+                    try:
+                        print(dump_kernel(lower_op(graph, op, kernel_name(op, i), tgt, dataflow)))
+                    except CompileError as e:
+                        print(f"  (no kernel) {e}")
+                return
+            program = compile_graph(graph, input, tgt, dataflow)
+            data = dumps(program)
+            files.stage(out, data)
+            files.commit()
+        except (CompileError, ObjectFileError, OutputError) as e:
+            fail(str(e))
     if verbose:
         for k in program.kernels:
             print(dump_kernel(k), file=sys.stderr)
     if emit_dfx:
-        sys.stdout.write(dumps(program).decode())
+        sys.stdout.write(data.decode())
     print(f"wrote {out}: {len(program.kernels)} kernel(s)", file=sys.stderr)
 
 
 def main() -> None:
-    app()
+    from dfx import run_command
+
+    run_command(app)

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+MAX_SHOWN_OPS = 100_000  # --dry-run keeps each shown op's record in memory
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-
-def _fail(message: str) -> None:
-    # one line whatever the message quotes from the input (a key may hold a line break)
-    print("error: " + " ".join(message.splitlines()), file=sys.stderr)
-    raise typer.Exit(2)
 
 
 class _Progress:
@@ -47,12 +42,12 @@ def load(
     config: str = typer.Option(..., "--config", help="Machine config (.json/.yaml) or a shipped name"),
     input: Optional[List[str]] = typer.Option(None, "--input", help="NAME=FILE.npy, repeatable"),
     output_dir: Optional[str] = typer.Option(None, "--output-dir", help="Write each output as NAME.npy here"),
-    seed: int = typer.Option(0, "--seed", help="Seed for inputs not given with --input"),
+    seed: int = typer.Option(0, "--seed", min=0, max=2**63 - 1, help="Seed for inputs not given with --input"),
     check: bool = typer.Option(False, "--check", help="Compare outputs with the numpy reference; exit 1 on mismatch"),
     profile: bool = typer.Option(False, "--profile", help="Print cycles, unit utilization, bytes, roofline"),
     trace_output: Optional[str] = typer.Option(None, "--trace-output", help="Write a Perfetto trace JSON"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Bind and schedule only: buffers, engines, first ops"),
-    ops: int = typer.Option(20, "--ops", min=0, help="Scheduled ops shown by --dry-run"),
+    ops: int = typer.Option(20, "--ops", min=0, max=MAX_SHOWN_OPS, help="Scheduled ops shown by --dry-run"),
     timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
     binder: str = typer.Option("cp-sat", "--binder", help="cp-sat | greedy"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),
@@ -61,69 +56,89 @@ def load(
     import orjson
     from rich.console import Console
 
-    from dfx import ObjectFileError, read
-    from hardware import ConfigError, load_machine
+    from dfx import ObjectFileError, OutputError, OutputFiles, fail, read
+    from hardware import ConfigError, load_machine, trace_json
 
     from .binding import BindError, bind_greedy
-    from .buffers import op_runs
+    from .budget import advise, estimate
     from .execute import ExecutionError
     from .inputs import InputError, program_inputs, read_input
-    from .report import dry_run_view, print_check, print_dry_run, print_profile, summary
+    from .outputs import claim_outputs, stage_array
+    from .report import dry_run_view, print_check, print_dry_run, print_profile, shown, summary
     from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, simulate
 
     console = Console(stderr=True)
     if binder not in ("cp-sat", "greedy"):
-        _fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
+        fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
     skipping = "--dry-run" if dry_run else "--timing-only" if timing_only else None
     if skipping and (check or output_dir is not None):
-        _fail(f"{'--check' if check else '--output-dir'} needs the values that {skipping} skips")
+        fail(f"{'--check' if check else '--output-dir'} needs the values that {skipping} skips")
     started = time.perf_counter()
-    try:
-        program = read(object_file)
-        machine = load_machine(config)
-        given = dict(read_input(spec, program) for spec in input or [])
-        check_fits(program, machine, object_file)
-        if binder == "cp-sat":
-            from .bind import bind_cpsat as bind_fn
-        else:
-            bind_fn = bind_greedy
-        bindings = bind_program(program, machine, object_file, bind_fn)
-    except (ObjectFileError, ConfigError, InputError, LoadError, BindError) as e:
-        _fail(str(e))
+    with OutputFiles(inputs=[object_file, config, *(spec.partition("=")[2] for spec in input or [])]) as files:
+        try:
+            # every output path is checked before any work, and written only once the run succeeded
+            trace_path = files.claim(trace_output) if trace_output is not None else None
+            program = read(object_file)
+            output_paths = claim_outputs(files, output_dir, [t.name for t in program.graph.outputs]) \
+                if output_dir is not None else {}
+            machine = load_machine(config)
+            given = dict(read_input(spec, program) for spec in input or [])
+            check_fits(program, machine, object_file)
+            if binder == "cp-sat":
+                from .bind import bind_cpsat as bind_fn
+            else:
+                bind_fn = bind_greedy
+            bindings = bind_program(program, machine, object_file, bind_fn)
+        except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError) as e:
+            fail(str(e))
 
-    result = RunResult(bindings)
-    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
-    progress = _Progress(total, console, "simulating")
-    try:
-        # a dry run times the whole program too: an op's start depends on every op competing for its unit
-        result.sim = simulate(program, machine, bindings, trace=trace_output is not None,
-                              record_first=ops if dry_run else 0, progress=progress)
-    finally:
-        progress.close()
+        budget = estimate(program, bindings)
+        if not (dry_run or timing_only):
+            advice = advise(budget, object_file)
+            if advice is not None and advice.fatal:
+                fail(advice.message)
+            if advice is not None:
+                print(f"warning: {advice.message}", file=sys.stderr)
+        result = RunResult(bindings)
+        total = budget.tile_ops
+        progress = _Progress(total, console, "simulating")
+        try:
+            # a dry run times the whole program too: an op's start depends on every op competing for its unit
+            result.sim = simulate(program, machine, bindings, trace=trace_path is not None,
+                                  record_first=ops if dry_run else 0, progress=progress)
+        finally:
+            progress.close()
+        if not (dry_run or timing_only):
+            inputs = program_inputs(program, given, seed)
+            progress = _Progress(total, console, "computing values")
+            try:
+                values = execute(program, bindings, inputs, progress)
+            except ExecutionError as e:
+                fail(f"{object_file}: {e}")
+            finally:
+                progress.close()
+            result.outputs = {t.name: values[t.name] for t in program.graph.outputs}
+            if check:
+                result.checks = check_outputs(program, values)
+        result.wall_seconds = time.perf_counter() - started
+
+        try:
+            for name, path in output_paths.items():
+                stage_array(files, path, result.outputs[name])
+            if trace_path is not None:
+                files.stage(trace_path, trace_json(result.sim, machine, [k.name for k in program.kernels]))
+            files.commit()
+        except OutputError as e:
+            fail(str(e))
+
     if dry_run:
-        _write_outputs(result, program, None, trace_output, machine)
         view = dry_run_view(program, bindings, result.sim, ops)
         if json_out:
             sys.stdout.write(orjson.dumps(view).decode() + "\n")
         else:
             print_dry_run(view, console)
         return
-    if not timing_only:
-        inputs = program_inputs(program, given, seed)
-        progress = _Progress(total, console, "computing values")
-        try:
-            values = execute(program, bindings, inputs, progress)
-        except ExecutionError as e:
-            _fail(f"{object_file}: {e}")
-        finally:
-            progress.close()
-        result.outputs = {t.name: values[t.name] for t in program.graph.outputs}
-        if check:
-            result.checks = check_outputs(program, values)
-    result.wall_seconds = time.perf_counter() - started
-
-    output_paths = _write_outputs(result, program, output_dir, trace_output, machine)
-    s = summary(result, program, object_file, machine, output_paths)
+    s = summary(result, program, object_file, machine, {n: str(p) for n, p in output_paths.items()})
     if profile:
         print_profile(s, console)
     if check:
@@ -131,33 +146,13 @@ def load(
     if json_out:
         sys.stdout.write(orjson.dumps(s).decode() + "\n")
     elif not profile:
-        console.print(f"{object_file} on {machine.name}: {s['cycles']:,} cycles, "
+        console.print(f"{shown(object_file)} on {shown(machine.name)}: {s['cycles']:,} cycles, "
                       f"{s['utilization']:.1%} array utilization")
     if check and not result.check_passed:
         raise typer.Exit(1)
 
 
-def _write_outputs(result, program, output_dir: str | None, trace_output: str | None, machine) -> dict[str, str]:
-    """Write the outputs' .npy files and the trace, once the run has succeeded; name -> path."""
-    import numpy as np
-
-    from hardware import write_trace
-
-    paths: dict[str, str] = {}
-    try:
-        if output_dir is not None:
-            Path(output_dir).mkdir(parents=True, exist_ok=True)
-            for name, value in result.outputs.items():
-                path = Path(output_dir) / f"{name}.npy"
-                # plain numpy cannot name bf16/f8 in a .npy: widen them to f32, which is exact
-                np.save(path, value.astype(np.float32) if value.dtype.kind == "V" else value)
-                paths[name] = str(path)
-        if trace_output is not None:
-            write_trace(trace_output, result.sim, machine, [k.name for k in program.kernels])
-    except OSError as e:
-        _fail(f"{e.filename}: cannot write: {e.strerror}")
-    return paths
-
-
 def main() -> None:
-    app()
+    from dfx import run_command
+
+    run_command(app)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dfx import Program
@@ -78,6 +79,13 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     return out
 
 
+def shown(name: str) -> str:
+    """A name from the user's graph as one line of plain text: control characters escaped,
+    rich markup neutralised, very long names cut."""
+    text = name if name.isprintable() else repr(name)[1:-1]
+    return escape(text if len(text) <= 80 else text[:77] + "...")
+
+
 def _si(n: float) -> str:
     for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
@@ -86,10 +94,11 @@ def _si(n: float) -> str:
 
 
 def print_profile(s: dict[str, Any], console: Console) -> None:
-    console.print(f"[bold]{s['object']}[/] on [bold]{s['config']}[/]: {s['cycles']:,} cycles "
+    console.print(f"[bold]{shown(s['object'])}[/] on [bold]{shown(s['config'])}[/]: {s['cycles']:,} cycles "
                   f"({s['seconds'] * 1e6:,.2f} µs)")
     console.print(f"MACs {s['macs']:,}: achieved {s['macs'] / max(1, s['cycles']):,.1f} of peak "
-                  f"{s['peak_macs_per_cycle']} MACs/cycle = [bold]{s['utilization']:.1%}[/] array utilization")
+                  f"{s['peak_macs_per_cycle']} MACs/cycle = [bold]{s['utilization']:.1%}[/] array utilization "
+                  f"(all arrays, over the whole run)")
     for kernel, b in s["bindings"].items():
         for note in b["notes"]:
             console.print(f"{kernel}: {note}")
@@ -97,15 +106,17 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
     kernels = Table(title="kernels", title_justify="left",
-                    caption="utilization: of the arrays, from the kernel's first compute to its end", caption_justify="left")
-    for col in ("kernel", "first load", "first compute", "end", "utilization"):
+                    caption="array utilization: the kernel's MACs over the peak of the arrays, from its first "
+                            "compute to its end", caption_justify="left")
+    for col in ("kernel", "first load", "first compute", "end", "array utilization"):
         kernels.add_column(col, justify="left" if col == "kernel" else "right")
     for name, k in s["kernels"].items():
         first_compute = "-" if k["compute_start_cycle"] is None else f"{k['compute_start_cycle']:,}"
         kernels.add_row(name, f"{k['start_cycle']:,}", first_compute, f"{k['end_cycle']:,}", f"{k['utilization']:.1%}")
     console.print(kernels)
-    units = Table(title="units", title_justify="left")
-    for col in ("unit", "busy cycles", "utilization", "tasks", "bytes"):
+    units = Table(title="units", title_justify="left",
+                  caption="busy: the share of the whole run's cycles the unit was working", caption_justify="left")
+    for col in ("unit", "busy cycles", "busy", "tasks", "bytes"):
         units.add_column(col, justify="left" if col == "unit" else "right")
     for name, u in s["units"].items():
         units.add_row(name, f"{u['busy_cycles']:,}", f"{u['utilization']:.1%}", f"{u['tasks']:,}", _si(u["bytes"]) + "B")
@@ -121,7 +132,7 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
 def print_check(s: dict[str, Any], console: Console) -> None:
     for name, c in s["check"]["outputs"].items():
         mark = "[green]pass[/]" if c["passed"] else "[red]FAIL[/]"
-        console.print(f"check {name}: {mark} max abs error {c['max_abs_error']:.3g}, "
+        console.print(f"check {shown(name)}: {mark} max abs error {c['max_abs_error']:.3g}, "
                       f"max rel error {c['max_rel_error']:.3g}")
 
 
@@ -159,20 +170,20 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     for col in ("kernel", "tensor", "level", "tile", "bank", "address range", "bytes", "depth"):
         t.add_column(col)
     for b in view["buffers"]:
-        t.add_row(b["kernel"], b["tensor"], b["level"], str(b["compute_tile"]), str(b["bank"]),
+        t.add_row(b["kernel"], shown(b["tensor"]), b["level"], str(b["compute_tile"]), str(b["bank"]),
                   f"0x{b['address']:06x}-0x{b['end']:06x}", f"{b['bytes']:,}", str(b["depth"]))
     console.print(t)
     t = Table(title="engine assignment", title_justify="left")
     for col in ("kernel", "op", "tile", "stream", "engine"):
         t.add_column(col)
     for e in view["engines"]:
-        t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), e["stream"], e["engine"])
+        t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), shown(e["stream"]), e["engine"])
     console.print(t)
     t = Table(title=f"first {len(view['schedule'])} scheduled ops, in program order "
                     f"(the whole program takes {view['cycles']:,} cycles)", title_justify="left")
     for col in ("task", "unit", "op", "tile", "start", "end"):
         t.add_column(col, justify="right" if col in ("task", "start", "end") else "left")
     for s in view["schedule"]:
-        t.add_row(str(s["task"]), s["unit"], s["label"], ",".join(f"{k}={v}" for k, v in s["tile"].items()),
+        t.add_row(str(s["task"]), s["unit"], shown(s["label"]), ",".join(f"{k}={v}" for k, v in s["tile"].items()),
                   f"{s['start']:,}", f"{s['end']:,}")
     console.print(t)

