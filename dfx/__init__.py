@@ -7,7 +7,7 @@ from .command_line import fail, run_command
 from .errors import ObjectFileError
 from .objfile import DFX_VERSION, FORMAT, FORMAT_VERSION, dumps, loads, read, write
 from .output_files import OutputError, OutputFiles
-from .ops import REGISTRY, OpDef, ShapeError, accumulation_dtype, lookup
+from .ops import REGISTRY, OpDef, ShapeError, accumulation_dtype, convert, lookup
 from .program import Program
 
 __all__ = [
@@ -15,7 +15,7 @@ __all__ = [
     "Graph", "Op", "Tensor",
     "Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef",
     "DFX_VERSION", "FORMAT", "FORMAT_VERSION", "ObjectFileError", "dumps", "loads", "read", "write",
-    "REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "lookup",
+    "REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "convert", "lookup",
     "OutputError", "OutputFiles", "fail", "run_command",
     "Program",
 ]

@@ -86,8 +86,11 @@ class Kernel:
     body: list[BodyOp]
     requirements: dict[str, Any]
     hints: dict[str, Any]
-    inputs: list[str] = field(default_factory=list)  # graph tensors, operand order
-    outputs: list[str] = field(default_factory=list)
+    # graph ops fused after `graph_op`, in order: map ops applied to its result tile on chip, whose
+    # intermediates never leave the compute tile
+    epilogue: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)  # graph tensors the kernel reads, operand order
+    outputs: list[str] = field(default_factory=list)  # graph tensors it writes (the last op's results)
     depends_on: list[str] = field(default_factory=list)  # kernels that must finish first
 
     def body_op(self, op_id: int) -> BodyOp:

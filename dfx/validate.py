@@ -11,7 +11,7 @@ from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import shape_problem
 from .kernel import Compute, DataMove, TileRef
-from .ops import lookup
+from .ops import ShapeError, lookup
 from .program import Program
 
 
@@ -35,6 +35,12 @@ def validate_program(program: Program, where: str) -> None:
         for name in op.inputs + op.outputs:
             if name not in g.tensors:
                 fail(f"graph op '{op.name}'", f"unknown tensor '{name}'")
+        opdef = lookup(op.op_type)
+        if opdef is not None:
+            try:
+                opdef.normalize_attrs(op.attrs)
+            except ShapeError as e:
+                fail(f"graph op '{op.name}'", str(e))
         for name in op.outputs:
             if name in producer:
                 fail(f"graph op '{op.name}'", f"writes '{name}', which graph op '{producer[name]}' writes too")
@@ -64,17 +70,27 @@ def validate_program(program: Program, where: str) -> None:
         place = f"kernel '{k.name}'"
         if k.name in kernel_names:
             fail(place, "duplicate kernel name")
-        opdef = lookup(k.op)
-        if opdef is None:
+        if lookup(k.op) is None:
             fail(place, f"unknown op '{k.op}'")
         for dep in k.depends_on:
             if dep not in kernel_names:
                 fail(place, f"depends on '{dep}', which is not an earlier kernel")
         kernel_names.add(k.name)
-        source = graph_ops.pop(k.graph_op, None)
-        if source is None or source.op_type != k.op or source.inputs != k.inputs or source.outputs != k.outputs:
-            fail(place, f"does not match graph op '{k.graph_op}' (op, inputs and outputs must agree, "
-                 f"one kernel per op)")
+        group = [graph_ops.pop(name, None) for name in [k.graph_op, *k.epilogue]]
+        if None in group or group[0].op_type != k.op:
+            fail(place, f"does not match graph op '{k.graph_op}' and its epilogue (each graph op in "
+                 f"exactly one kernel, the first of the kernel's op type)")
+        made = {t for op in group for t in op.outputs}
+        reads = [t for op in group for t in op.inputs if t not in made]
+        if reads != k.inputs or group[-1].outputs != k.outputs:
+            fail(place, f"reads [{', '.join(k.inputs)}] and writes [{', '.join(k.outputs)}], its graph ops "
+                 f"read [{', '.join(reads)}] and write [{', '.join(group[-1].outputs)}]")
+        for t in made - set(k.outputs):
+            # a fused intermediate never leaves the compute tile: nothing else may want it
+            if g.tensors[t].role != "intermediate" or any(t in op.inputs for op in g.ops if op not in group):
+                fail(place, f"keeps '{t}' on chip, but it is a graph output or read by another kernel")
+        op_of = {t: op for op in group for t in op.outputs}
+        computed: set[str] = set()
         for name in k.inputs:
             if name not in ready:
                 fail(place, f"reads '{name}' before any kernel computes it")
@@ -100,13 +116,16 @@ def validate_program(program: Program, where: str) -> None:
                     fail(op_place, f"placed at unknown loop '{anchor}'")
             if op.at is not None and op.after is not None:
                 fail(op_place, "has both 'at' and 'after'")
-            # a COMPUTE takes one tile of each kernel input, in order, and makes the kernel's output
-            if isinstance(op, Compute) and (op.compute_type != opdef.compute_type
-                                            or [r.tensor for r in op.inputs] != k.inputs
-                                            or [op.output.tensor] != k.outputs):
-                got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
-                fail(op_place, f"a {k.op} kernel computes {opdef.compute_type} from "
-                     f"[{', '.join(k.inputs)}] into {', '.join(k.outputs)}, this op {got}")
+            # a COMPUTE is one of the kernel's graph ops: one tile of each of its inputs, in order,
+            # into its result
+            if isinstance(op, Compute):
+                source = op_of.get(op.output.tensor)
+                want = lookup(source.op_type).compute_type if source is not None else None
+                if source is None or op.compute_type != want or [r.tensor for r in op.inputs] != source.inputs \
+                        or [op.output.tensor] != source.outputs:
+                    got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
+                    fail(op_place, f"computes {got}, which is none of the kernel's graph ops")
+                computed.add(source.name)
             if isinstance(op, Compute) and not _accumulate_ok(op.accumulate, loop_vars):
                 fail(op_place, f"accumulate '{op.accumulate}' is not 'true', 'false' or '<loop> > <int>'")
             refs: list[TileRef] = []
@@ -136,6 +155,9 @@ def validate_program(program: Program, where: str) -> None:
                             and extent <= max(dim, 1)):
                         fail(op_place, f"tiles of {extent} along '{index}' ({trips} trips) do not cover "
                              f"dimension {dim} of '{ref.tensor}' exactly")
+        for op in group:
+            if op.name not in computed:
+                fail(place, f"has no COMPUTE of its graph op '{op.name}'")
         for l in k.tile_loops:
             if l.induction_var not in indexing:
                 # nothing would bound its trips but the number written in the file

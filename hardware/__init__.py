@@ -3,17 +3,21 @@
 from hardware.config import ConfigError, load_machine, machine_from_dict, resolve_config
 from hardware.machine import (
     DATAFLOWS,
+    VECTOR_CYCLES_PER_ELEMENT,
+    VECTOR_OP_CLASSES,
     ComputeFabric,
     Engines,
     ExternalMemory,
     Machine,
     MemoryLevel,
+    VectorUnit,
 )
 from hardware.simulator import PhaseSpan, SimResult, Simulator, UnitStats
 from hardware.task import UNIT_PREFIX, Task
 from hardware.trace import trace_json
 from hardware.units import move_timer
 from hardware.units.systolic_array import matmul_cycles
+from hardware.units.vector_unit import vector_cycles
 
 __all__ = [
     "DATAFLOWS",
@@ -29,10 +33,14 @@ __all__ = [
     "Task",
     "UNIT_PREFIX",
     "UnitStats",
+    "VECTOR_CYCLES_PER_ELEMENT",
+    "VECTOR_OP_CLASSES",
+    "VectorUnit",
     "load_machine",
     "machine_from_dict",
     "matmul_cycles",
     "move_timer",
     "resolve_config",
     "trace_json",
+    "vector_cycles",
 ]

@@ -15,8 +15,9 @@ and no integer literal longer than 64 characters; YAML anchors and aliases are r
 tags other than YAML's own (such as `!!python/object`). Every number is bounded so that the
 machine it describes stays inside the model: counts of at most 2^20 and capacities of at most
 2^20 KB (on chip) or MB (a channel), so a level's total is at most 2^60 bytes and one on-chip
-buffer moves in under 2^40 cycles even at the slowest rate; DRAM latency of at most 10^6 cycles.
-Each bound's reason is beside its definition below.
+buffer moves in under 2^40 cycles even at the slowest rate; DRAM latency of at most 10^6 cycles;
+at most 1024 cycles per element of a vector lane. Each bound's reason is beside its definition
+below.
 
 | key | type | default | meaning |
 |---|---|---|---|
@@ -50,6 +51,8 @@ Each bound's reason is beside its definition below.
 | `timing.l2_bank_ports` | int in [1, 2^20] | `1` | streams one L2 bank serves at once |
 | `timing.line_bytes` | power of two up to 2^30 | `64` | allocation alignment at every on-chip level |
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
+| `timing.vector_lanes` | int in [1, 2^20] | `compute.processor_array.cols` | lanes of one compute tile's vector unit (elements it works on at once) |
+| `timing.vector_cycles_per_element.{simple, transcendental, reduction}` | ints in [1, 1024], cycles | `1`, `4`, `1` | cycles one lane spends per element of that op class |
 """
 
 from __future__ import annotations
@@ -69,11 +72,13 @@ import yaml
 
 from hardware.machine import (
     DATAFLOWS,
+    VECTOR_CYCLES_PER_ELEMENT,
     ComputeFabric,
     Engines,
     ExternalMemory,
     Machine,
     MemoryLevel,
+    VectorUnit,
 )
 
 KB = 1024
@@ -192,6 +197,12 @@ _CLOCK = _Kind(f"a number from {MIN_RATE} to {MAX_CLOCK_GHZ}",
 MAX_LINE_BYTES = MAX_COUNT * KB
 _LINE = _Kind(f"a positive power of two up to {MAX_LINE_BYTES}",
               lambda v: _is_int(v) and 0 < v <= MAX_LINE_BYTES and v & (v - 1) == 0)
+# Far above any real lane (a transcendental emulated in software takes tens of cycles). A tensor
+# has at most 2^40 elements, so even one lane doing every class over a whole tensor takes under
+# 3 * 2^40 * 2^10 < 2^52 cycles: one vector task's cycle count stays a 64-bit integer.
+MAX_CYCLES_PER_ELEMENT = 1024
+_CYCLES_PER_ELEMENT = _Kind(f"a positive integer up to {MAX_CYCLES_PER_ELEMENT}",
+                            lambda v: _is_int(v) and 0 < v <= MAX_CYCLES_PER_ELEMENT)
 # The name is printed inside one-line messages and report headers.
 MAX_NAME_CHARS = 100
 _NAME = _Kind(f"a non-empty printable string of at most {MAX_NAME_CHARS} characters",
@@ -298,6 +309,12 @@ _SCHEMA = _Section(
                 "l2_bank_ports": _Key(_COUNT, 1),
                 "line_bytes": _Key(_LINE, 64),
                 "dataflows": _Key(_DATAFLOW_LIST, list(DATAFLOWS)),
+                "vector_lanes": _Key(_COUNT, default=None),  # None: compute.processor_array.cols
+                "vector_cycles_per_element": _Section(
+                    {op_class: _Key(_CYCLES_PER_ELEMENT, cycles)
+                     for op_class, cycles in VECTOR_CYCLES_PER_ELEMENT.items()},
+                    required=False,
+                ),
             },
             required=False,
         ),
@@ -389,6 +406,11 @@ def machine_from_dict(document: Any, source: str = "<config>") -> Machine:
             rows=array["rows"],
             cols=array["cols"],
             dataflows=tuple(timing["dataflows"]),
+        ),
+        vector=VectorUnit(
+            # as Machine's default: one lane per array column, to keep up with the array's output
+            lanes=timing["vector_lanes"] if timing["vector_lanes"] is not None else array["cols"],
+            cycles_per_element=timing["vector_cycles_per_element"],
         ),
     )
 

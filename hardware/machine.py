@@ -6,9 +6,18 @@ builds a `Machine` from the flat kpu-sim schema plus our optional `timing` secti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
+
+# Cycles one vector lane spends per element of each op class, unless the config says otherwise.
+# A lane is a pipelined FMA-style ALU: one simple op (add, mul, compare, select, max, convert) per
+# cycle. Transcendentals (exp, log, tanh, erf, divide, rsqrt...) run as a short polynomial or a
+# table lookup plus a refinement step, a few dependent ops: 4. A reduction step is one add or max
+# into the running value per element reduced: 1.
+VECTOR_CYCLES_PER_ELEMENT = MappingProxyType({"simple": 1, "transcendental": 4, "reduction": 1})
+VECTOR_OP_CLASSES = tuple(VECTOR_CYCLES_PER_ELEMENT)
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,17 @@ class ComputeFabric:
 
 
 @dataclass(frozen=True)
+class VectorUnit:
+    """The vector unit of ONE compute tile (each tile has its own, beside its array): `lanes`
+    elements at a time, each taking `cycles_per_element[op class]` cycles."""
+
+    lanes: int
+    # every class of VECTOR_OP_CLASSES; out of the hash, as a dict has none (equality still sees it)
+    cycles_per_element: dict[str, int] = field(default_factory=lambda: dict(VECTOR_CYCLES_PER_ELEMENT),
+                                               hash=False)
+
+
+@dataclass(frozen=True)
 class Machine:
     name: str
     clock_ghz: float
@@ -65,3 +85,11 @@ class Machine:
     line_bytes: int  # allocation alignment at every on-chip level
     engines: Engines
     compute: ComputeFabric
+    # The vector unit of each compute tile. Left out, it gets the default rates and one lane per
+    # array column, so it keeps up with the array's output rate; __post_init__ fills it in, so a
+    # Machine's `vector` is never None.
+    vector: VectorUnit = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.vector is None:
+            object.__setattr__(self, "vector", VectorUnit(self.compute.cols))  # frozen: only here

@@ -1,13 +1,16 @@
-"""Event-driven, cycle-level simulator of the KPU's engines and systolic array.
+"""Event-driven, cycle-level simulator of the KPU's engines, systolic arrays and vector units.
 
 Input: a lazy stream of `Task`s in program order. Model:
-- Every engine (DMA, BlockMover, Streamer, compute tile) runs one task at a time and has one
-  command queue per stream (`Task.stream`), like a DMA engine's descriptor channels. A stream's
-  tasks run in program order: only its head task can start, and it becomes a candidate when its
-  deps have finished. An idle engine starts the candidate that became ready first, ties broken by
-  task id; so a task waiting on a late dep blocks its own stream only, not the engine's others
-  (no head-of-line blocking). With one stream per engine this is a plain in-order queue, as the
-  array's tasks of one compute tile are (the loader gives them one stream).
+- Every engine (DMA, BlockMover, Streamer; each compute tile's array and its vector unit, two
+  engines that run at once) runs one task at a time and has one command queue per stream
+  (`Task.stream`), like a DMA engine's descriptor channels. A stream's tasks run in program
+  order: only its head task can start, and it becomes a candidate when its deps have finished.
+  An idle engine starts the candidate that became ready first, ties broken by task id; so a task
+  waiting on a late dep blocks its own stream only, not the engine's others (no head-of-line
+  blocking). With one stream per engine this is a plain in-order queue, as the array's tasks of
+  one compute tile are (the loader gives them one stream).
+- What a unit does is looked up by `Task.unit` in MOVE_MODELS and COMPUTE_MODELS (hardware.units):
+  moves count bytes per pair of levels, computes start their phase's compute and count MACs.
 - A started task that needs a shared resource also waits for a free port of it: its DRAM channel
   (`dram_channel`; a DMA task naming none uses channel engine % channels) or its L2 bank
   (`l2_bank`; a bank has `machine.l2_bank_ports` ports). Its engine is committed to it meanwhile.
@@ -35,8 +38,7 @@ from heapq import heappop, heappush
 
 from .machine import Machine
 from .task import UNIT_PREFIX, Task
-from .units import MOVE_MODELS
-from .units.systolic_array import SystolicArrayModel
+from .units import COMPUTE_MODELS, MOVE_MODELS
 
 TRACE_PID = 1  # every trace slice belongs to one process: the KPU
 PROGRESS_EVERY = 4096  # completions between progress callbacks (a power of two: masked below)
@@ -51,8 +53,8 @@ class UnitStats:
 
 @dataclass(slots=True)
 class PhaseSpan:
-    """When a phase's tasks ran: first start, first array task's start, last end, and the MACs
-    its array tasks did."""
+    """When a phase's tasks ran: first start, first compute task's start (array or vector), last
+    end, and the MACs its array tasks did."""
 
     start: int
     end: int
@@ -63,7 +65,7 @@ class PhaseSpan:
 @dataclass(slots=True)
 class SimResult:
     cycles: int  # makespan
-    units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., l2bank0..
+    units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., vec0.., l2bank0..
     bytes_moved: dict[str, int]  # "EXTERNAL->L3": bytes, ... as they occur
     macs: int
     trace_events: list[dict] = field(default_factory=list)  # Chrome trace events, if trace=True
@@ -85,10 +87,10 @@ class _Queue(deque):
 class _Engine:
     """One engine: a queue per stream, the candidates among their heads, and the running task."""
 
-    __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "is_array",
+    __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "compute",
                  "channel", "held", "moved")
 
-    def __init__(self, name, tid, model, channel):
+    def __init__(self, name, tid, model, compute, channel):
         self.name = name
         self.tid = tid  # trace track
         self.stats = UnitStats()
@@ -98,7 +100,7 @@ class _Engine:
         self.running: _Queue | None = None  # the queue whose head runs or holds the engine
         self.cost = model.cycles
         self.tail = model.tail_cycles
-        self.is_array = isinstance(model, SystolicArrayModel)
+        self.compute = model if compute else None  # compute engines: the model, for its work
         self.channel = channel  # DMA engines: the home channel, for tasks that name none
         self.held = None  # the resource its running task releases on completion
         self.moved: dict[tuple[str, str], int] = {}
@@ -139,16 +141,16 @@ class Simulator:
         mc = self.machine
         channels = [_Resource(f"dram{c}", 1) for c in range(mc.external.channels)]
         counts = {"dma": mc.engines.dma, "block_mover": mc.engines.block_mover, "streamer": mc.engines.streamer}
-        models = {unit: (model, counts[unit]) for unit, model in MOVE_MODELS.items()}
-        models["array"] = (SystolicArrayModel, mc.compute.tiles)
+        kinds = [(unit, model, counts[unit], False) for unit, model in MOVE_MODELS.items()]
+        kinds += [(unit, model, mc.compute.tiles, True) for unit, model in COMPUTE_MODELS.items()]
         engines: dict[str, dict[int, _Engine]] = {}
         track = len(channels)
-        for unit, (model_cls, count) in models.items():
+        for unit, model_cls, count, compute in kinds:
             model = model_cls(mc)
             engines[unit] = {}
             for e in range(count):
                 home = channels[e % len(channels)] if unit == "dma" else None
-                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, home)
+                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, compute, home)
                 track += 1
         banks = [_Resource(f"l2bank{b}", mc.l2_bank_ports) for b in range(mc.l2.count)]
         return channels, engines, banks
@@ -192,8 +194,9 @@ class Simulator:
                 span = phases[task.phase] = PhaseSpan(now, end)
             elif end > span.end:
                 span.end = end
-            if eng.is_array:
-                span.macs += task.m * task.n * task.k
+            compute = eng.compute
+            if compute is not None:
+                span.macs += compute.macs(task)
                 if span.compute_start is None:
                     span.compute_start = now
             else:
@@ -222,8 +225,8 @@ class Simulator:
                 args = dict(task.args) if task.args else {}
                 args["task"] = task.id
                 args["stream"] = task.stream
-                if eng.is_array:
-                    args.update(m=task.m, n=task.n, k=task.k, dataflow=task.dataflow)
+                if compute is not None:
+                    args.update(compute.trace_args(task))
                 else:
                     args["bytes"] = nbytes
                 args["cycles"] = cycles

@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Unit kinds a task can run on, and the short prefix of their engines' names in reports/traces.
-UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "array"}
+UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "array", "vector": "vec"}
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
     id: int  # unique, increasing in program order
-    unit: str  # "dma" | "block_mover" | "streamer" | "array"
-    engine: int  # which engine of that kind (for "array": which compute tile)
+    unit: str  # "dma" | "block_mover" | "streamer" | "array" | "vector"
+    engine: int  # which engine of that kind (for "array" and "vector": which compute tile)
     deps: tuple[int, ...] = ()  # ids of earlier tasks that must have finished
     # The engine's queue this task joins: tasks of one stream run in program order; an engine
     # serves, among its streams' head tasks whose deps are done, the one ready first (ties by
@@ -33,6 +33,8 @@ class Task:
     k: int = 0
     dataflow: str = "output_stationary"
     drain: bool = True  # "array", output-stationary: the last K chunk of its output block
+    # "vector" tasks: (op class, elements) pairs, op classes from VECTOR_OP_CLASSES in hardware.machine
+    vector_work: tuple[tuple[str, int], ...] = ()
     label: str = ""  # e.g. "A EXT->L3"
     args: dict | None = None  # shown in the trace (tile indices)
     phase: int = 0  # a part of the program (the loader's kernel number); results give each one's span

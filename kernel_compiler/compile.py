@@ -5,21 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dfx import Graph, Kernel, Op, Program
+from dfx import Graph, Kernel, Op, Program, lookup
 from dfx.graph import INT64_MAX
 
 from .errors import CompileError
 from .lower_matmul import lower_matmul
+from .lower_vector import lower_vector_op
 from .target import Target
 
-# op registry name -> lowering; an op missing here parses and checks but does not compile yet
+# op family (the registry's) -> lowering; an op whose family has none, or whose tile the
+# registry leaves undefined (layout ops, LINEAR), parses and checks but does not compile yet
 LOWERINGS: dict[str, Callable[[Graph, Op, str, Target, str], Kernel]] = {
-    "MATMUL": lower_matmul,
+    "contraction": lower_matmul,
+    "map": lower_vector_op,
+    "reduction": lower_vector_op,
 }
 
 
 def lower_op(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
-    lowering = LOWERINGS.get(op.op_type)
+    opdef = lookup(op.op_type)
+    lowering = LOWERINGS.get(opdef.family) if opdef is not None and opdef.tile is not None else None
     if lowering is None:
         raise CompileError(f"{op.source or op.name}: op '{op.name}' ({op.op_type}) has no lowering yet")
     return lowering(graph, op, name, target, dataflow)

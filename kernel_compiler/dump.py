@@ -28,11 +28,11 @@ def _ref(r: TileRef) -> str:
 
 def dump_kernel(k: Kernel) -> str:
     loops = " ".join(f"{l.induction_var}<{l.end}{'(par)' if l.parallel else ''}" for l in k.tile_loops)
-    t = k.tiling
-    lines = [f"kernel {k.name} ({k.op}, {k.dataflow}) tiles Ti={t['Ti']} Tj={t['Tj']} Tk={t['Tk']} "
-             f"L1_Ki={t['L1_Ki']} loops: {loops or '(none)'}",
-             f"  dram {k.hints['estimated_dram_bytes']} B (compulsory {k.hints['compulsory_dram_bytes']} B), "
-             f"AI {k.hints['arithmetic_intensity']} FLOP/B, needs {k.requirements['bytes']}"]
+    tiles = " ".join(f"{key}={value}" for key, value in k.tiling.items())
+    intensity = f", AI {k.hints['arithmetic_intensity']} FLOP/B" if "arithmetic_intensity" in k.hints else ""
+    lines = [f"kernel {k.name} ({k.op}, {k.dataflow}) tiles {tiles} loops: {loops or '(none)'}",
+             f"  dram {k.hints['estimated_dram_bytes']} B (compulsory {k.hints['compulsory_dram_bytes']} B)"
+             f"{intensity}, needs {k.requirements['bytes']}"]
     for op in k.body:
         place = f"after {op.after}" if op.after else f"at {op.at or '-'}"
         if isinstance(op, DataMove):

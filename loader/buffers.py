@@ -6,9 +6,10 @@ one data move of the body run by one worker; it needs one engine of the move's k
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from dfx import DataMove, Kernel, Program, itemsize
+from dfx import Barrier, DataMove, Kernel, Program, itemsize
 from hardware import Machine
 
 ON_CHIP = ("L3", "L2", "L1")
@@ -26,7 +27,7 @@ def engine_kind(src: str, dst: str) -> str:
 
 @dataclass(frozen=True)
 class Buffer:
-    op_id: int  # the data move that fills it
+    op_id: int  # the data move (or vector compute) that fills it
     worker: int
     tensor: str
     level: str  # L3 | L2 | L1
@@ -97,18 +98,19 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
     for op in kernel.body:
-        if not isinstance(op, DataMove):
+        if isinstance(op, Barrier):
             continue
-        dst = op.destination
-        elems = 1
-        for extent in dst.tile_shape:
-            elems *= extent
-        tile_bytes = elems * itemsize(g.tensors[dst.tensor].dtype)
+        # a move fills its destination; a compute whose result stays on chip (the vector unit's
+        # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
+        dst = op.destination if isinstance(op, DataMove) else op.output
+        tile_bytes = math.prod(dst.tile_shape) * itemsize(g.tensors[dst.tensor].dtype)
+        depth = op.depth if isinstance(op, DataMove) else 1
         runs = op_runs(kernel, op)
         for w in range(workers):
             if dst.level in ON_CHIP:
-                buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, op.depth, 0, len(kernel.body)))
-            streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
-                                     op.source.level, dst.level, tile_bytes, max(1, runs // workers),
-                                     l2_port_op(op)))
+                buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, depth, 0, len(kernel.body)))
+            if isinstance(op, DataMove):
+                streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
+                                         op.source.level, dst.level, tile_bytes, max(1, runs // workers),
+                                         l2_port_op(op)))
     return buffers, streams

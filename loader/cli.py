@@ -65,7 +65,7 @@ def load(
     from .inputs import InputError, program_inputs, read_input
     from .outputs import claim_outputs, stage_array
     from .report import dry_run_view, print_check, print_dry_run, print_profile, shown, summary
-    from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, simulate
+    from .run import LoadError, RunResult, bind_program, check_fits, check_kernels, check_outputs, execute, simulate
 
     console = Console(stderr=True)
     if binder not in ("cp-sat", "greedy"):
@@ -120,6 +120,7 @@ def load(
             result.outputs = {t.name: values[t.name] for t in program.graph.outputs}
             if check:
                 result.checks = check_outputs(program, values)
+                result.kernel_checks = check_kernels(program, values)
         result.wall_seconds = time.perf_counter() - started
 
         try:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype, lookup, numpy_dtype
+from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype, convert, lookup, numpy_dtype
 
 from .schedule import accumulating, expand, tile_slices
 
@@ -32,6 +32,8 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         t = g.tensors[name]
         memory[name] = np.zeros(t.shape, numpy_dtype(t.dtype))
     acc = numpy_dtype(accumulation_dtype([g.tensors[n].dtype for n in kernel.inputs + kernel.outputs]))
+    # what its tile computes with: the graph op's attributes, defaults filled
+    attrs = lookup(kernel.op).normalize_attrs(next(op.attrs for op in g.ops if op.name == kernel.graph_op))
     # (worker, tensor, level) -> the tile held there
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     for worker, op, env in expand(kernel, workers):
@@ -39,7 +41,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, memory, g, acc)
+            _run_op(op, env, worker, tiles, memory, g, acc, attrs)
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -50,7 +52,8 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     return done
 
 
-def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype) -> None:
+def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype,
+            attrs: dict) -> None:
     if isinstance(op, DataMove):
         src, dst = op.source, op.destination
         if src.level == "EXTERNAL":
@@ -59,34 +62,29 @@ def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarra
             tile = tiles[worker, src.tensor, src.level]
         if dst.level == "EXTERNAL":
             out = memory[dst.tensor]
-            out[tile_slices(dst, out.shape, env)] = tile.astype(out.dtype)
+            out[tile_slices(dst, out.shape, env)] = convert(tile, g.tensors[dst.tensor].dtype)
         elif op.transpose:
             tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2)
         else:
             tiles[worker, dst.tensor, dst.level] = tile
     elif isinstance(op, Compute):
-        _compute(op, env, worker, tiles, acc)
+        _compute(op, env, worker, tiles, acc, attrs)
 
 
-# the tile computes this loader executes and times: those of registry ops that define both
+# the tile computes this loader executes and times: those of registry ops that say what a tile
+# does and what it costs, on the array or on the vector unit
 COMPUTES = {op.compute_type: op.tile for op in REGISTRY.values()
-            if op.tile is not None and op.tile_mnk is not None}
+            if op.tile is not None and (op.tile_mnk is not None or op.vector_work is not None)}
 
 
-def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype) -> None:
+def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype, attrs: dict) -> None:
     key = (worker, op.output.tensor, op.output.level)
     partial = tiles[key] if accumulating(op, env) else None
-    tiles[key] = COMPUTES[op.compute_type]([tiles[worker, r.tensor, r.level] for r in op.inputs], partial, acc)
+    tiles[key] = COMPUTES[op.compute_type]([tiles[worker, r.tensor, r.level] for r in op.inputs], partial, acc, attrs)
 
 
-def reference(program: Program, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each graph output computed by the registry's numpy reference of the op that produces
-    it, from the values that op's inputs have in `values`."""
-    g = program.graph
-    expected = {}
-    for op in g.ops:
-        if any(g.tensors[n].role == "output" for n in op.outputs):
-            outs = lookup(op.op_type).reference([values[n] for n in op.inputs], op.attrs,
-                                                [g.tensors[n].dtype for n in op.outputs])
-            expected.update((n, v) for n, v in zip(op.outputs, outs) if g.tensors[n].role == "output")
-    return expected
+def reference_op(op, values: dict[str, np.ndarray], g) -> list[np.ndarray]:
+    """The registry's numpy reference of graph op `op` on the values its inputs have in `values`."""
+    opdef = lookup(op.op_type)
+    return opdef.reference([values[n] for n in op.inputs], opdef.normalize_attrs(op.attrs),
+                           [g.tensors[n].dtype for n in op.outputs])

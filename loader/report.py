@@ -73,9 +73,16 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     if output_paths:
         out["outputs"] = output_paths
     if result.checks is not None:
+        def row(c):
+            return {"max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error, "passed": c.passed}
+
+        kernels = result.kernel_checks
+        # the worst kernel: a failing one first, then the largest relative error
+        worst = max(kernels, key=lambda k: (not kernels[k].passed, kernels[k].max_rel_error), default=None)
         out["check"] = {"passed": result.check_passed,
-                        "outputs": {n: {"max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error,
-                                        "passed": c.passed} for n, c in result.checks.items()}}
+                        "outputs": {n: row(c) for n, c in result.checks.items()},
+                        "kernels": {k: row(c) for k, c in kernels.items()},
+                        "worst_kernel": worst}
     return out
 
 
@@ -130,10 +137,22 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
 
 
 def print_check(s: dict[str, Any], console: Console) -> None:
-    for name, c in s["check"]["outputs"].items():
+    """One line per graph output (end to end), one per failing kernel, and the worst kernel."""
+    check = s["check"]
+
+    def line(what: str, c: dict[str, Any]) -> None:
         mark = "[green]pass[/]" if c["passed"] else "[red]FAIL[/]"
-        console.print(f"check {shown(name)}: {mark} max abs error {c['max_abs_error']:.3g}, "
+        console.print(f"check {what}: {mark} max abs error {c['max_abs_error']:.3g}, "
                       f"max rel error {c['max_rel_error']:.3g}")
+
+    for name, c in check["outputs"].items():
+        line(shown(name), c)
+    for name, c in check["kernels"].items():
+        if not c["passed"]:
+            line(f"kernel {name}", c)
+    worst = check["worst_kernel"]
+    if worst is not None and check["kernels"][worst]["passed"]:
+        line(f"worst of {len(check['kernels'])} kernels, {worst}", check["kernels"][worst])
 
 
 def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops: int) -> dict[str, Any]:

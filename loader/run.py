@@ -13,7 +13,7 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import kernel_demands
-from .execute import COMPUTES, reference, run_kernel
+from .execute import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import workers_for
 from .tasks import DEP_WINDOW, TaskStream
@@ -39,12 +39,13 @@ class RunResult:
     bindings: list[Binding]
     outputs: dict[str, np.ndarray] = field(default_factory=dict)
     sim: SimResult | None = None
-    checks: dict[str, OutputCheck] | None = None  # None: not checked
+    checks: dict[str, OutputCheck] | None = None  # graph outputs, end to end; None: not checked
+    kernel_checks: dict[str, OutputCheck] = field(default_factory=dict)  # every kernel's results
     wall_seconds: float = 0.0
 
     @property
     def check_passed(self) -> bool:
-        return all(c.passed for c in (self.checks or {}).values())
+        return all(c.passed for c in [*(self.checks or {}).values(), *self.kernel_checks.values()])
 
 
 Binder = Callable[[str, int, list, list, Machine, str], Binding]
@@ -53,7 +54,7 @@ Binder = Callable[[str, int, list, list, Machine, str], Binding]
 def check_fits(program: Program, machine: Machine, where: str) -> None:
     """What binding cannot tell: the array supports each dataflow and compute."""
     for k in program.kernels:
-        if k.dataflow not in machine.compute.dataflows:
+        if k.dataflow != "vector" and k.dataflow not in machine.compute.dataflows:
             raise LoadError(f"{where}: kernel '{k.name}' uses {k.dataflow}, which config "
                             f"'{machine.name}' does not support ({', '.join(machine.compute.dataflows)})")
         for op in k.body:
@@ -119,28 +120,58 @@ def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndar
     return memory
 
 
-def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
-    """Each graph output against the op registry's reference applied to the inputs its op
-    actually received, so a one-ulp rounding difference in an f8 intermediate is not blamed on
-    the f64 op three kernels later. As numpy.testing.assert_allclose(equal_nan=True): NaN
-    agrees with NaN and inf with the same inf; any other non-finite value fails."""
-    # NaN and inf in the inputs are data, not faults: they must not print numpy warnings
+def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> OutputCheck:
+    """As numpy.testing.assert_allclose(equal_nan=True): NaN agrees with NaN and inf with the
+    same inf; any other non-finite value fails."""
     largest = float(np.finfo(np.float64).max)
+    # NaN and inf in the inputs are data, not faults: they must not print numpy warnings
     with np.errstate(all="ignore"):
-        expected = reference(program, values)
-        checks = {}
-        for name, ref in expected.items():
-            atol, rtol = tolerance(program.graph.tensors[name].dtype)
-            want = ref.astype(np.float64)
-            got = values[name].astype(np.float64)
-            finite = np.isfinite(got) & np.isfinite(want)
-            nonfinite_agree = bool(np.all(finite | (got == want) | (np.isnan(got) & np.isnan(want))))
-            got, want = got[finite], want[finite]
-            err = np.abs(got - want)
-            rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
-            passed = nonfinite_agree and bool(np.all(err <= atol + rtol * np.abs(want)))
-            # a non-finite disagreement is an unbounded error, saturated like an overflow
-            unbounded = 0.0 if nonfinite_agree else np.inf
-            max_abs, max_rel = (min(max(float(e.max(initial=0.0)), unbounded), largest) for e in (err, rel))
-            checks[name] = OutputCheck(max_abs, max_rel, passed)
+        want, got = want.astype(np.float64), got.astype(np.float64)
+        finite = np.isfinite(got) & np.isfinite(want)
+        nonfinite_agree = bool(np.all(finite | (got == want) | (np.isnan(got) & np.isnan(want))))
+        got, want = got[finite], want[finite]
+        err = np.abs(got - want)
+        rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+        passed = nonfinite_agree and bool(np.all(err <= atol + rtol * np.abs(want)))
+        # a non-finite disagreement is an unbounded error, saturated like an overflow
+        unbounded = 0.0 if nonfinite_agree else np.inf
+        max_abs, max_rel = (min(max(float(e.max(initial=0.0)), unbounded), largest) for e in (err, rel))
+    return OutputCheck(max_abs, max_rel, passed)
+
+
+def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
+    """Every kernel's results, intermediates included, against the registry's reference of its
+    op applied to the values that kernel actually received, at its result dtype's tolerance:
+    a fault in any kernel fails here, and is not blamed on the kernels after it. Per kernel,
+    the worst of its results."""
+    g = program.graph
+    ops = {op.name: op for op in g.ops}
+    checks = {}
+    for kernel in program.kernels:
+        op = ops[kernel.graph_op]
+        with np.errstate(all="ignore"):
+            expected = reference_op(op, values, g)
+        results = [compare(values[name], want, *tolerance(g.tensors[name].dtype))
+                   for name, want in zip(op.outputs, expected)]
+        checks[kernel.name] = OutputCheck(max(c.max_abs_error for c in results),
+                                          max(c.max_rel_error for c in results), all(c.passed for c in results))
     return checks
+
+
+def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
+    """Each graph output against the registry's reference run of the whole graph from the same
+    inputs. Both round every intermediate to its dtype, so they differ only by the order of
+    tile-wise sums and its effect downstream: the tolerance is the loosest of the dtypes the
+    output depends on, times the ops on its longest path."""
+    g = program.graph
+    expected = {t.name: values[t.name] for t in g.inputs}
+    tol: dict[str, tuple[float, float, int]] = {t.name: (*tolerance(t.dtype), 0) for t in g.inputs}
+    with np.errstate(all="ignore"):
+        for op in g.ops:
+            for name, value in zip(op.outputs, reference_op(op, expected, g)):
+                expected[name] = value
+                ancestry = [tol[n] for n in op.inputs] + [(*tolerance(g.tensors[name].dtype), 0)]
+                tol[name] = (max(a for a, _, _ in ancestry), max(r for _, r, _ in ancestry),
+                             1 + max(d for _, _, d in ancestry))
+    return {t.name: compare(values[t.name], expected[t.name], tol[t.name][0] * tol[t.name][2],
+                            tol[t.name][1] * tol[t.name][2]) for t in g.outputs}

@@ -114,8 +114,8 @@ def accumulating(op: Compute, env: dict[str, int]) -> bool:
 
 
 def readers(kernel: Kernel) -> dict[int, list[int]]:
-    """For each data move, the ops that read the buffer it fills (its consumers)."""
-    out: dict[int, list[int]] = {op.op_id: [] for op in kernel.body if isinstance(op, DataMove)}
+    """For each data move or compute, the ops that read the buffer it fills (its consumers)."""
+    out: dict[int, list[int]] = {op.op_id: [] for op in kernel.body if isinstance(op, (DataMove, Compute))}
     for op in kernel.body:
         for dep in op.depends_on:
             if dep in out:

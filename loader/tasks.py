@@ -48,7 +48,8 @@ class TaskStream:
         reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
-        tile_mnk = lookup(kernel.op).tile_mnk  # the array work of the kernel's tile compute
+        opdef = lookup(kernel.op)
+        attrs = opdef.normalize_attrs(next(o.attrs for o in g.ops if o.name == kernel.graph_op))
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
@@ -61,7 +62,7 @@ class TaskStream:
                 if key in last:
                     deps.add(last[key])
                     # this op reads the buffer `d` filled: remember it for d's next overwrite
-                    reader[worker, d, instance[key]] = tid
+                    reader[worker, d, instance.get(key, 0)] = tid
             # a new instance of a buffer waits for the readers of the one `depth` back
             fresh = not (isinstance(op, Compute) and accumulating(op, env))
             if fresh:
@@ -90,13 +91,18 @@ class TaskStream:
                 if dst.level == "EXTERNAL":
                     stores.setdefault(dst.tensor, {})[engine] = tid
             elif isinstance(op, Compute):
-                shapes = [tuple(s.stop - s.start for s in tile_slices(r, g.tensors[r.tensor].shape, env))
-                          for r in op.inputs]
-                mm, n, k = tile_mnk(shapes)
-                drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
-                task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow, drain=drain, phase=phase,
-                            label=f"{op.compute_type} {op.output.tensor}",
-                            args={v: env[v] for v in op.output.tile_indices + ["tk"] if v in env})
+                shapes = [_tile_shape(r, g, env) for r in op.inputs]
+                label = f"{op.compute_type} {op.output.tensor}"
+                args = {v: env[v] for v in op.output.tile_indices + ["tk"] if v in env}
+                if opdef.tile_mnk is not None:  # the registry says the array runs it
+                    mm, n, k = opdef.tile_mnk(shapes)
+                    drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
+                    task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow,
+                                drain=drain, phase=phase, label=label, args=args)
+                else:  # the vector unit beside it, for the elements of each op class
+                    work = opdef.vector_work(shapes, _tile_shape(op.output, g, env), attrs)
+                    task = Task(tid, "vector", worker, window, vector_work=tuple(sorted(work.items())),
+                                phase=phase, label=label, args=args)
             else:
                 continue
             last[worker, op.op_id] = tid
@@ -119,6 +125,10 @@ class TaskStream:
             uses = [last[w, o] for o in (op_id, *consumers[op_id]) if (w, o) in last]
             if uses:
                 self.occupied.claim(bb, max(uses))
+
+
+def _tile_shape(ref, g, env) -> tuple[int, ...]:
+    return tuple(s.stop - s.start for s in tile_slices(ref, g.tensors[ref.tensor].shape, env))
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:

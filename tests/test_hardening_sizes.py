@@ -93,7 +93,7 @@ def test_hint_beyond_64_bits_is_a_compile_error(tmp_path, monkeypatch):
         k.hints["macs"] = 10**24
         return k
 
-    monkeypatch.setitem(compile_module.LOWERINGS, "MATMUL", inflated)
+    monkeypatch.setitem(compile_module.LOWERINGS, "contraction", inflated)
     with pytest.raises(CompileError) as e:
         compiled(tmp_path)
     one_line(e, "node 2 'matmul'", "kernel 'matmul_0'", "hints 'macs'", "signed 64-bit")

@@ -88,7 +88,7 @@ def test_single_tile():
     assert r.units["dram0"].busy_cycles == 64  # the channel holds only the data: 2 x 1024/32
     assert r.units["array0"].busy_cycles == 46
     assert set(r.units) == {"dram0", "dram1", "dma0", "dma1", "bm0", "bm1", "str0", "str1",
-                            "array0", "l2bank0", "l2bank1", "l2bank2", "l2bank3"}
+                            "array0", "vec0", "l2bank0", "l2bank1", "l2bank2", "l2bank3"}
 
 
 # --- (b) double buffering --------------------------------------------------------------------

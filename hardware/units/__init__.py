@@ -2,7 +2,9 @@
 
 Every model has `cycles(task) -> int` and `tail_cycles`: the trailing part of a task during which
 it no longer holds its shared resource (DRAM channel or L2 bank port), so the simulator can free
-that resource early.
+that resource early. A compute model also has `macs(task) -> int`, the multiply-accumulates the
+reports count against the arrays' peak, and `trace_args(task) -> dict`, the work it shows in the
+trace.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from ..task import Task
 from .block_mover import BlockMoverModel
 from .dma import DmaModel
 from .streamer import StreamerModel
+from .systolic_array import SystolicArrayModel
+from .vector_unit import VectorUnitModel
 
 # the engines that move data, by Task.unit
 MOVE_MODELS = {"dma": DmaModel, "block_mover": BlockMoverModel, "streamer": StreamerModel}
+# the units that compute, by Task.unit: one of each per compute tile
+COMPUTE_MODELS = {"array": SystolicArrayModel, "vector": VectorUnitModel}
 
 
 def move_timer(machine: Machine) -> Callable[[str, int], int]:

@@ -14,22 +14,19 @@ from __future__ import annotations
 
 from ..machine import Machine
 from ..task import Task
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+from .ceil import ceil_div
 
 
 def matmul_cycles(m: int, n: int, k: int, rows: int, cols: int, dataflow: str,
                   drain: bool = True) -> int:
     skew = rows + cols - 2
     if dataflow == "output_stationary":
-        blocks = _ceil_div(m, rows) * _ceil_div(n, cols)
+        blocks = ceil_div(m, rows) * ceil_div(n, cols)
         return blocks * k + (blocks * skew if drain else 0)
     if dataflow == "weight_stationary":
-        return _ceil_div(k, rows) * _ceil_div(n, cols) * (rows + m + skew)
+        return ceil_div(k, rows) * ceil_div(n, cols) * (rows + m + skew)
     if dataflow == "input_stationary":
-        return _ceil_div(k, rows) * _ceil_div(m, cols) * (rows + n + skew)
+        return ceil_div(k, rows) * ceil_div(m, cols) * (rows + n + skew)
     raise ValueError(f"unknown dataflow {dataflow!r}")
 
 
@@ -48,3 +45,11 @@ class SystolicArrayModel:
                              f"this array (supports {', '.join(sorted(self._dataflows))})")
         return matmul_cycles(task.m, task.n, task.k, self._rows, self._cols, task.dataflow,
                              task.drain)
+
+    @staticmethod
+    def macs(task: Task) -> int:
+        return task.m * task.n * task.k
+
+    @staticmethod
+    def trace_args(task: Task) -> dict:
+        return {"m": task.m, "n": task.n, "k": task.k, "dataflow": task.dataflow}

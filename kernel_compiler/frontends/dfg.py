@@ -4,7 +4,8 @@ The grammar and its quirks are described in shared/reference/upstream-kpu-notes.
 In short: NODE lines carry operator, operand types, attributes and the result names/types; EDGE
 lines say which result slot of which node feeds which operand slot. Tensor names therefore come
 through the edges, and tensors are keyed by (node id, result slot) because TOSA imports give
-every result the same name.
+every result the same name. Which op a node is, and its attributes in the registry's names,
+comes from the spelling table in dfg_ops.py.
 """
 
 from __future__ import annotations
@@ -20,21 +21,18 @@ from pathlib import Path
 from typing import Any
 
 from dfx.graph import INT64_MAX, Graph, Op, Tensor, shape_problem
+from dfx.ops import ShapeError
 
 from ..errors import CompileError
+from .dfg_ops import BY_FIELD, BY_TOSA_NAME, OPERATOR_FIELDS, PSEUDO, DfgOp
 
-# DomainFlowOperator (domain_flow include/dfa/domain_flow_operator.hpp); upstream throws on others.
-OPERATORS = frozenset(
-    "FUNCTION FUNCTION_ARGUMENT FUNCTION_RETURN FUNCTION_RESULT ABS ADD CAST CLAMP CONCAT CONSTANT "
-    "CONV2D CONV3D DEPTHWISE_CONV2D EXP FC GATHER SUB MUL DIV LINEAR MATMUL NEGATE PAD MAXPOOL2D "
-    "AVGPOOL2D RECIPROCAL REDUCE_ALL REDUCE_MAX REDUCE_MIN REDUCE_SUM REDUCE_PROD RELU ATAN SIGMOID "
-    "RESHAPE TRANSPOSE TRANSPOSE_CONV2D UNKNOWN".split()
-)
-# Nodes that are not computations: graph boundary markers.
-PSEUDO = frozenset({"CONSTANT", "FUNCTION", "FUNCTION_ARGUMENT", "FUNCTION_RETURN", "FUNCTION_RESULT", "UNKNOWN"})
-
-# Element type tokens; matched as whole tokens, so `bf16` can never be read as `f16`.
-DTYPE_TOKENS = frozenset({"f8", "f16", "bf16", "f32", "f64", "i8", "i16", "i32", "u8"})
+# Element type tokens -> DFX dtype; matched as whole tokens, so `bf16` can never be read as
+# `f16`. TOSA's bool `i1` (comparison results, SELECT's condition) is held in a byte: DFX has
+# no 1-bit type.
+DTYPE_TOKENS = {"f8": "f8", "f16": "f16", "bf16": "bf16", "f32": "f32", "f64": "f64",
+                "i8": "i8", "i16": "i16", "i32": "i32", "u8": "u8", "i1": "u8"}
+# MLIR's BoolAttr
+BOOLS = {"true": True, "false": False}
 MAX_DIM = 2**31 - 1
 MAX_LEGACY_PERMUTED_OPERANDS = 6  # 720 orders; beyond that file order is kept
 
@@ -62,11 +60,12 @@ class DfgNode:
     id: int
     line: int
     name: str
-    op: str
+    op: str  # the registry op, else the operator field (or the TOSA name of an untracked op)
     operand_types: dict[int, DfgType]
-    attrs: dict[str, Any]
+    attrs: dict[str, Any]  # as the file spells them
     result_names: dict[int, str]
     result_types: dict[int, DfgType]
+    spelling: DfgOp | None  # the row of dfg_ops.SPELLINGS it matched
 
 
 @dataclass
@@ -162,18 +161,28 @@ class _Reader:
         # The depth (the writer's topological level) is not used: the order comes from the edges.
         # Checking it still catches a line whose fields have shifted.
         self.parse_int(number, depth, "depth")
-        op = op.strip()
-        if op not in OPERATORS:
+        name, op = name.strip(), op.strip()
+        if op not in OPERATOR_FIELDS:
             raise self.fail(number, f"unknown operator '{_clip(op)}'")
+        spelling = BY_TOSA_NAME.get(name)
+        if spelling and op not in (spelling.operator_field, "UNKNOWN"):
+            raise self.fail(number, f"node {node_id} '{_clip(name)}' is {spelling.op} by its TOSA name "
+                                    f"but {op} by its operator field")
+        spelling = spelling or BY_FIELD.get(op)
+        if spelling:
+            op = spelling.op
+        elif op == "UNKNOWN" and name.startswith("tosa."):
+            op = name  # a TOSA op the importer does not track: a computation the registry lacks
         self.nodes[node_id] = DfgNode(
             id=node_id,
             line=number,
-            name=name.strip(),
+            name=name,
             op=op,
             operand_types=self.parse_typed_list(number, operands, "operand"),
             attrs=self.parse_attributes(number, attributes),
             result_names={slot: text.strip() for slot, text in self.slotted(number, results, "result")},
             result_types=self.parse_typed_list(number, types, "result type"),
+            spelling=spelling,
         )
 
     def read_edge(self, number: int, line: str) -> None:
@@ -246,7 +255,7 @@ class _Reader:
             body = body[len("tensor<"):]
         body = body.rstrip(">").strip()
         parts = body.split("x") if body else []
-        dtype = parts.pop() if parts and parts[-1] in DTYPE_TOKENS else None
+        dtype = DTYPE_TOKENS[parts.pop()] if parts and parts[-1] in DTYPE_TOKENS else None
         if (not parts and dtype is None) or "" in parts:
             raise self.fail(number, f"bad type '{_clip(text)}'")
         shape = []
@@ -288,7 +297,7 @@ class _Reader:
             return self.int64(number, key, value)
         if _FLOAT.fullmatch(value):
             return float(value)
-        return value  # e.g. `target:memory`
+        return BOOLS.get(value, value)  # else text, e.g. `target:memory`
 
     def parse_number(self, number: int, key: str, text: str, element_type: str) -> int | float:
         integral = element_type[0] in "iu"
@@ -354,7 +363,7 @@ class _Builder:
         self.name_tensors(keys)
         for key in keys:
             graph.tensors[self.names[key]] = self.make_tensor(key)
-        graph.ops = [self.make_op(node) for node in self.ops_in_order()]
+        graph.ops = [self.make_op(node, graph) for node in self.ops_in_order()]
         self.name_ops(graph.ops)
         return graph
 
@@ -502,7 +511,7 @@ class _Builder:
             raise self.fail(stuck.line, f"node {stuck.id} '{stuck.name}' is on a cycle")
         return order
 
-    def make_op(self, node: DfgNode) -> Op:
+    def make_op(self, node: DfgNode, graph: Graph) -> Op:
         fed = sorted(self.incoming[node.id], key=lambda e: self.slot_of[id(e)])
         slots = [self.slot_of[id(e)] for e in fed]
         if slots != list(range(len(slots))):
@@ -512,15 +521,30 @@ class _Builder:
         if node.operand_types and len(fed) != len(node.operand_types):
             self.warn(node.line, f"node {node.id} '{node.name}' declares {len(node.operand_types)} operands, "
                                  f"{len(fed)} connected")
-        outputs = sorted(slot for n, slot in self.names if n == node.id)
+        outputs = [self.names[(node.id, slot)] for slot in sorted(s for n, s in self.names if n == node.id)]
+        source = f"{self.reader.file}:{node.line} node {node.id} '{node.name}'"
         return Op(
             name=node.name or f"{node.op.lower()}_{node.id}",
             op_type=node.op,
             inputs=[self.names[(e.src, e.src_slot)] for e in fed],
-            outputs=[self.names[(node.id, slot)] for slot in outputs],
-            attrs=node.attrs,
-            source=f"{self.reader.file}:{node.line} node {node.id} '{node.name}'",
+            outputs=outputs,
+            attrs=self.registry_attrs(node, len(fed), graph.tensors[outputs[0]].dtype, source),
+            source=source,
         )
+
+    @staticmethod
+    def registry_attrs(node: DfgNode, operands: int, dtype: str, source: str) -> dict[str, Any]:
+        """The node's attributes in the registry's names (shape inference checks them)."""
+        if node.spelling is None:
+            return node.attrs
+        for slot, attr in node.spelling.value_operands.items():
+            if slot < operands:
+                raise CompileError(f"{source}: operand {slot} carries the {attr} as a tensor, whose values a "
+                                   f".dfg does not hold; {node.op} needs the {attr} as an attribute")
+        try:
+            return node.spelling.attrs(node.attrs, dtype)
+        except ShapeError as exc:
+            raise CompileError(f"{source}: {exc}") from None
 
     @staticmethod
     def name_ops(ops: list[Op]) -> None:

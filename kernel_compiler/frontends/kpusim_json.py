@@ -13,27 +13,31 @@ from typing import Any
 
 from dfx import dtypes
 from dfx.graph import INT64_MAX, Graph, Op, Tensor, shape_problem
+from dfx.ops import REGISTRY
 
 from ..errors import CompileError
 
-# kpu-sim's OperatorType spellings (include/sw/compiler/graph_loader.hpp) -> our op names, which
-# follow the domain_flow operator names where there is one.
-OPERATOR_NAMES = {
-    "GEMM": "MATMUL",
-    "ELEMENTWISE_ADD": "ADD",
-    "ELEMENTWISE_SUB": "SUB",
-    "ELEMENTWISE_MUL": "MUL",
-    "ELEMENTWISE_DIV": "DIV",
-    "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D",
-    "MAXPOOL": "MAXPOOL2D",
-    "AVGPOOL": "AVGPOOL2D",
+# Operator type spellings -> registry op: the registry's own names, so a hand-written graph can
+# use any op, then kpu-sim's whole OperatorType vocabulary (include/sw/compiler/graph_loader.hpp)
+# with the aliases its JSON loader accepts, most of it the registry's names again. The ops the
+# registry lacks so far keep domain_flow's name: they parse and have no lowering yet. Attributes
+# are the registry's, GEMM's aside.
+SPELLINGS: dict[str, str] = {
+    **{name: name for name in REGISTRY},
+    "GEMM": "MATMUL", "MATMUL": "MATMUL", "LINEAR": "LINEAR", "FC": "LINEAR",
+    "ELEMENTWISE_ADD": "ADD", "ADD": "ADD", "ELEMENTWISE_SUB": "SUB", "SUB": "SUB",
+    "ELEMENTWISE_MUL": "MUL", "MUL": "MUL", "ELEMENTWISE_DIV": "DIV", "DIV": "DIV",
+    "RELU": "RELU", "GELU": "GELU", "SIGMOID": "SIGMOID", "SOFTMAX": "SOFTMAX", "LAYERNORM": "LAYERNORM",
+    "RESHAPE": "RESHAPE", "TRANSPOSE": "TRANSPOSE", "CONCAT": "CONCAT", "PAD": "PAD", "GATHER": "GATHER",
+    "CAST": "CAST", "CLAMP": "CLAMP", "ABS": "ABS", "NEGATE": "NEGATE", "EXP": "EXP", "RECIPROCAL": "RECIPROCAL",
+    "REDUCE_SUM": "REDUCE_SUM", "REDUCE_MAX": "REDUCE_MAX", "REDUCE_MIN": "REDUCE_MIN", "REDUCE_PROD": "REDUCE_PROD",
+    # not in the registry yet
+    "CONV2D": "CONV2D", "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D", "CONV3D": "CONV3D", "BATCHNORM": "BATCHNORM",
+    "MAXPOOL": "MAXPOOL2D", "MAXPOOL2D": "MAXPOOL2D", "AVGPOOL": "AVGPOOL2D", "AVGPOOL2D": "AVGPOOL2D",
+    "SPLIT": "SPLIT", "ATTENTION": "ATTENTION",
 }
-OPERATORS = frozenset(OPERATOR_NAMES.values()) | frozenset(
-    "MATMUL LINEAR FC CONV2D CONV3D ADD SUB MUL DIV RELU GELU SIGMOID SOFTMAX LAYERNORM BATCHNORM "
-    "RESHAPE TRANSPOSE CONCAT SPLIT PAD GATHER CAST CLAMP ABS NEGATE EXP RECIPROCAL REDUCE_SUM "
-    "REDUCE_MAX REDUCE_MIN REDUCE_PROD REDUCE_MEAN ATTENTION".split()
-)
-# GEMM attributes with these values mean a plain matmul; anything else the MATMUL op cannot express.
+# GEMM attributes with these values mean a plain matmul, and are dropped; anything else the
+# MATMUL op cannot express.
 PLAIN_GEMM = {"transpose_a": False, "transpose_b": False, "alpha": 1.0, "beta": 0.0}
 # Attributes are copied into the object file, which orjson writes: integers must fit in a signed
 # 64-bit integer and nesting must stay far below orjson's 255 levels (real attributes are flat
@@ -130,8 +134,8 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
     if not isinstance(spec, dict):
         raise doc.fail(where, f"expected an object, got {type(spec).__name__}")
     type_name = doc.get(spec, "type", where, str)
-    op_type = OPERATOR_NAMES.get(type_name, type_name)
-    if op_type not in OPERATORS:
+    op_type = SPELLINGS.get(type_name)
+    if op_type is None:
         raise doc.fail(f"{where}.type", f"unknown operator type '{type_name}'")
     name = doc.get(spec, "name", where, str, required=False) or f"{op_type.lower()}_{index}"
     attrs = doc.get(spec, "attributes", where, dict, required=False) or {}
@@ -140,6 +144,7 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
         for key, plain in PLAIN_GEMM.items():
             if key in attrs and attrs[key] != plain:
                 raise doc.fail(f"{where}.attributes.{key}", f"{attrs[key]!r} is not supported (MATMUL is C = A @ B)")
+        attrs = {key: value for key, value in attrs.items() if key not in PLAIN_GEMM}
     lists = {}
     for key in ("inputs", "outputs"):
         names = doc.get(spec, key, where, list)

@@ -1,0 +1,18 @@
+"""The op registry: each operator declared once, with its attributes, shape rule, numpy
+reference, tile meaning and tile cost.
+
+Frontends map their operators onto these names (translating attribute spellings to the
+canonical ones of base.ATTRIBUTES); the lowering picks a kernel by name; the loader executes
+`tile` and `--check` runs `reference`. No other module defines what an op computes. One module
+per family: contraction (the array), elementwise (map), reduction, layout.
+"""
+
+from . import contraction, elementwise, layout, reduction
+from .base import (
+    REGISTRY, REQUIRED, VARIADIC, OpDef, Shape, ShapeError, accumulation_dtype, convert, lookup, register,
+)
+
+__all__ = [
+    "REGISTRY", "REQUIRED", "VARIADIC", "OpDef", "Shape", "ShapeError", "accumulation_dtype", "convert", "lookup", "register",
+    "contraction", "elementwise", "layout", "reduction",
+]

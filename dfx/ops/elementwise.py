@@ -1,0 +1,160 @@
+"""The map family: ops applied element by element, n-ary ones with numpy broadcasting.
+
+Each op is one line or one small function `fn(*operands, **attrs)`, called on operands already
+in the compute dtype. `work` is the vector-unit work per output element (see OpDef.vector_work),
+one simple op unless the declaration says otherwise: a broadcast operand costs nothing extra,
+each output element is computed once.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from .base import REQUIRED, OpDef, Shape, broadcast, compute_dtype, convert, elements, register, tile_compute_dtype
+
+SIMPLE = {"simple": 1}
+TRANSCENDENTAL = {"transcendental": 1}
+
+
+def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
+           work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
+           exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None) -> OpDef:
+    """Declare a map op. `exact`: integer operands and results compute in integers (else in
+    float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
+    declared dtype: DFX has no bool type, a `.dfg` i1 is u8), so the operands alone choose the
+    compute dtype."""
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        results = [] if predicate else [numpy_dtype(d) for d in out_dtypes]
+        ct = compute_dtype([x.dtype for x in arrays] + results, exact)
+        y = _apply(fn, [x.astype(ct) for x in arrays], attrs)
+        return [convert(y, out_dtypes[0])]
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        ct = tile_compute_dtype(acc, exact)
+        return _apply(fn, [t.astype(ct, copy=False) for t in tiles], attrs)
+
+    def vector_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+        per_element = work(attrs) if callable(work) else work
+        return {cls: n * elements(out_shape) for cls, n in per_element.items()}
+
+    return register(OpDef(name=name, min_inputs=arity, max_inputs=arity, infer_shapes=_broadcast_shapes,
+                          reference=reference, compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
+                          attrs=attrs or {}, tile=tile, vector_work=vector_work))
+
+
+def _broadcast_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    return [broadcast(shapes)]
+
+
+def _apply(fn: Callable[..., np.ndarray], operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    # inf and NaN are the IEEE answers (log 0, 1/0, exp overflow), not errors to warn about
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*operands, **attrs))
+
+
+# ---- arithmetic ------------------------------------------------------------------------------
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "f":
+        return a / b
+    # integers (only when every operand and the result is one): truncate toward zero as C,
+    # ONNX and TOSA's INTDIV do; numpy floors, so step back toward zero where signs differ.
+    # A division by zero gives 0, as numpy's.
+    q = np.floor_divide(a, b)
+    return np.where((q < 0) & (q * b != a), q + 1, q)
+
+
+map_op("ADD", 2, np.add, "a + b", exact=True)
+map_op("SUB", 2, np.subtract, "a - b", exact=True)
+map_op("MUL", 2, np.multiply, "a * b", exact=True)
+map_op("DIV", 2, _divide, "a / b; on integers truncated toward zero, x / 0 = 0", TRANSCENDENTAL, exact=True)
+map_op("POW", 2, np.power, "a ** b, in float", TRANSCENDENTAL)
+# NaN propagates, as numpy.maximum and IEEE 754-2019 maximum
+map_op("MAXIMUM", 2, np.maximum, "max(a, b); NaN if either is NaN", exact=True)
+map_op("MINIMUM", 2, np.minimum, "min(a, b); NaN if either is NaN", exact=True)
+map_op("ABS", 1, np.abs, "|x|", exact=True)
+map_op("NEGATE", 1, np.negative, "-x", exact=True)
+map_op("RECIPROCAL", 1, lambda x: 1 / x, "1 / x", TRANSCENDENTAL)
+
+
+# ---- transcendental --------------------------------------------------------------------------
+
+# numpy has no erf: math.erf per element, in float64 (exact to the double), rounded back
+_erf64 = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_erf64(x.astype(np.float64)), dtype=np.float64).astype(x.dtype, copy=False)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    # exp of -|x| only, so neither branch overflows: 1/(1+e^-x) for x >= 0, e^x/(1+e^x) below
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+map_op("EXP", 1, np.exp, "e ** x", TRANSCENDENTAL)
+map_op("LOG", 1, np.log, "natural log; -inf at 0, NaN below", TRANSCENDENTAL)
+map_op("SQRT", 1, np.sqrt, "square root; NaN below 0", TRANSCENDENTAL)
+map_op("RSQRT", 1, lambda x: 1 / np.sqrt(x), "1 / sqrt(x)", TRANSCENDENTAL)
+map_op("TANH", 1, np.tanh, "tanh(x)", TRANSCENDENTAL)
+map_op("SIGMOID", 1, _sigmoid, "1 / (1 + exp(-x)), without overflow for large |x|", TRANSCENDENTAL)
+map_op("ERF", 1, _erf, "the error function", TRANSCENDENTAL)
+
+
+# ---- activations -----------------------------------------------------------------------------
+
+
+def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + _erf(x * (1 / math.sqrt(2))))
+
+
+# erf form: scale by 1/sqrt(2), erf, add 1, two multiplies (0.5 and x).
+# tanh form: cube (2 multiplies), multiply by 0.044715, add x, scale, tanh, add 1, two multiplies.
+_GELU_WORK = {"none": {"simple": 4, "transcendental": 1}, "tanh": {"simple": 8, "transcendental": 1}}
+
+map_op("RELU", 1, lambda x: np.maximum(x, 0), "max(x, 0)", exact=True)
+map_op("LEAKY_RELU", 1, lambda x, alpha: np.where(x < 0, alpha * x, x), "x if x >= 0 else alpha * x",
+       {"simple": 2}, attrs={"alpha": 0.01})  # multiply, select
+map_op("GELU", 1, _gelu, "x * Phi(x): 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation",
+       lambda attrs: _GELU_WORK[attrs["approximate"]], attrs={"approximate": "none"})
+map_op("CLAMP", 1, lambda x, min, max: np.minimum(np.maximum(x, min), max),
+       "min(max(x, min), max) (max wins where min > max, as numpy.clip)", {"simple": 2},
+       exact=True, attrs={"min": -math.inf, "max": math.inf})
+
+
+# ---- conversion, comparison, selection -------------------------------------------------------
+
+# CAST is the rounding alone: converted straight from the operand's dtype, never through a
+# compute dtype (an i32 through f32 to bf16 would round twice).
+
+
+def _cast_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+    return [convert(convert(arrays[0], attrs["dtype"]), out_dtypes[0])]
+
+
+def _cast_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+    return convert(tiles[0], attrs["dtype"])
+
+
+register(OpDef(name="CAST", min_inputs=1, max_inputs=1, infer_shapes=_broadcast_shapes, reference=_cast_reference,
+               compute_type="ELEMENTWISE_CAST", family="map", attrs={"dtype": REQUIRED}, tile=_cast_tile,
+               vector_work=lambda in_shapes, out_shape, attrs: {"simple": elements(out_shape)},
+               doc="x converted to `dtype` (the graph's output dtype should be the same): float to integer "
+                   "truncates toward zero and saturates, NaN giving 0; integer to integer wraps"))
+
+map_op("EQUAL", 2, np.equal, "a == b, 1 or 0", exact=True, predicate=True)
+map_op("GREATER", 2, np.greater, "a > b, 1 or 0", exact=True, predicate=True)
+map_op("GREATER_EQUAL", 2, np.greater_equal, "a >= b, 1 or 0", exact=True, predicate=True)
+map_op("LESS", 2, np.less, "a < b, 1 or 0", exact=True, predicate=True)
+map_op("LESS_EQUAL", 2, np.less_equal, "a <= b, 1 or 0", exact=True, predicate=True)
+# the condition arrives in the compute dtype: nonzero selects a, as numpy.where
+map_op("SELECT", 3, np.where, "a where cond (nonzero) else b; operands cond, a, b", exact=True)

@@ -1,0 +1,149 @@
+"""The layout family: data moves that compute nothing (no tile COMPUTE, no vector work).
+
+Each reference moves the operand's values, converted once to the output dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import dtype_of
+from .base import REQUIRED, VARIADIC, OpDef, Shape, ShapeError, convert, elements, normalize_axis, register
+
+ShapeRule = Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]]
+
+
+def layout_op(name: str, infer_shapes: ShapeRule, move: Callable[..., np.ndarray], doc: str,
+              attrs: dict[str, Any], max_inputs: int = 1) -> OpDef:
+    """Declare a layout op; `move(operands converted to the output dtype, **attrs)`."""
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        return [move([convert(x, out_dtypes[0]) for x in arrays], **attrs)]
+
+    return register(OpDef(name=name, min_inputs=1, max_inputs=max_inputs, infer_shapes=infer_shapes,
+                          reference=reference, compute_type=f"LAYOUT_{name}", doc=doc, family="layout",
+                          attrs=attrs))
+
+
+def _check_rank(values: list, x: Shape, what: str) -> None:
+    if len(values) != len(x):
+        raise ShapeError(f"{what} {list(values)} has {len(values)} entries for the rank-{len(x)} operand {list(x)}")
+
+
+# ---- RESHAPE ---------------------------------------------------------------------------------
+
+
+def _reshape_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x, new = shapes[0], attrs["new_shape"]
+    known = elements([d for d in new if d != -1])
+    if -1 in new:
+        if known == 0:  # any size would do
+            raise ShapeError(f"cannot reshape {list(x)} to {new}: a -1 beside a 0 is ambiguous")
+        if elements(x) % known:
+            raise ShapeError(f"cannot reshape {list(x)} ({elements(x)} elements) to {new}: no size fits the -1")
+        new = [elements(x) // known if d == -1 else d for d in new]
+    elif known != elements(x):
+        raise ShapeError(f"cannot reshape {list(x)} ({elements(x)} elements) to {new} ({known} elements)")
+    return [tuple(new)]
+
+
+layout_op("RESHAPE", _reshape_shapes, lambda xs, new_shape: xs[0].reshape(new_shape),
+          "the same elements in row-major order under `new_shape` (one -1 takes what is left)",
+          {"new_shape": REQUIRED})
+
+
+# ---- TRANSPOSE -------------------------------------------------------------------------------
+
+
+def _perms(rank: int, perms: list[int] | None) -> list[int]:
+    return list(reversed(range(rank))) if perms is None else perms
+
+
+def _transpose_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x = shapes[0]
+    perms = _perms(len(x), attrs["perms"])
+    _check_rank(perms, x, "perms")
+    return [tuple(x[p] for p in perms)]
+
+
+layout_op("TRANSPOSE", _transpose_shapes, lambda xs, perms: np.transpose(xs[0], _perms(xs[0].ndim, perms)),
+          "output dim i is input dim perms[i] (None: reversed)", {"perms": None})
+
+
+# ---- CONCAT ----------------------------------------------------------------------------------
+
+
+def _concat_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    first = shapes[0]
+    axis = normalize_axis(attrs["axis"], len(first))
+    for i, s in enumerate(shapes[1:], start=1):
+        if len(s) != len(first) or any(a != b for k, (a, b) in enumerate(zip(s, first)) if k != axis):
+            raise ShapeError(f"operand {i} {list(s)} does not match operand 0 {list(first)} outside axis {axis}")
+    return [tuple(sum(s[axis] for s in shapes) if k == axis else d for k, d in enumerate(first))]
+
+
+layout_op("CONCAT", _concat_shapes, lambda xs, axis: np.concatenate(xs, axis=axis),
+          "the operands joined along `axis`", {"axis": REQUIRED}, max_inputs=VARIADIC)
+
+
+# ---- SLICE -----------------------------------------------------------------------------------
+
+
+def _slice_sizes(x: Shape, start: list[int], size: list[int]) -> list[int]:
+    _check_rank(start, x, "start")
+    _check_rank(size, x, "size")
+    sizes = [d - s if n == -1 else n for d, s, n in zip(x, start, size)]
+    for axis, (d, s, n) in enumerate(zip(x, start, sizes)):
+        if n < 0 or s + n > d:
+            raise ShapeError(f"slice of axis {axis} from {s} for {size[axis]} leaves the dim of {d}")
+    return sizes
+
+
+def _slice(xs: list[np.ndarray], start: list[int], size: list[int]) -> np.ndarray:
+    sizes = _slice_sizes(xs[0].shape, start, size)
+    return xs[0][tuple(slice(s, s + n) for s, n in zip(start, sizes))]
+
+
+layout_op("SLICE", lambda shapes, dtypes, attrs: [tuple(_slice_sizes(shapes[0], attrs["start"], attrs["size"]))],
+          _slice, "the box of `size` elements from `start` (size -1: to the end of the dim)",
+          {"start": REQUIRED, "size": REQUIRED})
+
+
+# ---- PAD -------------------------------------------------------------------------------------
+
+
+def _pad_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x = shapes[0]
+    _check_rank(attrs["padding"], x, "padding")
+    return [tuple(before + d + after for d, (before, after) in zip(x, attrs["padding"]))]
+
+
+def _pad(xs: list[np.ndarray], padding: list[list[int]], pad_value: int | float) -> np.ndarray:
+    x = xs[0]
+    # the value is converted as the operand was: -inf padding an integer tensor is its lowest value
+    fill = convert(np.asarray(pad_value), dtype_of(x))
+    return np.pad(x, padding, constant_values=fill)
+
+
+layout_op("PAD", _pad_shapes, _pad, "`padding` [before, after] elements of `pad_value` around each dim",
+          {"padding": REQUIRED, "pad_value": 0})
+
+
+# ---- GATHER ----------------------------------------------------------------------------------
+
+
+def _gather_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x = shapes[0]
+    axis = normalize_axis(attrs["axis"], len(x))
+    for i in attrs["indices"]:
+        if not -x[axis] <= i < x[axis]:
+            raise ShapeError(f"index {i} is out of range for axis {axis} of size {x[axis]}")
+    return [(*x[:axis], len(attrs["indices"]), *x[axis + 1:])]
+
+
+layout_op("GATHER", _gather_shapes,
+          lambda xs, indices, axis: np.take(xs[0], np.asarray(indices, dtype=np.int64), axis=axis),
+          "the entries `indices` (constant; negative counts from the end) of `axis`",
+          {"indices": REQUIRED, "axis": 0})

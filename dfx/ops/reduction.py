@@ -1,0 +1,195 @@
+"""The reduction family: REDUCE_* over a set of axes, and the row ops that reduce and then map
+back over the same elements (SOFTMAX, LOG_SOFTMAX, LAYERNORM).
+
+A tile COMPUTE of a reduction holds the reduced axes whole (the tile has the tensor's rank).
+REDUCE_SUM/MAX/MIN/PROD may also accumulate across tiles of the reduced axes: given a partial
+result they combine it with the tile's, as a MATMUL does over k. The others cannot (a mean, a
+softmax or a norm needs the whole row) and refuse a partial result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import numpy_dtype
+from .base import (
+    OpDef, Shape, broadcasts_to, compute_dtype, convert, elements, normalize_axes, normalize_axis, register,
+    tile_compute_dtype,
+)
+
+
+def _whole_rows(name: str, partial: np.ndarray | None) -> None:
+    if partial is not None:
+        raise ValueError(f"{name} cannot accumulate: its tile must hold the reduced axes whole")
+
+
+# ---- REDUCE_* --------------------------------------------------------------------------------
+
+
+def _reduced_axes(shape: Shape, attrs: dict[str, Any]) -> tuple[int, ...]:
+    rank = len(shape)
+    return tuple(range(rank)) if attrs["axes"] is None else normalize_axes(attrs["axes"], rank)
+
+
+def _reduce_result_dims(shape: Shape, attrs: dict[str, Any]) -> list[int | None]:
+    axes = _reduced_axes(shape, attrs)
+    if attrs["keepdims"]:
+        return [None if j in axes else j for j in range(len(shape))]
+    return [j for j in range(len(shape)) if j not in axes]
+
+
+def _reduce_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    return [tuple(1 if j is None else shapes[0][j] for j in _reduce_result_dims(shapes[0], attrs))]
+
+
+def _lowest(dtype: np.dtype) -> int | float:
+    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+
+
+def _highest(dtype: np.dtype) -> int | float:
+    return np.iinfo(dtype).max if dtype.kind in "iu" else np.inf
+
+
+# name -> (x, axes, keepdims) -> reduced x, in x's dtype. An empty reduction gives the identity:
+# 0, 1, and for MAX/MIN the lowest/highest value (ONNX's -inf/+inf for floats).
+_REDUCERS: dict[str, Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]] = {
+    "SUM": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep),
+    "PROD": lambda x, axes, keep: np.prod(x, axis=axes, keepdims=keep),
+    "MAX": lambda x, axes, keep: np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)),
+    "MIN": lambda x, axes, keep: np.min(x, axis=axes, keepdims=keep, initial=_highest(x.dtype)),
+    # the count is the product of the reduced dims; 0 of them gives NaN, as numpy's mean
+    "MEAN": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep) / elements([x.shape[a] for a in axes]),
+}
+# how a tile's result joins the partial result of earlier tiles of the same rows
+_COMBINE = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+
+
+def _reduce_op(kind: str, doc: str) -> OpDef:
+    name = f"REDUCE_{kind}"
+    reducer, combine = _REDUCERS[kind], _COMBINE.get(kind)
+    exact = kind != "MEAN"  # integer SUM/PROD/MAX/MIN stay integers; a mean is a float
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        x = arrays[0]
+        x = x.astype(compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact))
+        with np.errstate(all="ignore"):
+            y = reducer(x, _reduced_axes(x.shape, attrs), attrs["keepdims"])
+        return [convert(np.asarray(y), out_dtypes[0])]
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        if combine is None:
+            _whole_rows(name, partial)
+        x = tiles[0].astype(tile_compute_dtype(acc, exact), copy=False)
+        with np.errstate(all="ignore"):
+            y = np.asarray(reducer(x, _reduced_axes(x.shape, attrs), attrs["keepdims"]))
+        return y if partial is None else combine(partial, y)
+
+    def vector_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+        # one step per element reduced (a mean's scaling is per output row, left out)
+        return {"reduction": elements(in_shapes[0])}
+
+    return register(OpDef(name=name, min_inputs=1, max_inputs=1, infer_shapes=_reduce_shapes,
+                          reference=reference, compute_type=f"{name}_TILE", doc=doc, family="reduction",
+                          attrs={"axes": None, "keepdims": True}, tile=tile, vector_work=vector_work,
+                          whole_axes=_reduced_axes, result_dims=_reduce_result_dims))
+
+
+_reduce_op("SUM", "sum over `axes` (None: all); integers exactly, in int64")
+_reduce_op("PROD", "product over `axes` (None: all); integers in int64, wrapping only beyond 2^63")
+_reduce_op("MAX", "maximum over `axes` (None: all); NaN if any is NaN")
+_reduce_op("MIN", "minimum over `axes` (None: all); NaN if any is NaN")
+_reduce_op("MEAN", "mean over `axes` (None: all), in float")
+
+
+# ---- row ops: reduce, then map over the same elements ----------------------------------------
+
+
+def _row_op(name: str, min_inputs: int, max_inputs: int, infer_shapes, whole_axes, fn, work, doc: str,
+            attrs: dict) -> OpDef:
+    """Declare a float row op, its result shaped as its first operand: fn(operands in the compute
+    dtype, attrs) -> result; `work` the vector work per element of the first operand."""
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        ct = compute_dtype([x.dtype for x in arrays] + [numpy_dtype(out_dtypes[0])], exact=False)
+        with np.errstate(all="ignore"):
+            y = fn([x.astype(ct) for x in arrays], attrs)
+        return [convert(y, out_dtypes[0])]
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        _whole_rows(name, partial)
+        ct = tile_compute_dtype(acc, exact=False)
+        with np.errstate(all="ignore"):
+            return fn([t.astype(ct, copy=False) for t in tiles], attrs)
+
+    def vector_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+        return {cls: n * elements(in_shapes[0]) for cls, n in work(len(in_shapes)).items()}
+
+    return register(OpDef(name=name, min_inputs=min_inputs, max_inputs=max_inputs, infer_shapes=infer_shapes,
+                          reference=reference, compute_type=f"{name}_TILE", doc=doc, family="reduction",
+                          attrs=attrs, tile=tile, vector_work=vector_work, whole_axes=whole_axes,
+                          result_dims=lambda shape, attrs: list(range(len(shape)))))
+
+
+def _axis_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    normalize_axis(attrs["axis"], len(shapes[0]))
+    return [shapes[0]]
+
+
+def _the_axis(shape: Shape, attrs: dict[str, Any]) -> tuple[int, ...]:
+    return (normalize_axis(attrs["axis"], len(shape)),)
+
+
+def _axis_to_last(shape: Shape, attrs: dict[str, Any]) -> tuple[int, ...]:
+    return tuple(range(normalize_axis(attrs["axis"], len(shape)), len(shape)))
+
+
+def _softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = operands[0]
+    e = np.exp(x - np.max(x, axis=attrs["axis"], keepdims=True))  # <= 1: no overflow
+    return e * (1 / np.sum(e, axis=attrs["axis"], keepdims=True))
+
+
+def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = operands[0]
+    shifted = x - np.max(x, axis=attrs["axis"], keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
+
+
+# max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
+_row_op("SOFTMAX", 1, 1, _axis_shapes, _the_axis, _softmax,
+        lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
+        "exp(x - max) / sum(exp(x - max)) along `axis`", {"axis": -1})
+# max and sum (reductions), exp, subtract the max and subtract the log of the sum
+_row_op("LOG_SOFTMAX", 1, 1, _axis_shapes, _the_axis, _log_softmax,
+        lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
+        "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1})
+
+
+def _layernorm_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x = shapes[0]
+    normalized = x[normalize_axis(attrs["axis"], len(x)):]
+    for what, shape in zip(("scale", "bias"), shapes[1:]):
+        broadcasts_to(shape, normalized, what, "the normalized shape")
+    return [x]
+
+
+def _layernorm(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = operands[0]
+    axes = _axis_to_last(x.shape, attrs)
+    centred = x - np.mean(x, axis=axes, keepdims=True)
+    variance = np.mean(centred * centred, axis=axes, keepdims=True)
+    y = centred * (1 / np.sqrt(variance + attrs["epsilon"]))
+    for operand, apply in zip(operands[1:], (np.multiply, np.add)):
+        y = apply(y, operand)
+    return y
+
+
+# mean and variance sums (reductions); subtract the mean, square, multiply by the rsqrt; one
+# more multiply for a scale and one add for a bias
+_row_op("LAYERNORM", 1, 3, _layernorm_shapes, _axis_to_last, _layernorm,
+        lambda n: {"reduction": 2, "simple": 3 + (n - 1)},
+        "(x - mean) / sqrt(var + epsilon) * scale + bias over axes axis..last (ONNX LayerNormalization, "
+        "Y only); operands x, optional scale, optional bias (a bias needs a scale)",
+        {"axis": -1, "epsilon": 1e-5})

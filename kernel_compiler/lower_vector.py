@@ -1,0 +1,180 @@
+"""Lower a map or row-reduction op to a tiled DFX kernel on the vector unit.
+
+The kernel walks an iteration space: the result's shape for a map op, the first operand's for a
+reduction. Its tile holds the reduced axes whole (the registry's `whole_axes`) and, from the last
+dimension backwards, as much of the rest as fits the target's banks, so rows stay contiguous.
+Every operand is a stream of three hops (EXTERNAL -> L3 -> L2 -> L1), its tile indexed by the
+space's loops it varies along: an operand broadcast along a dimension (a bias, a scale) takes
+that dimension whole ("0") and, by the placement rule, is loaded once per tile it varies over,
+not once per tile of the result. The vector unit writes the result tile into L1; it leaves by
+L1 -> L2 -> L3 -> EXTERNAL.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+
+from .errors import CompileError
+from .target import Target
+from .tiling import Stream, fits, parallel_loop, placement, stream_traffic
+
+LOAD_HOPS = (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", "L1"))
+STORE_HOPS = (("L1", "L2"), ("L2", "L3"), ("L3", "EXTERNAL"))
+
+
+@dataclass(frozen=True)
+class Space:
+    """The iteration space: its shape, the tile extent along each dim, and the loop variable of
+    each dim the tiles split (None: the dim is whole in every tile)."""
+
+    shape: tuple[int, ...]
+    extents: tuple[int, ...]
+    loops: tuple[str | None, ...]
+
+    def trips(self) -> dict[str, int]:
+        return {v: math.ceil(d / e) for v, d, e in zip(self.loops, self.shape, self.extents) if v}
+
+
+def aligned_dims(shape: tuple[int, ...], space: tuple[int, ...]) -> list[int | None]:
+    """The space dim each dim of an operand runs along, numpy broadcasting (aligned right);
+    None where the operand is broadcast (size 1 against a larger space dim)."""
+    offset = len(space) - len(shape)
+    return [None if d == 1 and space[i + offset] != 1 else i + offset for i, d in enumerate(shape)]
+
+
+def tile_ref(tensor: str, level: str, dims: list[int | None], space: Space) -> TileRef:
+    indices = [space.loops[j] or "0" if j is not None else "0" for j in dims]
+    extents = [space.extents[j] if j is not None else 1 for j in dims]
+    return TileRef(tensor, level, indices, extents)
+
+
+def tile_extents(shape: tuple[int, ...], whole: tuple[int, ...], budget: int) -> tuple[int, ...] | None:
+    """Extents of a tile of at most `budget` elements: the `whole` dims whole, then from the last
+    dim backwards whole dims while they fit, then an even split of the next; None if the whole
+    dims alone are too big."""
+    extents = [1] * len(shape)
+    size = 1
+    for j in whole:
+        extents[j] = shape[j]
+        size *= shape[j]
+    if size > budget:
+        return None
+    for j in reversed(range(len(shape))):
+        if j in whole:
+            continue
+        room = budget // max(size, 1)
+        if room >= shape[j]:
+            extents[j] = shape[j]
+            size *= shape[j]
+            continue
+        pieces = math.ceil(shape[j] / room)
+        extents[j] = math.ceil(shape[j] / pieces)  # equal tiles, the last one no smaller than needed
+        break
+    return tuple(extents)
+
+
+def _buffers(tile_bytes: list[int], depth: int) -> list[int]:
+    return [b * depth for b in tile_bytes]
+
+
+def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int], target: Target,
+                 where: str) -> tuple[Space, int]:
+    """The largest tile (a power of two of elements, or the whole space) whose buffers, one per
+    stream at every level, fit the target; double-buffered when that fits. (Space, depth)."""
+    total = max(1, math.prod(shape))
+    top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // min(elem_bytes)
+    for depth in (2, 1):  # double-buffered tiles, so loads overlap the vector unit, where they fit
+        budget = min(total, 1 << max(0, top.bit_length() - 1))
+        while budget >= 1:
+            extents = tile_extents(shape, whole, budget)
+            if extents is None:
+                break
+            bufs = _buffers([math.prod(extents) * e for e in elem_bytes], depth)
+            if all(fits(bufs, level) for level in (target.l1, target.l2, target.l3)):
+                loops = tuple(f"d{j}" if e < d else None for j, (d, e) in enumerate(zip(shape, extents)))
+                return Space(shape, extents, loops), depth
+            budget //= 2
+    raise CompileError(f"{where}: a tile holding axes {list(whole)} of shape {list(shape)} whole does not fit "
+                       f"target '{target.name}'; reductions over axes this long are not lowered yet")
+
+
+def lower_vector_op(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
+    """A map op (the space is its result) or a row reduction (the space is its first operand)."""
+    opdef = lookup(op.op_type)
+    where = op.source or op.name
+    attrs = opdef.normalize_attrs(op.attrs)
+    ins = [graph.tensors[n] for n in op.inputs]
+    out = graph.tensors[op.outputs[0]]
+    space_shape = out.shape if opdef.family == "map" else ins[0].shape
+    whole = tuple(opdef.whole_axes(space_shape, attrs)) if opdef.family == "reduction" else ()
+    if 0 in space_shape:
+        raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
+                           f"there is nothing to tile")
+    elem_bytes = [itemsize(t.dtype) for t in ins + [out]]
+    space, depth = choose_space(space_shape, whole, elem_bytes, target, where)
+    order = tuple(v for v in space.loops if v)
+    trips = space.trips()
+    parallel = parallel_loop(order, trips, target.compute_tiles)
+    in_dims = [aligned_dims(t.shape, space_shape) for t in ins]
+    out_dims = aligned_dims(out.shape, space_shape) if opdef.family == "map" else \
+        opdef.result_dims(space_shape, attrs)
+
+    def at(dims: list[int | None]) -> str | None:
+        used = {space.loops[j] for j in dims if j is not None and space.loops[j]}
+        p = placement(Stream("", tuple(used), 0), order)
+        return order[p] if p >= 0 else None
+
+    body: list = []
+    l1_ops: list[int] = []
+    for t, dims in zip(ins, in_dims):
+        place = at(dims)
+        prev: list[int] = []
+        for src, dst in LOAD_HOPS:
+            op_id = len(body)
+            body.append(DataMove(op_id, "LOAD", tile_ref(t.name, src, dims, space), tile_ref(t.name, dst, dims, space),
+                                 at=place, depth=depth if place is not None else 1, depends_on=prev))
+            prev = [op_id]
+        l1_ops.append(prev[0])
+    inner = order[-1] if order else None
+    compute_id = len(body)
+    body.append(Compute(compute_id, opdef.compute_type, [tile_ref(t.name, "L1", d, space) for t, d in zip(ins, in_dims)],
+                        tile_ref(out.name, "L1", out_dims, space), at=inner, depends_on=l1_ops))
+    prev = [compute_id]
+    for src, dst in STORE_HOPS:
+        op_id = len(body)
+        body.append(DataMove(op_id, "STORE", tile_ref(out.name, src, out_dims, space),
+                             tile_ref(out.name, dst, out_dims, space), at=inner, depends_on=prev))
+        prev = [op_id]
+
+    streams = [Stream(t.name, tuple(space.loops[j] for j in d if j is not None and space.loops[j]),
+                      t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)]
+    streams.append(Stream(out.name, order, out.size * itemsize(out.dtype)))
+    per_stream = {s.name: stream_traffic(s, order, trips, parallel) for s in streams}
+    tile = math.prod(space.extents)
+    bufs = _buffers([tile * e for e in elem_bytes], depth)
+    work = opdef.vector_work([t.shape for t in ins], out.shape, attrs)
+    dram = sum(per_stream.values())
+    return Kernel(
+        name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
+        tiling={**{f"T{j}": e for j, e in enumerate(space.extents)}, "num_tiles": math.prod(trips.values())},
+        tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
+        body=body,
+        requirements={
+            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": sum(bufs)},
+            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": max(bufs)},
+            "min_array": {"rows": 1, "cols": 1},
+        },
+        hints={
+            "vector_elements": dict(sorted(work.items())),
+            "estimated_dram_bytes": dram,
+            "dram_bytes_per_stream": per_stream,
+            "compulsory_dram_bytes": sum(s.bytes for s in streams),
+            "target": target.name,
+            "compute_tiles": parallel.workers,
+        },
+        inputs=list(op.inputs),
+        outputs=list(op.outputs),
+    )

@@ -1,0 +1,523 @@
+"""The op registry: every op against a computation written independently of it (explicit
+loops, Python floats and the `math` module per element), its shape errors, the tile meaning of
+the computing ops and their vector work."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from dfx import REGISTRY, ShapeError, accumulation_dtype, dtype_of, numpy_dtype, tolerance
+from dfx import ops as registry
+from dfx.ops.base import convert
+
+RNG = np.random.default_rng(2024)
+F32 = np.float32
+
+
+def uniform(shape, low=-3.0, high=3.0, dtype=F32) -> np.ndarray:
+    return RNG.uniform(low, high, shape).astype(dtype)
+
+
+def name_of(x: np.ndarray) -> str:
+    return "u8" if x.dtype == bool else dtype_of(x)  # DFX holds truth values in u8
+
+
+def run(name: str, arrays: list[np.ndarray], out: str = "f32", **attrs) -> np.ndarray:
+    """The reference result, after checking it has the shape the shape rule derives."""
+    op = registry.lookup(name)
+    attrs = op.normalize_attrs(attrs)
+    [shape] = op.infer_shapes([x.shape for x in arrays], [name_of(x) for x in arrays], attrs)
+    [y] = op.reference(arrays, attrs, [out])
+    assert y.shape == shape
+    return y
+
+
+def assert_close(y: np.ndarray, expected, dtype: str) -> None:
+    atol, rtol = tolerance(dtype)
+    assert y.dtype == numpy_dtype(dtype)
+    np.testing.assert_allclose(y.astype(np.float64), np.asarray(expected, dtype=np.float64), rtol=rtol, atol=atol)
+
+
+def shape_error(name: str, shapes: list[tuple[int, ...]], **attrs) -> str:
+    op = registry.lookup(name)
+    with pytest.raises(ShapeError) as exc:
+        op.infer_shapes(shapes, ["f32"] * len(shapes), op.normalize_attrs(attrs))
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def attr_error(name: str, **attrs) -> str:
+    with pytest.raises(ShapeError) as exc:
+        registry.lookup(name).normalize_attrs(attrs)
+    assert "\n" not in str(exc.value)
+    return str(exc.value)
+
+
+# ---- the independent computations -------------------------------------------------------------
+
+
+def per_element(fn, *arrays: np.ndarray) -> np.ndarray:
+    """fn on Python floats, one output element at a time; broadcasting done by index arithmetic."""
+    rank = max(a.ndim for a in arrays)
+    shapes = [(1,) * (rank - a.ndim) + a.shape for a in arrays]
+    out_shape = tuple(max(dims) for dims in zip(*shapes))
+    out = np.empty(out_shape, dtype=np.float64)
+    for index in itertools.product(*map(range, out_shape)):
+        args = [float(a.reshape(s)[tuple(0 if d == 1 else i for i, d in zip(index, s))]) for a, s in zip(arrays, shapes)]
+        out[index] = fn(*args)
+    return out
+
+
+def groups(x: np.ndarray, axes: tuple[int, ...]) -> dict[tuple[int, ...], list[tuple[tuple[int, ...], float]]]:
+    """kept index -> [(full index, value)] of the elements that reduce together over `axes`."""
+    grouped: dict = {}
+    for index in itertools.product(*map(range, x.shape)):
+        kept = tuple(i for k, i in enumerate(index) if k not in axes)
+        grouped.setdefault(kept, []).append((index, float(x[index])))
+    return grouped
+
+
+def reduce_by_loops(x: np.ndarray, axes: tuple[int, ...], keepdims: bool, fn) -> np.ndarray:
+    kept_shape = tuple(d for k, d in enumerate(x.shape) if k not in axes)
+    out = np.empty(kept_shape, dtype=np.float64)
+    for kept, members in groups(x, axes).items():
+        out[kept] = fn([v for _, v in members])
+    if keepdims:
+        out = out.reshape(tuple(1 if k in axes else d for k, d in enumerate(x.shape)))
+    return out
+
+
+def softmax_by_loops(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
+    out = np.empty(x.shape, dtype=np.float64)
+    for members in groups(x, (axis % x.ndim,)).values():
+        top = max(v for _, v in members)
+        logsumexp = top + math.log(math.fsum(math.exp(v - top) for _, v in members))
+        for index, v in members:
+            out[index] = v - logsumexp if log else math.exp(v - logsumexp)
+    return out
+
+
+# ---- map ops ----------------------------------------------------------------------------------
+
+
+def _gelu_erf(x):
+    return 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+# name -> (per-element meaning, input range, attrs)
+UNARY = {
+    "ABS": (abs, (-3, 3), {}),
+    "NEGATE": (lambda x: -x, (-3, 3), {}),
+    "RECIPROCAL": (lambda x: 1 / x, (0.5, 3), {}),
+    "EXP": (math.exp, (-3, 3), {}),
+    "LOG": (math.log, (0.1, 5), {}),
+    "SQRT": (math.sqrt, (0, 5), {}),
+    "RSQRT": (lambda x: 1 / math.sqrt(x), (0.1, 5), {}),
+    "RELU": (lambda x: x if x > 0 else 0.0, (-3, 3), {}),
+    "LEAKY_RELU": (lambda x: x if x >= 0 else 0.2 * x, (-3, 3), {"alpha": 0.2}),
+    "SIGMOID": (lambda x: 1 / (1 + math.exp(-x)), (-8, 8), {}),
+    "TANH": (math.tanh, (-3, 3), {}),
+    "ERF": (math.erf, (-3, 3), {}),
+    "GELU": (_gelu_erf, (-4, 4), {}),
+    "CLAMP": (lambda x: min(max(x, -1.0), 2.0), (-3, 3), {"min": -1, "max": 2.0}),
+}
+BINARY = {
+    "ADD": (lambda a, b: a + b, (-3, 3)),
+    "SUB": (lambda a, b: a - b, (-3, 3)),
+    "MUL": (lambda a, b: a * b, (-3, 3)),
+    "DIV": (lambda a, b: a / b, (0.5, 3)),
+    "POW": (math.pow, (0.5, 2)),
+    "MAXIMUM": (max, (-3, 3)),
+    "MINIMUM": (min, (-3, 3)),
+    "EQUAL": (lambda a, b: a == b, (-3, 3)),
+    "GREATER": (lambda a, b: a > b, (-3, 3)),
+    "GREATER_EQUAL": (lambda a, b: a >= b, (-3, 3)),
+    "LESS": (lambda a, b: a < b, (-3, 3)),
+    "LESS_EQUAL": (lambda a, b: a <= b, (-3, 3)),
+}
+PREDICATES = {"EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"}
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_per_element(name):
+    fn, (low, high), attrs = UNARY[name]
+    x = uniform((3, 5), low, high)
+    assert_close(run(name, [x], **attrs), per_element(fn, x), "f32")
+
+
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_broadcasts(name):
+    fn, (low, high) = BINARY[name]
+    a, b = uniform((2, 1, 3), low, high), uniform((4, 1), low, high)
+    b[0, 0] = a[0, 0, 0]  # one tie for the comparisons
+    if name in PREDICATES:  # truth values, stored as 0/1 (a .dfg i1 is u8)
+        y = run(name, [a, b], out="u8")
+        assert y.dtype == np.uint8 and y.shape == (2, 4, 3)
+        np.testing.assert_array_equal(y, per_element(fn, a, b))
+    else:
+        assert_close(run(name, [a, b]), per_element(fn, a, b), "f32")
+
+
+def test_select_broadcasts_condition_and_operands():
+    a, b = uniform((1, 3)), uniform((2, 1))
+    cond = run("GREATER", [a, b], out="u8")
+    y = run("SELECT", [cond, a, np.float32([7.0])])
+    assert_close(y, per_element(lambda c, x, z: x if c else z, cond, a, np.float32([7.0])), "f32")
+    y = run("SELECT", [np.array([[True], [False]]), np.int32([1, 2, 3]), np.int32([-1])], out="i32")
+    np.testing.assert_array_equal(y, [[1, 2, 3], [-1, -1, -1]])
+
+
+def test_erf_and_gelu_match_math_erf_per_element():
+    x = np.concatenate([np.linspace(-6, 6, 49), [1e-300, -1e-12, 0.0, 30.0]])
+    np.testing.assert_array_equal(run("ERF", [x], out="f64"), [math.erf(v) for v in x])
+    assert_close(run("GELU", [x], out="f64"), [_gelu_erf(v) for v in x], "f64")
+    assert_close(run("GELU", [x], out="f64", approximate="tanh"), [_gelu_tanh(v) for v in x], "f64")
+
+
+def test_sigmoid_is_stable_at_the_extremes():
+    with np.errstate(all="raise"):  # no overflow even in the reference's intermediate steps
+        y = run("SIGMOID", [np.float32([-1000, -50, 0, 50, 1000])])
+    assert_close(y, [0, 1 / (1 + math.exp(50)), 0.5, 1 / (1 + math.exp(-50)), 1], "f32")
+
+
+def test_clamp_defaults_are_unbounded_and_integers_stay_exact():
+    x = uniform((4,), -1e30, 1e30)
+    np.testing.assert_array_equal(run("CLAMP", [x]), x)
+    big = np.int32([-2**31, 16777217, 2**31 - 1])
+    np.testing.assert_array_equal(run("CLAMP", [big], out="i32", min=0), [0, 16777217, 2**31 - 1])
+
+
+def test_integer_arithmetic_is_exact():
+    a, b = np.int32([16777217, -7, 7, -8, 46340]), np.int32([0, 2, -2, 2, 46340])
+    np.testing.assert_array_equal(run("ADD", [a, b], out="i32"), [x + y for x, y in zip(a.tolist(), b.tolist())])
+    np.testing.assert_array_equal(run("MUL", [a[1:], b[1:]], out="i32"), [-14, -14, -16, 46340 * 46340])
+    # truncation toward zero, as C and ONNX; x / 0 gives 0
+    np.testing.assert_array_equal(run("DIV", [a, b], out="i32"), [0, -3, -3, -4, 1])
+    np.testing.assert_array_equal(run("MAXIMUM", [a, b], out="i32"), np.int32([16777217, 2, 7, 2, 46340]))
+    np.testing.assert_array_equal(run("LESS", [a, b], out="u8"), [0, 1, 0, 1, 0])
+    # an i8 sum does not wrap in i8 on the way to an i32 result
+    np.testing.assert_array_equal(run("REDUCE_SUM", [np.full((4,), 100, np.int8)], out="i32"), [400])
+
+
+def test_cast_truncates_saturates_and_wraps():
+    x = np.float32([-2.7, 2.7, np.nan, 1e20, -1e20, 127.9])
+    np.testing.assert_array_equal(run("CAST", [x], out="i8", dtype="i8"), [-2, 2, 0, 127, -128, 127])
+    np.testing.assert_array_equal(run("CAST", [np.int32([300, -129])], out="i8", dtype="i8"), [44, 127])
+    np.testing.assert_array_equal(run("CAST", [np.array([True, False])], out="f32", dtype="f32"), [1.0, 0.0])
+    # i32 to bf16 rounds once, straight from the integer
+    y = run("CAST", [np.int32([16777217 + 2**17])], out="bf16", dtype="bf16")
+    assert y.dtype == ml_dtypes.bfloat16 and float(y[0]) == float(ml_dtypes.bfloat16(16777217 + 2**17))
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_low_precision_inputs(dtype):
+    npd = numpy_dtype(dtype)
+    x, b = uniform((3, 4)).astype(npd), uniform((4,)).astype(npd)
+    wide_x, wide_b = x.astype(np.float64), b.astype(np.float64)
+    assert_close(run("ADD", [x, b], out=dtype), per_element(lambda p, q: p + q, wide_x, wide_b), dtype)
+    assert_close(run("EXP", [x], out=dtype), per_element(math.exp, wide_x), dtype)
+    assert_close(run("GELU", [x], out=dtype), per_element(_gelu_erf, wide_x), dtype)
+    assert_close(run("SOFTMAX", [x], out=dtype), softmax_by_loops(wide_x, -1, log=False), dtype)
+    mean = reduce_by_loops(wide_x, (0,), False, lambda v: math.fsum(v) / len(v))
+    assert_close(run("REDUCE_MEAN", [x], out=dtype, axes=[0], keepdims=False), mean, dtype)
+    assert_close(run("LAYERNORM", [x, b], out=dtype), layernorm_by_loops(wide_x, -1, 1e-5, wide_b, None), dtype)
+
+
+# ---- reductions -------------------------------------------------------------------------------
+
+REDUCERS = {
+    "REDUCE_SUM": math.fsum,
+    "REDUCE_PROD": math.prod,
+    "REDUCE_MAX": max,
+    "REDUCE_MIN": min,
+    "REDUCE_MEAN": lambda v: math.fsum(v) / len(v),
+}
+
+
+@pytest.mark.parametrize("name", REDUCERS)
+@pytest.mark.parametrize("axes,keepdims", [(None, True), ([0, 2], False), ([-1], True), ([1], False)])
+def test_reductions(name, axes, keepdims):
+    x = uniform((2, 3, 4), 0.5, 1.5)
+    normalized = tuple(range(3)) if axes is None else tuple(a % 3 for a in axes)
+    y = run(name, [x], axes=axes, keepdims=keepdims)
+    assert_close(y, reduce_by_loops(x, normalized, keepdims, REDUCERS[name]), "f32")
+
+
+def test_reduction_edge_cases():
+    x = uniform((2, 3))
+    np.testing.assert_array_equal(run("REDUCE_SUM", [x], axes=[]), x)  # no axes: nothing reduced
+    assert run("REDUCE_SUM", [x], axes=None, keepdims=False).shape == ()
+    assert run("REDUCE_MAX", [np.zeros((0, 2), F32)], axes=[0]).tolist() == [[-math.inf, -math.inf]]
+    ints = np.int32([[3, -9], [7, 2]])
+    np.testing.assert_array_equal(run("REDUCE_PROD", [ints], out="i32", axes=[1], keepdims=False), [-27, 14])
+    np.testing.assert_array_equal(run("REDUCE_MIN", [ints], out="i32", axes=[0]), [[3, -9]])
+
+
+@pytest.mark.parametrize("axis", [-1, 0, 1, -2])
+@pytest.mark.parametrize("name", ["SOFTMAX", "LOG_SOFTMAX"])
+def test_softmax_any_axis(name, axis):
+    x = uniform((3, 4, 2), -5, 5)
+    x[0, 0, 0] = 1000.0  # a naive exp overflows here
+    assert_close(run(name, [x], axis=axis), softmax_by_loops(x, axis, log=name == "LOG_SOFTMAX"), "f32")
+
+
+def layernorm_by_loops(x, axis, epsilon, scale, bias) -> np.ndarray:
+    first = axis % x.ndim
+    normalized = x.shape[first:]
+    out = np.empty(x.shape, dtype=np.float64)
+    for members in groups(x, tuple(range(first, x.ndim))).values():
+        mean = math.fsum(v for _, v in members) / len(members)
+        variance = math.fsum((v - mean) ** 2 for _, v in members) / len(members)
+        for index, v in members:
+            y = (v - mean) / math.sqrt(variance + epsilon)
+            inner = index[first:]
+            for operand, combine in ((scale, lambda p, q: p * q), (bias, lambda p, q: p + q)):
+                if operand is not None:
+                    full = np.broadcast_to(operand, normalized)  # only picks the element
+                    y = combine(y, float(full[inner]))
+            out[index] = y
+    return out
+
+
+def test_layernorm():
+    x = uniform((2, 3, 4))
+    assert_close(run("LAYERNORM", [x]), layernorm_by_loops(x, -1, 1e-5, None, None), "f32")
+    scale, bias = uniform((4,)), uniform((3, 4))
+    y = run("LAYERNORM", [x, scale, bias], axis=1, epsilon=0.5)
+    assert_close(y, layernorm_by_loops(x, 1, 0.5, scale, bias), "f32")
+    constant_rows = np.ones((2, 5), F32)  # zero variance: epsilon keeps it finite
+    assert_close(run("LAYERNORM", [constant_rows]), np.zeros((2, 5)), "f32")
+
+
+# ---- layout -----------------------------------------------------------------------------------
+
+
+def test_reshape():
+    x = uniform((2, 3, 4))
+    for new_shape, shape in [([4, -1], (4, 6)), ([24], (24,)), ([-1], (24,)), ([2, 1, 12], (2, 1, 12))]:
+        y = run("RESHAPE", [x], new_shape=new_shape)
+        assert y.shape == shape and y.ravel().tolist() == [float(v) for v in x.flat]
+
+
+def test_transpose():
+    x = uniform((2, 3, 4))
+    for perms in ([1, 2, 0], [0, 2, 1], None):
+        y = run("TRANSPOSE", [x], perms=perms)
+        order = perms or [2, 1, 0]
+        for out_index in itertools.product(*map(range, y.shape)):
+            in_index = [0] * 3
+            for k, p in enumerate(order):
+                in_index[p] = out_index[k]
+            assert y[out_index] == x[tuple(in_index)]
+
+
+def test_concat():
+    a, b, c = uniform((2, 1, 3)), uniform((2, 4, 3)), uniform((2, 2, 3))
+    y = run("CONCAT", [a, b, c], axis=-2)
+    rows = [a[:, i] for i in range(1)] + [b[:, i] for i in range(4)] + [c[:, i] for i in range(2)]
+    assert y.shape == (2, 7, 3)
+    for i, row in enumerate(rows):
+        np.testing.assert_array_equal(y[:, i], row)
+    # operands of other dtypes are converted to the output's
+    np.testing.assert_array_equal(run("CONCAT", [np.int32([1]), np.float32([2.5])], axis=0), [1.0, 2.5])
+
+
+def test_slice():
+    x = uniform((3, 4, 5))
+    y = run("SLICE", [x], start=[1, 0, 2], size=[2, -1, 1])
+    assert y.shape == (2, 4, 1)
+    for i, j, k in itertools.product(range(2), range(4), range(1)):
+        assert y[i, j, k] == x[1 + i, j, 2 + k]
+    assert run("SLICE", [x], start=[3, 4, 5], size=[-1, -1, 0]).shape == (0, 0, 0)
+
+
+def test_pad():
+    x = uniform((2, 3))
+    y = run("PAD", [x], padding=[[1, 2], [0, 1]], pad_value=-1.5)
+    assert y.shape == (5, 4)
+    for i, j in itertools.product(range(5), range(4)):
+        inside = 1 <= i < 3 and j < 3
+        assert y[i, j] == (x[i - 1, j] if inside else -1.5)
+    np.testing.assert_array_equal(run("PAD", [x], padding=[[0, 0], [0, 0]]), x)
+    ints = run("PAD", [np.int8([5])], out="i8", padding=[[1, 0]], pad_value=-math.inf)
+    np.testing.assert_array_equal(ints, [-128, 5])
+
+
+def test_gather():
+    x = uniform((3, 4))
+    y = run("GATHER", [x], indices=[3, -1, 0, 0], axis=1)
+    for i, (j, source) in itertools.product(range(3), enumerate([3, 3, 0, 0])):
+        assert y[i, j] == x[i, source]
+    np.testing.assert_array_equal(run("GATHER", [x], indices=[-3]), x[:1])
+
+
+# ---- contraction ------------------------------------------------------------------------------
+
+
+def test_linear():
+    x, w, b = uniform((2, 3, 5)), uniform((4, 5)), uniform((4,))
+    y = run("LINEAR", [x, w, b])
+    expected = np.empty((2, 3, 4))
+    for i, j, o in itertools.product(range(2), range(3), range(4)):
+        expected[i, j, o] = math.fsum(float(x[i, j, k]) * float(w[o, k]) for k in range(5)) + float(b[o])
+    assert_close(y, expected, "f32")
+    assert run("LINEAR", [x, w]).shape == (2, 3, 4)
+
+
+def test_matmul():
+    a, b = uniform((3, 5)), uniform((5, 2))
+    expected = [[math.fsum(float(a[i, k]) * float(b[k, j]) for k in range(5)) for j in range(2)] for i in range(3)]
+    assert_close(run("MATMUL", [a, b]), expected, "f32")
+
+
+def test_matmul_transpose_b():
+    # B given as [..., N, K]: a LINEAR's weight [out, in]
+    a, b, cin = uniform((2, 3, 5)), uniform((4, 5)), uniform((4,))
+    expected = [[[math.fsum(float(a[n, i, k]) * float(b[j, k]) for k in range(5)) + float(cin[j]) for j in range(4)]
+                 for i in range(3)] for n in range(2)]
+    y = run("MATMUL", [a, b, cin], transpose_b=True)
+    assert_close(y, expected, "f32")
+    batched = uniform((2, 4, 5))
+    assert_close(run("MATMUL", [a, batched], transpose_b=True), np.matmul(a, np.swapaxes(batched, 1, 2)), "f32")
+    assert shape_error("MATMUL", [(2, 5), (5, 4)], transpose_b=True) == \
+        "inner dimensions differ: A [2, 5] has K=5, B [5, 4] (transposed) has K=4"
+    assert REGISTRY["MATMUL"].normalize_attrs({}) == {"transpose_b": False}
+    # the tile meaning is the plain product: the L3 -> L2 move hands the compute B's tile transposed
+    op = REGISTRY["MATMUL"]
+    tile = op.tile([a, b.T, cin], None, np.dtype(F32), op.normalize_attrs({"transpose_b": True}))
+    np.testing.assert_array_equal(tile.astype(F32), y)
+
+
+# ---- errors -----------------------------------------------------------------------------------
+
+
+def test_shape_errors_are_one_line():
+    assert shape_error("ADD", [(2, 3), (4,)]) == "shapes [2, 3] and [4] do not broadcast"
+    assert shape_error("SOFTMAX", [(2, 3)], axis=3) == "axis 3 is out of range for rank 2"
+    assert shape_error("REDUCE_SUM", [(2, 3)], axes=[-3]) == "axis -3 is out of range for rank 2"
+    assert "name an axis twice" in shape_error("REDUCE_SUM", [(2, 3)], axes=[1, -1])
+    assert shape_error("RESHAPE", [(2, 3)], new_shape=[4, 2]) == "cannot reshape [2, 3] (6 elements) to [4, 2] (8 elements)"
+    assert "no size fits the -1" in shape_error("RESHAPE", [(2, 3)], new_shape=[4, -1])
+    assert "outside axis 1" in shape_error("CONCAT", [(2, 3), (3, 3)], axis=1)
+    assert "outside axis 0" in shape_error("CONCAT", [(2, 3), (2, 3, 1)], axis=0)
+    assert "leaves the dim of 4" in shape_error("SLICE", [(3, 4)], start=[0, 2], size=[1, 3])
+    assert "entries for the rank-2 operand" in shape_error("PAD", [(3, 4)], padding=[[1, 1]])
+    assert shape_error("GATHER", [(3, 4)], indices=[4], axis=1) == "index 4 is out of range for axis 1 of size 4"
+    assert "entries for the rank-3 operand" in shape_error("TRANSPOSE", [(1, 2, 3)], perms=[1, 0])
+    assert shape_error("LAYERNORM", [(2, 4), (5,)]) == "scale [5] does not broadcast to the normalized shape [4]"
+    assert "input features differ" in shape_error("LINEAR", [(2, 5), (4, 3)])
+    assert shape_error("MATMUL", [(2, 3), (3, 4), (3, 4)]) == "accumulator [3, 4] does not broadcast to the result [2, 4]"
+    assert shape_error("LINEAR", [(2, 5), (4, 5), (3,)]) == "bias [3] does not broadcast to the output features [4]"
+
+
+def test_attribute_errors_name_the_attribute():
+    assert attr_error("CLAMP", min_fp=0.0) == "attribute 'min_fp' is unknown (CLAMP takes min, max)"
+    assert attr_error("ADD", shift=0) == "attribute 'shift' is unknown (ADD takes no attributes)"
+    assert attr_error("CONCAT") == "attribute 'axis' is required by CONCAT"
+    assert attr_error("REDUCE_SUM", keepdims=1) == "attribute 'keepdims' must be true or false, got 1"
+    assert attr_error("SOFTMAX", axis=1.0).startswith("attribute 'axis' must be an integer")
+    assert "at most one -1" in attr_error("RESHAPE", new_shape=[-1, -1])
+    assert "a permutation" in attr_error("TRANSPOSE", perms=[0, 0])
+    assert "'none' or 'tanh'" in attr_error("GELU", approximate="fast")
+    assert attr_error("CAST", dtype="f128").startswith("attribute 'dtype' must be 'f64' or")
+    assert "[before, after] pairs" in attr_error("PAD", padding=[1, 1])
+    assert ">= 0" in attr_error("PAD", padding=[[1, -1]])
+    assert ">= 0" in attr_error("LAYERNORM", epsilon=-1e-5)
+
+
+def test_normalize_attrs_fills_defaults_in_canonical_form():
+    assert REGISTRY["REDUCE_MEAN"].normalize_attrs({"axes": (np.int64(1),)}) == {"axes": [1], "keepdims": True}
+    assert REGISTRY["CLAMP"].normalize_attrs({"min": 0}) == {"min": 0, "max": math.inf}
+    assert REGISTRY["LAYERNORM"].normalize_attrs({}) == {"axis": -1, "epsilon": 1e-5}
+    assert REGISTRY["ADD"].normalize_attrs({}) == {}
+
+
+# ---- the registry as a whole ------------------------------------------------------------------
+
+
+def test_every_op_is_declared_completely():
+    tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
+        "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
+        "PAD", "GATHER", "LINEAR", "MATMUL"}
+    assert tested == set(REGISTRY)
+    for op in REGISTRY.values():
+        assert op.family in ("contraction", "map", "reduction", "layout"), op.name
+        assert (op.tile is None) == (op.family == "layout" or op.name == "LINEAR"), op.name
+        assert (op.vector_work is None) == (op.family in ("contraction", "layout")), op.name
+        assert (op.tile_mnk is not None) == (op.name == "MATMUL"), op.name
+        assert (op.whole_axes is not None) == (op.result_dims is not None) == (op.family == "reduction"), op.name
+
+
+def sample(op) -> tuple[list[np.ndarray], dict]:
+    """Inputs and attrs for `op` where every value is finite."""
+    attrs = {"CAST": {"dtype": "f32"}, "CONCAT": {"axis": 0}}.get(op.name, {})
+    if op.name == "SELECT":
+        return [(uniform((2, 3)) > 1).astype(np.uint8), uniform((2, 3)), uniform((1, 3))], attrs
+    return [uniform((2, 3), 1.0, 4.0) for _ in range(op.min_inputs)], attrs
+
+
+COMPUTING = [op.name for op in REGISTRY.values() if op.family in ("map", "reduction")]
+
+
+@pytest.mark.parametrize("name", COMPUTING)
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_tile_on_the_whole_tensor_is_the_reference(name, dtype):
+    op = REGISTRY[name]
+    arrays, attrs = sample(op)
+    arrays = [x if x.dtype == np.uint8 else x.astype(numpy_dtype(dtype)) for x in arrays]
+    attrs = op.normalize_attrs(attrs)
+    out = "u8" if name in PREDICATES else dtype
+    [expected] = op.reference(arrays, attrs, [out])
+    acc = numpy_dtype(accumulation_dtype([dtype_of(x) for x in arrays] + [out]))
+    tile = op.tile(arrays, None, acc, attrs)  # then stored: rounded once to the output dtype
+    np.testing.assert_array_equal(convert(tile, out), expected)
+
+
+def test_reductions_accumulate_across_tiles_where_they_can():
+    x = uniform((3, 6))
+    attrs = REGISTRY["REDUCE_SUM"].normalize_attrs({"axes": [1]})
+    acc = np.dtype(F32)
+    partial = REGISTRY["REDUCE_SUM"].tile([x[:, :4]], None, acc, attrs)
+    total = REGISTRY["REDUCE_SUM"].tile([x[:, 4:]], partial, acc, attrs)
+    np.testing.assert_allclose(total, run("REDUCE_SUM", [x], axes=[1]), rtol=1e-6)
+    for name in ("REDUCE_MEAN", "SOFTMAX", "LAYERNORM"):
+        op = REGISTRY[name]
+        with pytest.raises(ValueError, match="cannot accumulate"):
+            op.tile([x], partial, acc, op.normalize_attrs({}))
+
+
+def test_vector_work_as_documented():
+    def work(name, in_shapes, out_shape, **attrs):
+        op = REGISTRY[name]
+        return op.vector_work(in_shapes, out_shape, op.normalize_attrs(attrs))
+
+    assert work("ADD", [(4, 1), (1, 6)], (4, 6)) == {"simple": 24}
+    assert work("EXP", [(4, 6)], (4, 6)) == {"transcendental": 24}
+    assert work("GELU", [(10,)], (10,), approximate="tanh") == {"simple": 80, "transcendental": 10}
+    assert work("REDUCE_SUM", [(4, 6)], (4, 1), axes=[1]) == {"reduction": 24}
+    assert work("SOFTMAX", [(4, 8)], (4, 8)) == {"reduction": 64, "transcendental": 32, "simple": 64}
+    assert work("LAYERNORM", [(4, 8), (8,), (8,)], (4, 8)) == {"reduction": 64, "simple": 160}
+    assert REGISTRY["TRANSPOSE"].vector_work is None and REGISTRY["MATMUL"].vector_work is None
+
+
+def test_reductions_say_which_axes_a_tile_holds_whole():
+    def axes(name, shape, **attrs):
+        op = REGISTRY[name]
+        attrs = op.normalize_attrs(attrs)
+        return tuple(op.whole_axes(shape, attrs)), op.result_dims(shape, attrs)
+
+    assert axes("REDUCE_SUM", (2, 3, 4), axes=[-1, 0]) == ((2, 0), [None, 1, None])
+    assert axes("REDUCE_MAX", (2, 3, 4), axes=[1], keepdims=False) == ((1,), [0, 2])
+    assert axes("REDUCE_MEAN", (2, 3)) == ((0, 1), [None, None])
+    assert axes("SOFTMAX", (2, 3, 4), axis=-2) == ((1,), [0, 1, 2])
+    assert axes("LAYERNORM", (2, 3, 4), axis=1) == ((1, 2), [0, 1, 2])
