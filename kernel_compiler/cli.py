@@ -22,14 +22,18 @@ def compile(
     emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the object file (JSON) on stdout"),
     dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
+    fuse: bool = typer.Option(True, "--fusion/--no-fusion",
+                              help="Apply chains of map ops (bias, activation) to a kernel's result tile on chip"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
     from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail
 
-    from .compile import compile_graph, kernel_name, lower_op
+    from .compile import compile_graph, kernel_name, lower_group
+    from .fuse import fusion_groups
     from .dump import dump_graph, dump_kernel
     from .errors import CompileError
     from .frontends import load_graph
+    from .passes import canonicalise
     from .target import load_target
 
     if dataflow not in ("auto", "os", "ws", "is"):
@@ -38,18 +42,19 @@ def compile(
         try:
             out = None if dump else files.claim(output or f"{Path(input).stem}.kpu")
             graph, warnings = load_graph(input)
+            graph = canonicalise(graph, warnings)
             for w in warnings:
                 print(f"warning: {w}", file=sys.stderr)
             tgt = load_target(target)
             if dump:
                 print(dump_graph(graph))
-                for i, op in enumerate(graph.ops):
+                for i, group in enumerate(fusion_groups(graph, fuse)):
                     try:
-                        print(dump_kernel(lower_op(graph, op, kernel_name(op, i), tgt, dataflow)))
+                        print(dump_kernel(lower_group(graph, group, kernel_name(group[0], i), tgt, dataflow)))
                     except CompileError as e:
                         print(f"  (no kernel) {e}")
                 return
-            program = compile_graph(graph, input, tgt, dataflow)
+            program = compile_graph(graph, input, tgt, dataflow, fuse)
             data = dumps(program)
             files.stage(out, data)
             files.commit()

@@ -1,4 +1,4 @@
-"""The compiler pipeline: graph -> one DFX kernel per op, in execution order."""
+"""The compiler pipeline: graph -> fusion groups -> one DFX kernel per group, in execution order."""
 
 from __future__ import annotations
 
@@ -9,25 +9,28 @@ from dfx import Graph, Kernel, Op, Program, lookup
 from dfx.graph import INT64_MAX
 
 from .errors import CompileError
+from .fuse import fusion_groups
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
 from .target import Target
 
-# op family (the registry's) -> lowering; an op whose family has none, or whose tile the
-# registry leaves undefined (layout ops, LINEAR), parses and checks but does not compile yet
-LOWERINGS: dict[str, Callable[[Graph, Op, str, Target, str], Kernel]] = {
+# the anchor's op family (the registry's) -> lowering of a group [anchor, *epilogue]; an op whose
+# family has none, or whose tile the registry leaves undefined (layout ops, LINEAR), parses and
+# checks but does not compile yet
+LOWERINGS: dict[str, Callable[[Graph, list[Op], str, Target, str], Kernel]] = {
     "contraction": lower_matmul,
     "map": lower_vector_op,
     "reduction": lower_vector_op,
 }
 
 
-def lower_op(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
+def lower_group(graph: Graph, group: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    op = group[0]
     opdef = lookup(op.op_type)
     lowering = LOWERINGS.get(opdef.family) if opdef is not None and opdef.tile is not None else None
     if lowering is None:
         raise CompileError(f"{op.source or op.name}: op '{op.name}' ({op.op_type}) has no lowering yet")
-    return lowering(graph, op, name, target, dataflow)
+    return lowering(graph, group, name, target, dataflow)
 
 
 def kernel_name(op: Op, index: int) -> str:
@@ -53,7 +56,7 @@ def _check_counts(kernel: Kernel, where: str) -> None:
                                    f"signed 64-bit integer; the problem is too large")
 
 
-def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto") -> Program:
+def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto", fuse: bool = True) -> Program:
     # an empty program would "run" and report nothing: refuse it here, as the object reader does
     if not graph.ops:
         raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
@@ -61,11 +64,11 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         raise CompileError(f"{source}: graph '{graph.name}': has no outputs, nothing it computes would be kept")
     kernels: list[Kernel] = []
     producer: dict[str, str] = {}
-    for i, op in enumerate(graph.ops):
-        kernel = lower_op(graph, op, kernel_name(op, i), target, dataflow)
-        _check_counts(kernel, op.source or op.name)
-        kernel.depends_on = sorted({producer[t] for t in op.inputs if t in producer})
-        for t in op.outputs:
+    for i, group in enumerate(fusion_groups(graph, fuse)):
+        kernel = lower_group(graph, group, kernel_name(group[0], i), target, dataflow)
+        _check_counts(kernel, group[0].source or group[0].name)
+        kernel.depends_on = sorted({producer[t] for t in kernel.inputs if t in producer})
+        for t in kernel.outputs:
             producer[t] = kernel.name
         kernels.append(kernel)
     return Program(graph.name, Path(source).name, target.name, graph, kernels)

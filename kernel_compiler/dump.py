@@ -30,7 +30,8 @@ def dump_kernel(k: Kernel) -> str:
     loops = " ".join(f"{l.induction_var}<{l.end}{'(par)' if l.parallel else ''}" for l in k.tile_loops)
     tiles = " ".join(f"{key}={value}" for key, value in k.tiling.items())
     intensity = f", AI {k.hints['arithmetic_intensity']} FLOP/B" if "arithmetic_intensity" in k.hints else ""
-    lines = [f"kernel {k.name} ({k.op}, {k.dataflow}) tiles {tiles} loops: {loops or '(none)'}",
+    fused = f" + {', '.join(k.epilogue)}" if k.epilogue else ""
+    lines = [f"kernel {k.name} ({k.op}{fused}, {k.dataflow}) tiles {tiles} loops: {loops or '(none)'}",
              f"  dram {k.hints['estimated_dram_bytes']} B (compulsory {k.hints['compulsory_dram_bytes']} B)"
              f"{intensity}, needs {k.requirements['bytes']}"]
     for op in k.body:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 
-from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumulation_dtype, itemsize
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumulation_dtype, itemsize, lookup
 from hardware import matmul_cycles
 
 from .errors import CompileError
 from .target import Target
-from .tiling import MatmulProblem, MatmulTiling, choose_tiling, placement, streams, stream_traffic, tile_buffers
+from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
+from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, placement, streams, tile_buffers
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -39,11 +40,16 @@ def choose_dataflow(requested: str, M: int, N: int, K: int, target: Target, wher
     return min(target.dataflows, key=lambda d: (matmul_cycles(M, N, K, target.rows, target.cols, d), d))
 
 
-def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
+def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    """A MATMUL and its epilogue: the map ops applied on the vector unit to each result tile,
+    drained from the accumulators into L1, before it leaves the compute tile."""
+    op, epi = ops[0], ops[1:]
     a, b = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
     cin = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
     c = graph.tensors[op.outputs[0]]
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    # B given as [..., N, K] (a LINEAR's weight): the BlockMover transposes each tile into L2
+    transpose_b = lookup("MATMUL").normalize_attrs(op.attrs)["transpose_b"]
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-2] if transpose_b else b.shape[-1]
     out_batch = c.shape[:-2]
     batch_vars = tuple(f"b{i}" for i in range(len(out_batch)))
     a_idx = _batch_indices(a.shape[:-2], out_batch)
@@ -56,6 +62,12 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
         cin_rows, cin_cols = cin_shape[-2] == M and M > 1, cin_shape[-1] == N and N > 1
     dtypes = [a.dtype, b.dtype, c.dtype] + ([cin.dtype] if cin else [])
     acc = accumulation_dtype(dtypes)
+    final = graph.tensors[ops[-1].outputs[0]]
+    epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
+    # the epilogue's tiles in L2 and L3: each operand's (a bias row varies along N only) and the
+    # final result's
+    epilogue_tiles = tuple((itemsize(t.dtype), len(t.shape) >= 2 and t.shape[-2] > 1, len(t.shape) >= 1 and t.shape[-1] > 1)
+                           for t in epi_operands) + ((itemsize(final.dtype), True, True),) if epi else ()
     where = op.source or op.name
     if 0 in c.shape or K == 0:
         raise CompileError(f"{where}: MATMUL {M}x{N}x{K} has an empty dimension; there is nothing to tile")
@@ -67,8 +79,8 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
             M, N, K, batch_vars, tuple(out_batch),
             tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
             tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
-            itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(c.dtype),
-            itemsize(acc), depth)
+            itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(final.dtype),
+            itemsize(acc), depth, epilogue_tiles)
         try:
             tiling = choose_tiling(problem, target)
             break
@@ -89,7 +101,8 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
 
     operand_refs = {
         "A": (a, lambda lvl: ref(a, lvl, a_idx, ["ti", "tk"], [min(Ti, M), min(Tk, K)])),
-        "B": (b, lambda lvl: ref(b, lvl, b_idx, ["tk", "tj"], [min(Tk, K), min(Tj, N)])),
+        "B": (b, lambda lvl: ref(b, lvl, b_idx, ["tj", "tk"], [min(Tj, N), min(Tk, K)]) if transpose_b
+              else ref(b, lvl, b_idx, ["tk", "tj"], [min(Tk, K), min(Tj, N)])),
     }
     if cin is not None:
         inner = [("ti", min(Ti, M)) if cin_rows else ("0", 1), ("tj", min(Tj, N)) if cin_cols else ("0", 1)]
@@ -112,7 +125,8 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
         depth = problem.depth if key in ("A", "B") and at(key) is not None else 1
         for src, dst in (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", last)):
             op_id = len(body)
-            body.append(DataMove(op_id, "LOAD", make(src), make(dst), at=at(key), depth=depth, depends_on=prev))
+            body.append(DataMove(op_id, "LOAD", make(src), make(dst), at=at(key), depth=depth, depends_on=prev,
+                                 transpose=key == "B" and transpose_b and dst == "L2"))
             prev = [op_id]
         l1_ops.append(prev[0])
     inner_loop = order[-1] if order else None
@@ -122,15 +136,29 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
                         c_ref("REGISTER"), at=inner_loop,
                         accumulate="tk > 0" if "tk" in order else "false", depends_on=l1_ops))
     store_place = {"after": "tk"} if "tk" in order else {"at": inner_loop}
-    prev = [compute_id]
-    for src, dst in (("REGISTER", "L2"), ("L2", "L3"), ("L3", "EXTERNAL")):
-        op_id = len(body)
-        body.append(DataMove(op_id, "STORE", c_ref(src), c_ref(dst), depends_on=prev, **store_place))
-        prev = [op_id]
+    extra: list[Stream] = []
+    if epi:
+        # the result space, for the epilogue's operands: C's dims, tiled by the loops that run
+        loops = tuple(v if v in order else None for v in (*batch_vars, "ti", "tj"))
+        space = Space(c.shape, (1,) * len(out_batch) + (min(Ti, M), min(Tj, N)), loops)
+        # the accumulators drain to L2 as without an epilogue, so the array goes on with the next
+        # block while the vector unit applies the epilogue to this one there
+        body.append(DataMove(len(body), "STORE", c_ref("REGISTER"), c_ref("L2"), depends_on=[compute_id],
+                             **store_place))
+        last_name, last, extra = epilogue(body, graph, epi, c.name, "L2", len(body) - 1, space, order,
+                                          problem.depth, store_place, level="L2")
+        store(body, last_name, list(range(len(c.shape))), space, last, store_place, source="L2")
+    else:
+        prev = [compute_id]
+        for src, dst in (("REGISTER", "L2"), ("L2", "L3"), ("L3", "EXTERNAL")):
+            op_id = len(body)
+            body.append(DataMove(op_id, "STORE", c_ref(src), c_ref(dst), depends_on=prev, **store_place))
+            prev = [op_id]
 
     macs = math.prod(out_batch) * M * N * K
-    bufs = tile_buffers(problem, Ti, Tj, Tk)
-    per_stream = {s.name: stream_traffic(s, order, trips, tiling.parallel) for s in stream_list.values()}
+    outer, l1 = tile_buffers(problem, Ti, Tj, Tk)
+    per_stream = traffic([*stream_list.values(), *extra], order, trips, tiling.parallel)
+    dram = sum(per_stream.values())
     compute_cycles = math.prod(out_batch) * matmul_cycles(M, N, K, target.rows, target.cols, dataflow)
     return Kernel(
         name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
@@ -139,21 +167,23 @@ def lower_matmul(graph: Graph, op: Op, name: str, target: Target, dataflow: str)
         tile_loops=tile_loops,
         body=body,
         requirements={
-            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": sum(bufs[:2])},
-            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": max(bufs[:2])},
+            "bytes": {"L3": sum(outer), "L2": sum(outer), "L1": sum(l1)},
+            "largest_buffer": {"L3": max(outer), "L2": max(outer), "L1": max(l1)},
             "min_array": {"rows": 1, "cols": 1},
         },
         hints={
             "macs": macs,
-            "estimated_dram_bytes": tiling.dram_bytes,
+            "estimated_dram_bytes": dram,
             "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": sum(s.bytes for s in stream_list.values()),
+            "compulsory_dram_bytes": sum(s.bytes for s in [*stream_list.values(), *extra]),
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
-            "arithmetic_intensity": round(2 * macs / tiling.dram_bytes, 3),
+            "arithmetic_intensity": round(2 * macs / dram, 3),
+            **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
             "target": target.name,
             "compute_tiles": tiling.parallel.workers,
         },
-        inputs=list(op.inputs),
-        outputs=list(op.outputs),
+        epilogue=[o.name for o in epi],
+        inputs=kernel_reads(ops),
+        outputs=list(ops[-1].outputs),
     )
 

@@ -21,8 +21,7 @@ from .errors import CompileError
 from .target import Target
 from .tiling import Stream, fits, parallel_loop, placement, stream_traffic
 
-LOAD_HOPS = (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", "L1"))
-STORE_HOPS = (("L1", "L2"), ("L2", "L3"), ("L3", "EXTERNAL"))
+LEVELS = ("EXTERNAL", "L3", "L2", "L1")
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,83 @@ def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: lis
                        f"target '{target.name}'; reductions over axes this long are not lowered yet")
 
 
-def lower_vector_op(graph: Graph, op: Op, name: str, target: Target, dataflow: str) -> Kernel:
-    """A map op (the space is its result) or a row reduction (the space is its first operand)."""
+def load(body: list, tensor: str, dims: list[int | None], space: Space, at: str | None, depth: int,
+         to: str = "L1") -> int:
+    """Append the hops that bring an operand's tile from external memory to level `to`; the id
+    of the last move."""
+    prev: list[int] = []
+    hops = LEVELS[: LEVELS.index(to) + 1]
+    for src, dst in zip(hops, hops[1:]):
+        body.append(DataMove(len(body), "LOAD", tile_ref(tensor, src, dims, space), tile_ref(tensor, dst, dims, space),
+                             at=at, depth=depth if at is not None else 1, depends_on=prev))
+        prev = [len(body) - 1]
+    return prev[0]
+
+
+def store(body: list, tensor: str, dims: list[int | None], space: Space, after: int, place: dict,
+          source: str = "L1") -> None:
+    """Append the hops that take a result tile from level `source` back to external memory."""
+    prev = [after]
+    hops = LEVELS[: LEVELS.index(source) + 1][::-1]
+    for src, dst in zip(hops, hops[1:]):
+        body.append(DataMove(len(body), "STORE", tile_ref(tensor, src, dims, space), tile_ref(tensor, dst, dims, space),
+                             depends_on=prev, **place))
+        prev = [len(body) - 1]
+
+
+def placement_of(dims: list[int | None], space: Space, order: tuple[str, ...]) -> str | None:
+    """The loop an operand's moves sit at: the innermost that indexes it (None: before all)."""
+    used = {space.loops[j] for j in dims if j is not None and space.loops[j]}
+    p = placement(Stream("", tuple(used), 0), order)
+    return order[p] if p >= 0 else None
+
+
+def epilogue(body: list, graph: Graph, ops: list[Op], result: str, result_level: str, result_at: int, space: Space,
+             order: tuple[str, ...], depth: int, place: dict, level: str = "L1") -> tuple[str, int, list[Stream]]:
+    """Append the epilogue's ops, applied on the vector unit to the result tile: the loads of each
+    op's other operands to `level` (indexed by the loops they vary along) and its compute, reading
+    the running result where it names it; the last result is written to `level`. (final result
+    tensor, id of its last compute, the operand streams)."""
+    streams = []
+    for op in ops:
+        inputs, deps = [], [result_at]
+        for name in op.inputs:
+            t = graph.tensors[name]
+            dims = aligned_dims(t.shape, space.shape)
+            if name == result:
+                inputs.append(tile_ref(name, result_level, dims, space))
+                continue
+            deps.append(load(body, name, dims, space, placement_of(dims, space, order), depth, level))
+            inputs.append(tile_ref(name, level, dims, space))
+            streams.append(Stream(name, tuple(space.loops[j] for j in dims if j is not None and space.loops[j]),
+                                  t.size * itemsize(t.dtype)))
+        result = op.outputs[0]
+        # the vector unit runs the chain over each chunk of the tile in its registers: only the
+        # last result is written back to an L1 buffer
+        out_level = level if op is ops[-1] else "REGISTER"
+        body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs,
+                            tile_ref(result, out_level, aligned_dims(graph.tensors[result].shape, space.shape), space),
+                            depends_on=deps, **place))
+        result_at, result_level = len(body) - 1, out_level
+    return result, result_at, streams
+
+
+def epilogue_work(graph: Graph, ops: list[Op]) -> dict[str, int]:
+    """The vector elements of an epilogue over whole tensors, per op class."""
+    work: dict[str, int] = {}
+    for op in ops:
+        opdef = lookup(op.op_type)
+        shapes = [graph.tensors[n].shape for n in op.inputs]
+        for cls, n in opdef.vector_work(shapes, graph.tensors[op.outputs[0]].shape,
+                                        opdef.normalize_attrs(op.attrs)).items():
+            work[cls] = work.get(cls, 0) + n
+    return work
+
+
+def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    """A map op (the space is its result) or a row reduction (the space is its first operand),
+    with its epilogue."""
+    op = ops[0]
     opdef = lookup(op.op_type)
     where = op.source or op.name
     attrs = opdef.normalize_attrs(op.attrs)
@@ -113,50 +187,33 @@ def lower_vector_op(graph: Graph, op: Op, name: str, target: Target, dataflow: s
     if 0 in space_shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
                            f"there is nothing to tile")
-    elem_bytes = [itemsize(t.dtype) for t in ins + [out]]
-    space, depth = choose_space(space_shape, whole, elem_bytes, target, where)
+    reads = [graph.tensors[n] for n in kernel_reads(ops)]
+    results = [graph.tensors[o.outputs[0]] for o in ops]
+    space, depth = choose_space(space_shape, whole, [itemsize(t.dtype) for t in reads + results], target, where)
     order = tuple(v for v in space.loops if v)
     trips = space.trips()
     parallel = parallel_loop(order, trips, target.compute_tiles)
     in_dims = [aligned_dims(t.shape, space_shape) for t in ins]
-    out_dims = aligned_dims(out.shape, space_shape) if opdef.family == "map" else \
-        opdef.result_dims(space_shape, attrs)
-
-    def at(dims: list[int | None]) -> str | None:
-        used = {space.loops[j] for j in dims if j is not None and space.loops[j]}
-        p = placement(Stream("", tuple(used), 0), order)
-        return order[p] if p >= 0 else None
+    out_dims = aligned_dims(out.shape, space_shape) if opdef.family == "map" else opdef.result_dims(space_shape, attrs)
+    inner = order[-1] if order else None
 
     body: list = []
-    l1_ops: list[int] = []
-    for t, dims in zip(ins, in_dims):
-        place = at(dims)
-        prev: list[int] = []
-        for src, dst in LOAD_HOPS:
-            op_id = len(body)
-            body.append(DataMove(op_id, "LOAD", tile_ref(t.name, src, dims, space), tile_ref(t.name, dst, dims, space),
-                                 at=place, depth=depth if place is not None else 1, depends_on=prev))
-            prev = [op_id]
-        l1_ops.append(prev[0])
-    inner = order[-1] if order else None
-    compute_id = len(body)
-    body.append(Compute(compute_id, opdef.compute_type, [tile_ref(t.name, "L1", d, space) for t, d in zip(ins, in_dims)],
-                        tile_ref(out.name, "L1", out_dims, space), at=inner, depends_on=l1_ops))
-    prev = [compute_id]
-    for src, dst in STORE_HOPS:
-        op_id = len(body)
-        body.append(DataMove(op_id, "STORE", tile_ref(out.name, src, out_dims, space),
-                             tile_ref(out.name, dst, out_dims, space), at=inner, depends_on=prev))
-        prev = [op_id]
+    l1_ops = [load(body, t.name, dims, space, placement_of(dims, space, order), depth) for t, dims in zip(ins, in_dims)]
+    body.append(Compute(len(body), opdef.compute_type, [tile_ref(t.name, "L1", d, space) for t, d in zip(ins, in_dims)],
+                        tile_ref(out.name, "REGISTER" if ops[1:] else "L1", out_dims, space), at=inner,
+                        depends_on=l1_ops))
+    final, last, extra = epilogue(body, graph, ops[1:], out.name, "REGISTER", len(body) - 1, space, order, depth,
+                                  {"at": inner})
+    final_dims = out_dims if final == out.name else aligned_dims(graph.tensors[final].shape, space_shape)
+    store(body, final, final_dims, space, last, {"at": inner})
 
     streams = [Stream(t.name, tuple(space.loops[j] for j in d if j is not None and space.loops[j]),
-                      t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)]
-    streams.append(Stream(out.name, order, out.size * itemsize(out.dtype)))
-    per_stream = {s.name: stream_traffic(s, order, trips, parallel) for s in streams}
-    tile = math.prod(space.extents)
-    bufs = _buffers([tile * e for e in elem_bytes], depth)
-    work = opdef.vector_work([t.shape for t in ins], out.shape, attrs)
-    dram = sum(per_stream.values())
+                      t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)] + extra
+    final_t = graph.tensors[final]
+    streams.append(Stream(final, order, final_t.size * itemsize(final_t.dtype)))
+    per_stream = traffic(streams, order, trips, parallel)
+    bufs = _buffers([math.prod(space.extents) * itemsize(t.dtype) for t in reads + results], depth)
+    work = epilogue_work(graph, ops)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
         tiling={**{f"T{j}": e for j, e in enumerate(space.extents)}, "num_tiles": math.prod(trips.values())},
@@ -169,12 +226,28 @@ def lower_vector_op(graph: Graph, op: Op, name: str, target: Target, dataflow: s
         },
         hints={
             "vector_elements": dict(sorted(work.items())),
-            "estimated_dram_bytes": dram,
+            "estimated_dram_bytes": sum(per_stream.values()),
             "dram_bytes_per_stream": per_stream,
             "compulsory_dram_bytes": sum(s.bytes for s in streams),
             "target": target.name,
             "compute_tiles": parallel.workers,
         },
-        inputs=list(op.inputs),
-        outputs=list(op.outputs),
+        epilogue=[o.name for o in ops[1:]],
+        inputs=kernel_reads(ops),
+        outputs=list(ops[-1].outputs),
     )
+
+
+def traffic(streams: list[Stream], order: tuple[str, ...], trips: dict[str, int], parallel) -> dict[str, int]:
+    """Exact DRAM bytes per tensor (a tensor two operands read is two streams)."""
+    out: dict[str, int] = {}
+    for s in streams:
+        out[s.name] = out.get(s.name, 0) + stream_traffic(s, order, trips, parallel)
+    return out
+
+
+def kernel_reads(ops: list[Op]) -> list[str]:
+    """The tensors a group reads from memory, in operand order: every operand that no op of the
+    group makes."""
+    made = {t for op in ops for t in op.outputs}
+    return [t for op in ops for t in op.inputs if t not in made]

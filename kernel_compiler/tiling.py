@@ -149,6 +149,8 @@ class MatmulProblem:
     elem_c: int
     elem_acc: int  # partial sums as the array keeps them
     depth: int  # buffering depth for loads
+    # a fused epilogue's tiles in L2 and L3, as (bytes per element, varies along M, along N)
+    epilogue: tuple[tuple[int, bool, bool], ...] = ()
 
 
 def streams(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Stream]:
@@ -175,13 +177,14 @@ def _loop_orders(p: MatmulProblem, trips: dict[str, int]) -> list[tuple[str, ...
     return [tuple(v for v in order if trips[v] > 1) for order in orders]
 
 
-def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[int]:
-    """Bytes of each buffer at L3 and L2: A and B (and Cin) x depth, C once. The first two,
-    A and B, are also what L1 holds."""
-    bufs = [Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth, Ti * Tj * p.elem_acc]
+def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> tuple[list[int], list[int]]:
+    """Bytes of each buffer: (at L3 and at L2: A and B x depth, C once, Cin and the epilogue's
+    tiles; at L1: A and B x depth)."""
+    a, b = Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth
+    outer = [a, b, Ti * Tj * p.elem_acc] + [e * (Ti if rows else 1) * (Tj if cols else 1) for e, rows, cols in p.epilogue]
     if p.cin_batch is not None:
-        bufs.append(Ti * Tj * p.elem_cin)
-    return bufs
+        outer.append(Ti * Tj * p.elem_cin)
+    return outer, [a, b]
 
 
 def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
@@ -191,8 +194,8 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, s)):
-                bufs = tile_buffers(p, Ti, Tj, Tk)
-                if not (fits(bufs, target.l2) and fits(bufs, target.l3) and fits(bufs[:2], target.l1)):
+                outer, l1 = tile_buffers(p, Ti, Tj, Tk)
+                if not (fits(outer, target.l2) and fits(outer, target.l3) and fits(l1, target.l1)):
                     continue
                 trips = dict(zip(p.batch, p.batch_trips))
                 trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))

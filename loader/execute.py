@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dfx import REGISTRY, Compute, DataMove, Kernel, Program, accumulation_dtype, convert, lookup, numpy_dtype
+from dfx import REGISTRY, Compute, DataMove, Kernel, OpDef, Program, accumulation_dtype, convert, lookup, numpy_dtype
 
 from .schedule import accumulating, expand, tile_slices
 
@@ -32,8 +32,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         t = g.tensors[name]
         memory[name] = np.zeros(t.shape, numpy_dtype(t.dtype))
     acc = numpy_dtype(accumulation_dtype([g.tensors[n].dtype for n in kernel.inputs + kernel.outputs]))
-    # what its tile computes with: the graph op's attributes, defaults filled
-    attrs = lookup(kernel.op).normalize_attrs(next(op.attrs for op in g.ops if op.name == kernel.graph_op))
+    computes = compute_ops(kernel, g)
     # (worker, tensor, level) -> the tile held there
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     for worker, op, env in expand(kernel, workers):
@@ -41,7 +40,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, memory, g, acc, attrs)
+            _run_op(op, env, worker, tiles, memory, g, acc, computes)
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -53,7 +52,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
 
 
 def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype,
-            attrs: dict) -> None:
+            computes: dict) -> None:
     if isinstance(op, DataMove):
         src, dst = op.source, op.destination
         if src.level == "EXTERNAL":
@@ -68,19 +67,32 @@ def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarra
         else:
             tiles[worker, dst.tensor, dst.level] = tile
     elif isinstance(op, Compute):
-        _compute(op, env, worker, tiles, acc, attrs)
+        _compute(op, env, worker, tiles, acc, computes[op.op_id])
 
 
 # the tile computes this loader executes and times: those of registry ops that say what a tile
 # does and what it costs, on the array or on the vector unit
-COMPUTES = {op.compute_type: op.tile for op in REGISTRY.values()
+COMPUTES = {op.compute_type: op for op in REGISTRY.values()
             if op.tile is not None and (op.tile_mnk is not None or op.vector_work is not None)}
 
 
-def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype, attrs: dict) -> None:
+def compute_ops(kernel: Kernel, g) -> dict[int, tuple[OpDef, dict]]:
+    """Each COMPUTE of the kernel -> the registry op it runs and the attributes of the graph op
+    whose result it makes (a fused kernel runs several graph ops), defaults filled."""
+    producer = {t: op for op in g.ops for t in op.outputs}
+    out = {}
+    for op in kernel.body:
+        if isinstance(op, Compute):
+            source = producer[op.output.tensor]
+            out[op.op_id] = (COMPUTES[op.compute_type], COMPUTES[op.compute_type].normalize_attrs(source.attrs))
+    return out
+
+
+def _compute(op: Compute, env: dict, worker: int, tiles: dict, acc: np.dtype, compute: tuple[OpDef, dict]) -> None:
     key = (worker, op.output.tensor, op.output.level)
     partial = tiles[key] if accumulating(op, env) else None
-    tiles[key] = COMPUTES[op.compute_type]([tiles[worker, r.tensor, r.level] for r in op.inputs], partial, acc, attrs)
+    opdef, attrs = compute
+    tiles[key] = opdef.tile([tiles[worker, r.tensor, r.level] for r in op.inputs], partial, acc, attrs)
 
 
 def reference_op(op, values: dict[str, np.ndarray], g) -> list[np.ndarray]:

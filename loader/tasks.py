@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dfx import Compute, DataMove, Kernel, Program, itemsize, lookup
+from dfx import Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
 from .binding import Binding
+from .execute import compute_ops
 from .buffers import engine_kind, l2_port_op
 from .relocate import Occupancy, place_of
 from .schedule import accumulating, expand, readers, tile_elements, tile_slices
@@ -48,8 +49,7 @@ class TaskStream:
         reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
-        opdef = lookup(kernel.op)
-        attrs = opdef.normalize_attrs(next(o.attrs for o in g.ops if o.name == kernel.graph_op))
+        computes = compute_ops(kernel, g)
         stores: dict[str, dict[int, int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
@@ -94,8 +94,9 @@ class TaskStream:
                 shapes = [_tile_shape(r, g, env) for r in op.inputs]
                 label = f"{op.compute_type} {op.output.tensor}"
                 args = {v: env[v] for v in op.output.tile_indices + ["tk"] if v in env}
+                opdef, attrs = computes[op.op_id]
                 if opdef.tile_mnk is not None:  # the registry says the array runs it
-                    mm, n, k = opdef.tile_mnk(shapes)
+                    mm, n, k = opdef.tile_mnk(shapes, attrs)
                     drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
                     task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow,
                                 drain=drain, phase=phase, label=label, args=args)

@@ -153,7 +153,7 @@ def test_check_names_a_faulty_intermediate_kernel(tmp_path):
                   ("SIGMOID", ["t2"], {})],
                  {"a": ((256, 256), "f32"), "w": ((256, 256), "f32"), "bias": ((256,), "f32")})
     obj = tmp_path / "chain.kpu"
-    obj.write_bytes(dumps(compile_graph(g, "chain.dfg", load_target(STANDARD))))
+    obj.write_bytes(dumps(compile_graph(g, "chain.dfg", load_target(STANDARD), fuse=False)))
     assert run_cli("loader", obj, "--config", STANDARD, "--check").returncode == 0
     doc = json.loads(obj.read_text())
     kernel = doc["body"]["kernels"][2]

@@ -57,7 +57,7 @@ class OpDef:
     # for ops a compiler pass decomposes first (LINEAR).
     tile: Callable[[list[np.ndarray], np.ndarray | None, np.dtype, dict[str, Any]], np.ndarray] | None = None
     # the array work of one tile COMPUTE: (input tile shapes) -> (m, n, k) of C[m, n] += A[m, k] B[k, n]
-    tile_mnk: Callable[[list[tuple[int, ...]]], tuple[int, int, int]] | None = None
+    tile_mnk: Callable[[list[tuple[int, ...]], dict[str, Any]], tuple[int, int, int]] | None = None
     # the vector-unit work of one COMPUTE: (input shapes, output shape, attrs) -> elements
     # processed per op class: "simple" (add, mul, compare, select, max, convert), "transcendental"
     # (exp, log, sqrt, rsqrt, tanh, erf, sigmoid, pow, divide, reciprocal), "reduction" (one step
@@ -269,6 +269,7 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "axis": _int,  # negative counts from the end
     "axes": _optional_ints,  # None: every axis; [] reduces none, as numpy's axis=()
     "keepdims": _bool,
+    "transpose_b": _bool,  # MATMUL: B given as [..., N, K], used transposed (a LINEAR's weight)
     "new_shape": _new_shape,  # one -1 allowed, taking what the others leave
     "perms": _perms,  # None: the dims reversed
     "start": lambda name, value: _ints(name, value, low=0),

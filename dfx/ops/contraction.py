@@ -16,10 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import dtype_of, numpy_dtype
-from .base import ATTRIBUTES, OpDef, Shape, ShapeError, _bool, accumulation_dtype, broadcasts_to, register
-
-# B given as [..., N, K], used transposed (a LINEAR's weight [out, in])
-ATTRIBUTES["transpose_b"] = _bool
+from .base import OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, register
 
 # ---- MATMUL ----------------------------------------------------------------------------------
 
@@ -52,9 +49,11 @@ def _matmul_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dt
     return c
 
 
-def _matmul_mnk(shapes: list[tuple[int, ...]]) -> tuple[int, int, int]:
+def _matmul_mnk(shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> tuple[int, int, int]:
+    """(m, n, k) from the operand tiles' extents along their tensors' dims (B's are [n, k] when
+    it is given transposed)."""
     a, b = shapes[0], shapes[1]
-    return a[-2], b[-1], a[-1]
+    return a[-2], b[-2] if attrs["transpose_b"] else b[-1], a[-1]
 
 
 def _matmul_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:

@@ -1,0 +1,262 @@
+"""The rewrite engine: rules of (pattern, fn) applied to a graph until none fires.
+
+A pattern (`Pat`) is a tree rooted at an op: op types, operand patterns, a predicate on the op's
+attributes, and names that bind tensors. A name bound twice must bind the same tensor, which is
+how a rule says "the SUB of the same x its REDUCE_MAX reads". Operands of a commutative op match
+in either order; `Pat.any` tries alternatives in turn.
+
+Every op a pattern matches is replaced, so a match counts only when the chain is closed: each
+matched op other than the root has its result read by matched ops alone, and none is a graph
+output. The rule's fn then sees the `Match` and returns the one op that computes the root's
+result instead, or None to decline (a constant without a known value, two different axes). The
+engine keeps the graph consistent: the new op must have the root's result shape by the
+registry's shape rule and reads no tensor the match removes; it takes the root's place (so the
+ops stay in topological order), the root's name and source (so messages still point at the
+model file), and tensors only the removed ops used go, unless they are graph inputs or outputs.
+
+Rule sets are lists of rules and combine with `+`; `rewrite` applies one to a fixed point and
+returns a new graph, leaving its argument as it was.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
+
+import numpy as np
+
+from dfx import REGISTRY, Graph, Op, ShapeError, is_integer, lookup, numpy_dtype
+
+# binary ops whose operands may swap: a pattern matches their operands in either order
+COMMUTATIVE = frozenset({"ADD", "MUL", "MAXIMUM", "MINIMUM", "EQUAL"})
+assert COMMUTATIVE <= {name for name, op in REGISTRY.items() if op.family == "map" and op.min_inputs == 2}
+
+
+class Pat:
+    """A pattern. `Pat(name="x")` matches any tensor and binds it; `Pat("EXP", x)` the result of
+    an EXP whose operand matches x (no operand patterns: any operands); `where` is a predicate on
+    the op's normalized attributes."""
+
+    def __init__(self, ops: str | frozenset[str] | None = None, *src: Pat, name: str | None = None,
+                 where: Callable[[dict], bool] | None = None, alts: tuple[Pat, ...] = ()):
+        self.ops = frozenset({ops}) if isinstance(ops, str) else ops
+        self.src, self.name, self.where, self.alts = src, name, where, alts
+
+    @staticmethod
+    def any(*alts: Pat) -> Pat:
+        """Any of `alts`, tried in order (a later one when the rule declines an earlier one's match)."""
+        return Pat(alts=alts)
+
+    def root_types(self) -> frozenset[str]:
+        return frozenset().union(*(alt.root_types() for alt in self.alts)) if self.alts else self.ops
+
+
+@dataclass
+class Match:
+    """One way a rule's pattern matched: the tensors its names bound and the ops it covers."""
+
+    graph: Graph
+    root: Op
+    ops: dict[str, Op]  # op name -> op, the root included
+    bound: dict[str, str]  # pattern name -> tensor name
+    warnings: list[str] = field(repr=False)
+
+    def __getitem__(self, name: str) -> str:
+        return self.bound[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.bound
+
+    def producer(self, name: str) -> Op:
+        """The matched op whose result the name bound."""
+        return next(op for op in self.ops.values() if op.outputs == [self.bound[name]])
+
+    def attrs(self, name: str) -> dict:
+        op = self.producer(name)
+        return lookup(op.op_type).normalize_attrs(op.attrs)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.graph.tensors[self.bound[name]].shape
+
+    def value(self, name: str) -> float | None:
+        """The value of a bound constant whose elements all hold one number, or None when the
+        graph gives it no value (a `.dfg` constant) or several."""
+        tensor = self.graph.tensors[self.bound[name]]
+        raw = self.graph.constants.get(tensor.name)
+        if raw is None or tensor.role != "constant":
+            return None
+        values = np.frombuffer(raw, numpy_dtype(tensor.dtype)).astype(np.float64)
+        return float(values[0]) if values.size and (values == values[0]).all() else None
+
+    def is_near(self, name: str, target: float) -> bool:
+        """The bound constant is `target`: rounded to its dtype, or to 1e-6 (a constant written
+        with a few digits, 0.7978846 for sqrt(2/pi))."""
+        value, dtype = self.value(name), self.graph.tensors[self.bound[name]].dtype
+        if value is None:
+            return False
+        rounded = target if is_integer(dtype) else float(np.asarray(target).astype(numpy_dtype(dtype)))
+        return value == rounded or math.isclose(value, target, rel_tol=1e-6)
+
+    def same_float_dtype(self) -> bool:
+        """Every matched op's result has one float dtype: no step of the chain converts to
+        another type, which the op replacing it would not do."""
+        dtypes = {self.graph.tensors[t].dtype for op in self.ops.values() for t in op.outputs}
+        return len(dtypes) == 1 and not is_integer(dtypes.pop())
+
+    def replace(self, op_type: str, *inputs: str, **attrs) -> Op:
+        """The op that computes the root's result from `inputs` instead of the matched ones."""
+        return Op(self.root.name, op_type, list(inputs), list(self.root.outputs), attrs, self.root.source)
+
+    def warn(self, reason: str) -> None:
+        message = f"{self.root.source or self.root.name}: {reason}"
+        if message not in self.warnings:  # a declined rule is tried again on every sweep
+            self.warnings.append(message)
+
+
+Rule = tuple[Pat, Callable[[Match], Op | None]]
+
+
+@dataclass
+class _Index:
+    """Which op computes and which ops read each tensor, kept up to date as rules replace ops."""
+
+    producer: dict[str, Op]  # tensor -> the op computing it
+    consumers: dict[str, dict[str, Op]]  # tensor -> op name -> an op reading it
+
+    @staticmethod
+    def of(ops: list[Op]) -> _Index:
+        index = _Index({}, {})
+        for op in ops:
+            index.add(op)
+        return index
+
+    def add(self, op: Op) -> None:
+        self.producer.update((t, op) for t in op.outputs)
+        for t in op.inputs:
+            self.consumers.setdefault(t, {})[op.name] = op
+
+    def remove(self, op: Op) -> None:
+        for t in op.outputs:
+            del self.producer[t]
+        for t in dict.fromkeys(op.inputs):
+            del self.consumers[t][op.name]
+            if not self.consumers[t]:
+                del self.consumers[t]
+
+    def live(self, op: Op) -> bool:
+        return all(self.producer.get(t) is op for t in op.outputs)
+
+
+# a partial match: the names bound and the ops matched so far
+_State = tuple[dict[str, str], dict[str, Op]]
+
+
+def _match(pat: Pat, tensor: str, index: _Index, state: _State) -> Iterator[_State]:
+    if pat.alts:
+        for alt in pat.alts:
+            yield from _match(alt, tensor, index, state)
+        return
+    bound, ops = state
+    if pat.name is not None:
+        if bound.get(pat.name, tensor) != tensor:
+            return
+        bound = {**bound, pat.name: tensor}
+    if pat.ops is None:
+        yield bound, ops
+        return
+    op = index.producer.get(tensor)
+    if op is None or op.op_type not in pat.ops or len(op.outputs) != 1:
+        return
+    if pat.where is not None and not pat.where(lookup(op.op_type).normalize_attrs(op.attrs)):
+        return
+    ops = {**ops, op.name: op}
+    if not pat.src:
+        yield bound, ops
+        return
+    if len(op.inputs) != len(pat.src):
+        return
+    orders = [op.inputs]
+    if op.op_type in COMMUTATIVE and op.inputs[0] != op.inputs[1]:
+        orders.append(op.inputs[::-1])
+    for operands in orders:
+        yield from _match_all(pat.src, operands, index, (bound, ops))
+
+
+def _match_all(pats: tuple[Pat, ...], tensors: list[str], index: _Index, state: _State) -> Iterator[_State]:
+    if not pats:
+        yield state
+        return
+    for first in _match(pats[0], tensors[0], index, state):
+        yield from _match_all(pats[1:], tensors[1:], index, first)
+
+
+def _closed(graph: Graph, root: Op, ops: dict[str, Op], index: _Index) -> bool:
+    """Nothing outside the match reads a matched op's result but the root's."""
+    inner = [t for op in ops.values() if op is not root for t in op.outputs]
+    return all(graph.tensors[t].role != "output" and all(c in ops for c in index.consumers.get(t, {}))
+               for t in inner)
+
+
+def _fits(graph: Graph, match: Match, new: Op) -> bool:
+    """The new op computes the root's result shape and reads only tensors that stay."""
+    removed = {t for op in match.ops.values() for t in op.outputs} - set(match.root.outputs)
+    if removed & set(new.inputs):
+        return False
+    opdef = lookup(new.op_type)
+    inputs = [graph.tensors[t] for t in new.inputs]
+    try:
+        attrs = opdef.normalize_attrs(new.attrs)
+        shapes = opdef.infer_shapes([t.shape for t in inputs], [t.dtype for t in inputs], attrs)
+    except ShapeError:
+        return False
+    return [tuple(s) for s in shapes] == [graph.tensors[t].shape for t in new.outputs]
+
+
+def _apply(graph: Graph, match: Match, new: Op, index: _Index) -> None:
+    """Replace the matched ops by `new` in the index; drop the tensors no op uses any more."""
+    for op in match.ops.values():
+        index.remove(op)
+    index.add(new)
+    for t in {t for op in match.ops.values() for t in op.inputs + op.outputs}:
+        if t not in index.producer and t not in index.consumers and graph.tensors[t].role not in ("input", "output"):
+            del graph.tensors[t]
+            graph.constants.pop(t, None)
+
+
+def _rewrite_at(graph: Graph, op: Op, by_type: dict[str, list[Rule]], index: _Index,
+                warnings: list[str]) -> Op | None:
+    """Apply the first rule that matches at `op` and accepts; the op that replaced it, or None."""
+    rules = by_type.get(op.op_type, []) if len(op.outputs) == 1 else []
+    for pat, fn in rules:
+        for bound, ops in _match(pat, op.outputs[0], index, ({}, {})):
+            if not _closed(graph, op, ops, index):
+                continue
+            match = Match(graph, op, ops, bound, warnings)
+            new = fn(match)
+            if new is not None and _fits(graph, match, new):
+                _apply(graph, match, new, index)
+                return new
+    return None
+
+
+def rewrite(graph: Graph, rules: list[Rule], warnings: list[str]) -> Graph:
+    """`graph` with `rules` applied until none fires, as a new graph; a rule's warnings (why a
+    chain it recognised stays as it is) are appended to `warnings` once each."""
+    graph = replace(graph, tensors=dict(graph.tensors), ops=list(graph.ops), constants=dict(graph.constants))
+    by_type: dict[str, list[Rule]] = {}
+    for rule in rules:
+        for op_type in rule[0].root_types():
+            by_type.setdefault(op_type, []).append(rule)
+    changed = True
+    while changed:  # sweeps in topological order, until one changes nothing
+        # during a sweep the index is the graph (rules see it through their Match); graph.ops is
+        # rebuilt at the end, without the ops the sweep's rewrites removed
+        changed, index, ops = False, _Index.of(graph.ops), []
+        for op in graph.ops:
+            # a new op takes its root's place, which keeps the topological order; then it is tried again
+            while (new := _rewrite_at(graph, op, by_type, index, warnings)) is not None:
+                op, changed = new, True
+            ops.append(op)
+        graph.ops = [op for op in ops if index.live(op)]
+    return graph
