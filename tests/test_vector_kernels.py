@@ -170,3 +170,42 @@ def test_check_names_a_faulty_intermediate_kernel(tmp_path):
     report = json.loads(proc.stdout)["check"]
     assert report["worst_kernel"] == "matmul_2"
     assert [k for k, c in report["kernels"].items() if not c["passed"]] == ["matmul_2"]
+
+
+# ---- every map and reduction op as a kernel with edge tiles, against per-element Python math -----
+
+from test_ops_registry import BINARY, PREDICATES, REDUCERS, UNARY, per_element, reduce_by_loops  # noqa: E402
+
+
+def uniform_in(shape, low, high, seed):
+    return np.random.default_rng(seed).uniform(low, high, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_unary_kernel(name):
+    fn, (low, high), attrs = UNARY[name]
+    x = uniform_in((37, 300), low, high, 11)  # 11,100 elements: several tiles, the last ones partial
+    _, values, _ = run(graph_of([(name, ["x"], attrs)], {"x": ((37, 300), "f32")}), {"x": x})
+    np.testing.assert_allclose(values["t0"], per_element(fn, x.astype(np.float64)), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+def test_binary_kernel_broadcasts(name):
+    fn, (low, high) = BINARY[name]
+    a, b = uniform_in((37, 300), low, high, 12), uniform_in((300,), low, high, 13)
+    b[:5] = a[0, :5]  # some equal pairs for the comparisons
+    out = "u8" if name in PREDICATES else "f32"
+    _, values, _ = run(graph_of([(name, ["a", "b"], {})], {"a": ((37, 300), "f32"), "b": ((300,), "f32")},
+                                out_dtype=out), {"a": a, "b": b})
+    want = per_element(lambda p, q: float(fn(p, q)), a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(values["t0"].astype(np.float64), want, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("name", sorted(REDUCERS))
+@pytest.mark.parametrize("axes, keepdims", [([0], False), ([-1], True)])
+def test_reduction_kernel(name, axes, keepdims):
+    x = uniform_in((37, 300), 0.9, 1.1, 14)  # near 1, so a product of 300 stays finite
+    _, values, _ = run(graph_of([(name, ["x"], {"axes": axes, "keepdims": keepdims})], {"x": ((37, 300), "f32")}),
+                       {"x": x})
+    want = reduce_by_loops(x.astype(np.float64), tuple(a % 2 for a in axes), keepdims, REDUCERS[name])
+    np.testing.assert_allclose(values["t0"], want, rtol=1e-5)
