@@ -9,8 +9,10 @@ Input: a lazy stream of `Task`s in program order. Model:
   waiting on a late dep blocks its own stream only, not the engine's others (no head-of-line
   blocking). With one stream per engine this is a plain in-order queue, as the array's tasks of
   one compute tile are (the loader gives them one stream).
-- What a unit does is looked up by `Task.unit` in MOVE_MODELS and COMPUTE_MODELS (hardware.units):
-  moves count bytes per pair of levels, computes start their phase's compute and count MACs.
+- What a unit does is looked up by `Task.unit` in MOVE_MODELS, COMPUTE_MODELS and SYNC_MODELS
+  (hardware.units): moves count bytes per pair of levels, computes start their phase's compute
+  and count MACs, and a barrier (one sync engine per compute tile) takes no cycles: it ends when
+  its last dependency has, and marks that moment in the trace.
 - A started task that needs a shared resource also waits for a free port of it: its DRAM channel
   (`dram_channel`; a DMA task naming none uses channel engine % channels) or its L2 bank
   (`l2_bank`; a bank has `machine.l2_bank_ports` ports). Its engine is committed to it meanwhile.
@@ -38,7 +40,7 @@ from heapq import heappop, heappush
 
 from .machine import Machine
 from .task import UNIT_PREFIX, Task
-from .units import COMPUTE_MODELS, MOVE_MODELS
+from .units import COMPUTE_MODELS, MOVE_MODELS, SYNC_MODELS
 
 TRACE_PID = 1  # every trace slice belongs to one process: the KPU
 PROGRESS_EVERY = 4096  # completions between progress callbacks (a power of two: masked below)
@@ -88,9 +90,9 @@ class _Engine:
     """One engine: a queue per stream, the candidates among their heads, and the running task."""
 
     __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "compute",
-                 "channel", "held", "moved")
+                 "moves", "channel", "held", "moved")
 
-    def __init__(self, name, tid, model, compute, channel):
+    def __init__(self, name, tid, model, role, channel):
         self.name = name
         self.tid = tid  # trace track
         self.stats = UnitStats()
@@ -100,7 +102,8 @@ class _Engine:
         self.running: _Queue | None = None  # the queue whose head runs or holds the engine
         self.cost = model.cycles
         self.tail = model.tail_cycles
-        self.compute = model if compute else None  # compute engines: the model, for its work
+        self.compute = model if role == "compute" else None  # compute engines: the model, for its work
+        self.moves = role == "move"  # engines that move bytes between levels
         self.channel = channel  # DMA engines: the home channel, for tasks that name none
         self.held = None  # the resource its running task releases on completion
         self.moved: dict[tuple[str, str], int] = {}
@@ -141,16 +144,17 @@ class Simulator:
         mc = self.machine
         channels = [_Resource(f"dram{c}", 1) for c in range(mc.external.channels)]
         counts = {"dma": mc.engines.dma, "block_mover": mc.engines.block_mover, "streamer": mc.engines.streamer}
-        kinds = [(unit, model, counts[unit], False) for unit, model in MOVE_MODELS.items()]
-        kinds += [(unit, model, mc.compute.tiles, True) for unit, model in COMPUTE_MODELS.items()]
+        kinds = [(unit, model, counts[unit], "move") for unit, model in MOVE_MODELS.items()]
+        kinds += [(unit, model, mc.compute.tiles, "compute") for unit, model in COMPUTE_MODELS.items()]
+        kinds += [(unit, model, mc.compute.tiles, "sync") for unit, model in SYNC_MODELS.items()]
         engines: dict[str, dict[int, _Engine]] = {}
         track = len(channels)
-        for unit, model_cls, count, compute in kinds:
+        for unit, model_cls, count, role in kinds:
             model = model_cls(mc)
             engines[unit] = {}
             for e in range(count):
                 home = channels[e % len(channels)] if unit == "dma" else None
-                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, compute, home)
+                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, role, home)
                 track += 1
         banks = [_Resource(f"l2bank{b}", mc.l2_bank_ports) for b in range(mc.l2.count)]
         return channels, engines, banks
@@ -199,7 +203,7 @@ class Simulator:
                 span.macs += compute.macs(task)
                 if span.compute_start is None:
                     span.compute_start = now
-            else:
+            elif eng.moves:
                 key = (task.src_level, task.dst_level)
                 moved = eng.moved
                 moved[key] = moved.get(key, 0) + nbytes
@@ -227,7 +231,7 @@ class Simulator:
                 args["stream"] = task.stream
                 if compute is not None:
                     args.update(compute.trace_args(task))
-                else:
+                elif eng.moves:
                     args["bytes"] = nbytes
                 args["cycles"] = cycles
                 if res is not None:

@@ -8,14 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Unit kinds a task can run on, and the short prefix of their engines' names in reports/traces.
-UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "array", "vector": "vec"}
+UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "array", "vector": "vec",
+               "barrier": "barrier"}
 
 
 @dataclass(frozen=True, slots=True)
 class Task:
     id: int  # unique, increasing in program order
-    unit: str  # "dma" | "block_mover" | "streamer" | "array" | "vector"
-    engine: int  # which engine of that kind (for "array" and "vector": which compute tile)
+    unit: str  # "dma" | "block_mover" | "streamer" | "array" | "vector" | "barrier"
+    engine: int  # which engine of that kind (for "array", "vector" and "barrier": which compute tile)
     deps: tuple[int, ...] = ()  # ids of earlier tasks that must have finished
     # The engine's queue this task joins: tasks of one stream run in program order; an engine
     # serves, among its streams' head tasks whose deps are done, the one ready first (ties by

@@ -88,7 +88,7 @@ def test_single_tile():
     assert r.units["dram0"].busy_cycles == 64  # the channel holds only the data: 2 x 1024/32
     assert r.units["array0"].busy_cycles == 46
     assert set(r.units) == {"dram0", "dram1", "dma0", "dma1", "bm0", "bm1", "str0", "str1",
-                            "array0", "vec0", "l2bank0", "l2bank1", "l2bank2", "l2bank3"}
+                            "array0", "vec0", "barrier0", "l2bank0", "l2bank1", "l2bank2", "l2bank3"}
 
 
 # --- (b) double buffering --------------------------------------------------------------------
@@ -387,3 +387,20 @@ def test_unsupported_dataflow_is_rejected():
     machine = replace(MACHINE, compute=replace(MACHINE.compute, dataflows=("output_stationary",)))
     with pytest.raises(ValueError, match="weight_stationary"):
         run([Task(0, "array", 0, m=1, n=1, k=1, dataflow="weight_stationary")], machine)
+
+
+# --- (k) barriers ----------------------------------------------------------------------------
+
+
+def test_barrier_waits_for_its_deps_and_takes_no_time():
+    tasks = [load(0, 0, 1024, 0), load(1, 1, 4096, 1),  # 100 + 32 and 100 + 128 cycles
+             Task(2, "barrier", 0, (0, 1), label="BARRIER"),
+             matmul(3, (2,))]
+    r = run(tasks, trace=True)
+    assert starts(r)[2] == (228, 228)  # passed when the later load ends
+    assert starts(r)[3][0] == 228
+    assert r.units["barrier0"].busy_cycles == 0 and r.units["barrier0"].tasks == 1
+    assert r.bytes_moved == {"EXTERNAL->L3": 5 * KB}
+    assert r.phases[0].compute_start == 228  # a barrier is no compute
+    barrier = next(e for e in r.trace_events if e.get("name") == "BARRIER")
+    assert barrier["dur"] == 0 and "bytes" not in barrier["args"]

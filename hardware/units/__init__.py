@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..machine import Machine
 from ..task import Task
+from .barrier import BarrierModel
 from .block_mover import BlockMoverModel
 from .dma import DmaModel
 from .streamer import StreamerModel
@@ -23,6 +24,8 @@ from .vector_unit import VectorUnitModel
 MOVE_MODELS = {"dma": DmaModel, "block_mover": BlockMoverModel, "streamer": StreamerModel}
 # the units that compute, by Task.unit: one of each per compute tile
 COMPUTE_MODELS = {"array": SystolicArrayModel, "vector": VectorUnitModel}
+# the program's synchronisation points, by Task.unit: one per compute tile
+SYNC_MODELS = {"barrier": BarrierModel}
 
 
 def move_timer(machine: Machine) -> Callable[[str, int], int]:
