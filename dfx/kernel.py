@@ -5,6 +5,10 @@ once per iteration of loop `tk` (before any deeper loop); `after="tk"` runs it o
 `tk` has finished, inside the loop enclosing `tk`; `at=None` runs it once before all loops.
 Ops at the same place run in body order. A `TileRef`'s `tile_indices` name, per tensor
 dimension, the loop variable that indexes it ("0" for a dimension taken whole).
+
+A data move copies the positions of its tile that lie inside both its source and its
+destination tensor: tile i along a dimension starts at element `offset + i * extent`, and an edge
+tile, or a window (`offset`) reaching past its tensor, holds only the part inside.
 """
 
 from __future__ import annotations
@@ -27,24 +31,50 @@ class TileLoop:
 
 
 @dataclass
+class IndexTable:
+    """Along `dim`, tile i is the single element `values[i]` of the tensor (negative counts from
+    the end), `values` being the integer list attribute `attr` of graph op `op`: GATHER's
+    constant indices, read where they already are."""
+
+    dim: int
+    op: str
+    attr: str
+
+
+@dataclass
 class TileRef:
     tensor: str
     level: str  # EXTERNAL | L3 | L2 | L1 | REGISTER
     tile_indices: list[str]
     tile_shape: list[int]
+    # per dim, the element where tile 0 starts (None: all 0). With it the tiles are a window on
+    # the tensor, which they need not cover: inside it (SLICE's start) or around it (CONCAT's
+    # operand at minus its position, PAD's operand at minus its padding before)
+    offset: list[int] | None = None
+    table: IndexTable | None = None  # one dim through a table: a move's source in external memory
 
 
 @dataclass
 class DataMove:
     op_id: int
-    move_type: str  # LOAD | STORE | PREFETCH | FLUSH
+    # LOAD | STORE | PREFETCH | FLUSH, or VIEW: EXTERNAL -> EXTERNAL, the destination tensor names
+    # the source's bytes (external memory holds every tensor dense, row-major); nothing moves
+    move_type: str
     source: TileRef
     destination: TileRef
     at: str | None = None
     after: str | None = None
     depth: int = 1  # buffers of this stream at the destination level (2 = double buffering)
+    # the destination holds the same region of the same tensor, its last two axes swapped in the
+    # buffer (MATMUL's B given transposed)
     transpose: bool = False
     broadcast: bool = False
+    # the destination is a tile of a tensor whose dims are the source's permuted (TRANSPOSE's
+    # result): destination tile dim j is source tile dim permutation[j]. The BlockMover's, L3 -> L2
+    permutation: list[int] | None = None
+    # written to the positions of an on-chip destination tile that the source does not cover
+    # (PAD's value where the window leaves the operand); costs no external-memory bytes
+    fill: int | float | None = None
     depends_on: list[int] = field(default_factory=list)
     type: str = "DATA_MOVE"
 

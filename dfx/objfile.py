@@ -19,7 +19,7 @@ import orjson
 
 from .errors import ObjectFileError
 from .graph import INT64_MAX, Graph, Op, Tensor
-from .kernel import Barrier, Compute, DataMove, Kernel, TileLoop, TileRef
+from .kernel import Barrier, Compute, DataMove, IndexTable, Kernel, TileLoop, TileRef
 from .output_files import OutputFiles
 from .program import Program
 from .validate import validate_program
@@ -157,7 +157,10 @@ def read(path: str | Path) -> Program:
 
 
 def _tile_ref(d: dict[str, Any]) -> TileRef:
-    return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]))
+    table = d.get("table")
+    return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]),
+                   offset=list(d["offset"]) if "offset" in d else None,
+                   table=IndexTable(table["dim"], table["op"], table["attr"]) if table is not None else None)
 
 
 def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
@@ -165,7 +168,9 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
     if d["type"] == "DATA_MOVE":
         return DataMove(d["op_id"], d["move_type"], _tile_ref(d["source"]), _tile_ref(d["destination"]),
                         depth=d.get("depth", 1), transpose=d.get("transpose", False),
-                        broadcast=d.get("broadcast", False), **place)
+                        broadcast=d.get("broadcast", False),
+                        permutation=list(d["permutation"]) if "permutation" in d else None,
+                        fill=d.get("fill"), **place)
     if d["type"] == "COMPUTE":
         return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
                        _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)

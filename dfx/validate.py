@@ -9,7 +9,7 @@ import re
 
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
-from .graph import shape_problem
+from .graph import Graph, shape_problem
 from .kernel import Compute, DataMove, TileRef
 from .ops import ShapeError, lookup
 from .program import Program
@@ -102,7 +102,8 @@ def validate_program(program: Program, where: str) -> None:
             if l.end < l.start:
                 fail(f"{place} loop '{l.induction_var}'", f"end {l.end} < start {l.start}")
         ids: set[int] = set()
-        indexing: set[str] = set()  # loop variables some tile index uses
+        indexing: set[str] = set()  # loop variables some tile index uses, bounded by its tensor
+        stored: set[str] = set()  # tensors the kernel's moves write to external memory
         for op in k.body:
             op_place = f"{place} op {op.op_id}"
             if op.op_id in ids:
@@ -137,11 +138,17 @@ def validate_program(program: Program, where: str) -> None:
                 t = g.tensors.get(ref.tensor)
                 if t is None:
                     fail(op_place, f"unknown tensor '{ref.tensor}'")
-                if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape):
-                    fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices and "
-                         f"{len(ref.tile_shape)} extents for a rank-{len(t.shape)} tensor")
-                indexing.update(ref.tile_indices)
-                for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, t.shape):
+                if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape) \
+                        or len(ref.offset or t.shape) != len(t.shape):
+                    fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices, "
+                         f"{len(ref.tile_shape)} extents and {len(ref.offset or t.shape)} offsets for a "
+                         f"rank-{len(t.shape)} tensor")
+                if (ref.offset is not None or ref.table is not None) and not isinstance(op, DataMove):
+                    fail(op_place, f"tile of '{ref.tensor}' has an offset or a table, which only a data move's may")
+                table = _table(ref, t.shape, g) if ref.table is not None else []
+                if isinstance(table, str):
+                    fail(op_place, table)
+                for axis, (index, extent, dim) in enumerate(zip(ref.tile_indices, ref.tile_shape, t.shape)):
                     if index == "0":
                         trips = 1
                     elif index in loop_vars:
@@ -149,14 +156,23 @@ def validate_program(program: Program, where: str) -> None:
                         trips = loop.end if loop.step == 1 and loop.start == 0 else -1
                     else:
                         fail(op_place, f"tile index '{index}' is not a loop variable")
-                    # the tiles must cover the dimension exactly: trips = ceil(dim / extent), no
-                    # tile wholly outside it and none larger than the dimension
-                    if not (trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent
-                            and extent <= max(dim, 1)):
-                        fail(op_place, f"tiles of {extent} along '{index}' ({trips} trips) do not cover "
-                             f"dimension {dim} of '{ref.tensor}' exactly")
+                    problem, bounded = _dim_problem(ref, axis, trips, dim, table)
+                    if problem:
+                        fail(op_place, problem)
+                    if bounded:
+                        indexing.add(index)
+            if isinstance(op, DataMove):
+                problem = _move_problem(op, g)
+                if problem:
+                    fail(op_place, problem)
+                if op.destination.level == "EXTERNAL":
+                    stored.add(op.destination.tensor)
         for op in group:
-            if op.name not in computed:
+            opdef = lookup(op.op_type)
+            if opdef is not None and opdef.family == "layout":  # it computes nothing: moves write its result
+                if op.outputs[0] not in stored:
+                    fail(place, f"writes no tile of '{op.outputs[0]}', the result of its graph op '{op.name}'")
+            elif op.name not in computed:
                 fail(place, f"has no COMPUTE of its graph op '{op.name}'")
         for l in k.tile_loops:
             if l.induction_var not in indexing:
@@ -165,6 +181,79 @@ def validate_program(program: Program, where: str) -> None:
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")
+
+
+def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]) -> tuple[str | None, bool]:
+    """Why the tiles of `ref` along `axis` do not fit dimension `dim` of their tensor (None if
+    they do), and whether that bounds the trips of the loop indexing them."""
+    index, extent = ref.tile_indices[axis], ref.tile_shape[axis]
+    start = ref.offset[axis] if ref.offset is not None else 0
+    if ref.table is not None and ref.table.dim == axis:
+        # one element per tile, an entry of the table: the loop steps through the table
+        if extent == 1 and start == 0 and trips == len(table):
+            return None, True
+        return (f"tiles of {extent} at offset {start} along '{index}' ({trips} trips) do not step one by one "
+                f"through the {len(table)} entries of table '{ref.table.attr}'"), False
+    if ref.offset is None:
+        # the tiles must cover the dimension exactly: trips = ceil(dim / extent), no tile wholly
+        # outside it and none larger than the dimension
+        if trips >= 1 and (trips - 1) * extent < max(dim, 1) <= trips * extent and extent <= max(dim, 1):
+            return None, True
+        return (f"tiles of {extent} along '{index}' ({trips} trips) do not cover dimension {dim} of "
+                f"'{ref.tensor}' exactly"), False
+    # a window: every tile starts inside the tensor (a part of it, as SLICE's operand), or the
+    # tensor lies inside the window (as CONCAT's and PAD's operands: other moves or a fill make
+    # the rest); only the first bounds the loop
+    inside = trips >= 1 and 0 <= start and start + (trips - 1) * extent < max(dim, 1)
+    around = trips >= 1 and start <= 0 and dim <= start + trips * extent
+    if inside or around:
+        return None, inside
+    return (f"tiles of {extent} from offset {start} along '{index}' ({trips} trips) neither stay inside "
+            f"dimension {dim} of '{ref.tensor}' nor hold it whole"), False
+
+
+def _table(ref: TileRef, shape: tuple[int, ...], g: Graph) -> list[int] | str:
+    """The entries of a tile's index table, or why it has none."""
+    table = ref.table
+    op = next((o for o in g.ops if o.name == table.op), None)
+    values = op.attrs.get(table.attr) if op is not None else None
+    dim = shape[table.dim] if table.dim < len(shape) else 0
+    if table.dim >= len(shape) or not isinstance(values, list) \
+            or not all(type(v) is int and -dim <= v < dim for v in values):
+        return (f"table '{table.attr}' of graph op '{table.op}' is not a list of indices into dimension "
+                f"{table.dim} of '{ref.tensor}'")
+    return values
+
+
+def _move_problem(op: DataMove, g: Graph) -> str | None:
+    """Why a data move cannot run as written, or None."""
+    src, dst = op.source, op.destination
+    ts, td = g.tensors[src.tensor], g.tensors[dst.tensor]
+    if ts.dtype != td.dtype and src.tensor != dst.tensor:
+        return f"moves '{src.tensor}' ({ts.dtype}) into '{dst.tensor}' ({td.dtype}); a move does not convert"
+    if dst.table is not None or (src.table is not None and src.level != "EXTERNAL"):
+        return "indexes a tile through a table; only a source in external memory may be"
+    if op.move_type == "VIEW":
+        whole = all(r.tile_shape == [max(d, 1) for d in t.shape] and r.offset is None and r.table is None
+                    for r, t in ((src, ts), (dst, td)))
+        if (src.level, dst.level) != ("EXTERNAL", "EXTERNAL") or ts.size != td.size or not whole \
+                or op.transpose or op.permutation is not None or op.fill is not None:
+            return (f"a VIEW names all of '{src.tensor}' in external memory as '{dst.tensor}', which must hold "
+                    f"as many elements, with no window, table, permutation or fill")
+        return None
+    perm = op.permutation
+    if perm is not None:
+        if sorted(perm) != list(range(len(ts.shape))) or len(td.shape) != len(perm):
+            return f"permutation {perm} does not permute the {len(ts.shape)} dims of '{src.tensor}' into '{dst.tensor}'"
+        if (src.level, dst.level) != ("L3", "L2") or op.transpose:
+            return "permutes a tile, which only the BlockMover does, L3 -> L2, and not beside 'transpose'"
+    extents = [src.tile_shape[p] for p in perm] if perm is not None else src.tile_shape
+    if extents != dst.tile_shape:
+        under = f" under permutation {perm}" if perm is not None else ""
+        return f"moves tiles of {src.tile_shape} into tiles of {dst.tile_shape}{under}"
+    if op.fill is not None and dst.level == "EXTERNAL":
+        return "fills a tile in external memory; a fill writes only on-chip tiles"
+    return None
 
 
 _BOUND = re.compile(r"[0-9]{1,18}")  # ASCII digits that int() reads into a 64-bit value

@@ -10,24 +10,27 @@ from dfx.graph import INT64_MAX
 
 from .errors import CompileError
 from .fuse import fusion_groups
+from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
 from .target import Target
 
 # the anchor's op family (the registry's) -> lowering of a group [anchor, *epilogue]; an op whose
-# family has none, or whose tile the registry leaves undefined (layout ops, LINEAR), parses and
-# checks but does not compile yet
+# family has none, or that computes without a tile meaning in the registry (LINEAR), parses and
+# checks but does not compile yet. Layout ops compute nothing: their kernels are data moves.
 LOWERINGS: dict[str, Callable[[Graph, list[Op], str, Target, str], Kernel]] = {
     "contraction": lower_matmul,
     "map": lower_vector_op,
     "reduction": lower_vector_op,
+    "layout": lower_layout,
 }
 
 
 def lower_group(graph: Graph, group: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
     op = group[0]
     opdef = lookup(op.op_type)
-    lowering = LOWERINGS.get(opdef.family) if opdef is not None and opdef.tile is not None else None
+    lowers = opdef is not None and (opdef.tile is not None or opdef.family == "layout")
+    lowering = LOWERINGS.get(opdef.family) if lowers else None
     if lowering is None:
         raise CompileError(f"{op.source or op.name}: op '{op.name}' ({op.op_type}) has no lowering yet")
     return lowering(graph, group, name, target, dataflow)

@@ -98,7 +98,8 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
     for op in kernel.body:
-        if isinstance(op, Barrier):
+        # a view names bytes already in external memory: no buffer, no engine
+        if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
             continue
         # a move fills its destination; a compute whose result stays on chip (the vector unit's
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer

@@ -12,7 +12,7 @@ import numpy as np
 
 from dfx import REGISTRY, Compute, DataMove, Kernel, OpDef, Program, accumulation_dtype, convert, lookup, numpy_dtype
 
-from .schedule import accumulating, expand, tile_slices
+from .schedule import accumulating, expand, move_slices, region_elements, table_values, tile_slices
 
 
 PROGRESS_EVERY = 4096  # tile ops between progress callbacks
@@ -54,20 +54,46 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
 def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype,
             computes: dict) -> None:
     if isinstance(op, DataMove):
-        src, dst = op.source, op.destination
-        if src.level == "EXTERNAL":
-            tile = memory[src.tensor][tile_slices(src, g.tensors[src.tensor].shape, env)]
-        else:
-            tile = tiles[worker, src.tensor, src.level]
-        if dst.level == "EXTERNAL":
-            out = memory[dst.tensor]
-            out[tile_slices(dst, out.shape, env)] = convert(tile, g.tensors[dst.tensor].dtype)
-        elif op.transpose:
-            tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2)
-        else:
-            tiles[worker, dst.tensor, dst.level] = tile
+        _move(op, env, worker, tiles, memory, g)
     elif isinstance(op, Compute):
         _compute(op, env, worker, tiles, acc, computes[op.op_id])
+
+
+def _move(op: DataMove, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g) -> None:
+    """Copy the positions of the tile inside both tensors (kernel.py). An on-chip tile is held
+    whole: what the source does not cover there is the move's fill."""
+    src, dst = op.source, op.destination
+    if op.move_type == "VIEW":  # the destination names the source's bytes
+        memory[dst.tensor] = memory[src.tensor].reshape(g.tensors[dst.tensor].shape)
+        return
+    src_shape, dst_shape = g.tensors[src.tensor].shape, g.tensors[dst.tensor].shape
+    src_part, dst_part = move_slices(op, src_shape, dst_shape, env, table_values(src, g))
+    if src.level == "EXTERNAL":
+        tile = memory[src.tensor][src_part]
+    else:
+        tile = tiles[worker, src.tensor, src.level]
+        held = tile_slices(src, src_shape, env)
+        if src_part != held:  # a whole tile passes as held: a transposed one keeps its layout
+            tile = tile[_within(src_part, held)]
+    if op.permutation is not None:
+        tile = np.transpose(tile, op.permutation)
+    dtype = g.tensors[dst.tensor].dtype
+    if dst.level == "EXTERNAL":
+        memory[dst.tensor][dst_part] = convert(tile, dtype)
+        return
+    whole = tile_slices(dst, dst_shape, env)
+    if region_elements(dst_part) < region_elements(whole):  # the part lies inside the whole tile
+        if op.fill is None:
+            raise ValueError(f"covers part of its tile of {dst.tensor} at {dst.level} and has no fill for the rest")
+        full = np.full([s.stop - s.start for s in whole], convert(np.asarray(op.fill), dtype), tile.dtype)
+        full[_within(dst_part, whole)] = tile
+        tile = full
+    tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2) if op.transpose else tile
+
+
+def _within(part: tuple[slice, ...], region: tuple[slice, ...]) -> tuple[slice, ...]:
+    """`part` of a tensor as slices of the array holding `region` of it."""
+    return tuple(slice(p.start - r.start, p.stop - r.start) for p, r in zip(part, region))
 
 
 # the tile computes this loader executes and times: those of registry ops that say what a tile

@@ -54,7 +54,7 @@ Binder = Callable[[str, int, list, list, Machine, str], Binding]
 def check_fits(program: Program, machine: Machine, where: str) -> None:
     """What binding cannot tell: the array supports each dataflow and compute."""
     for k in program.kernels:
-        if k.dataflow != "vector" and k.dataflow not in machine.compute.dataflows:
+        if k.dataflow not in ("vector", "moves") and k.dataflow not in machine.compute.dataflows:
             raise LoadError(f"{where}: kernel '{k.name}' uses {k.dataflow}, which config "
                             f"'{machine.name}' does not support ({', '.join(machine.compute.dataflows)})")
         for op in k.body:

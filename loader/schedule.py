@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from dfx import BodyOp, Compute, DataMove, Kernel, TileRef
+from dfx import BodyOp, Compute, DataMove, Graph, Kernel, TileRef
 
 
 @dataclass(frozen=True)
@@ -86,21 +86,56 @@ def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
         streams = live
 
 
+def table_values(ref: TileRef, g: Graph) -> list[int] | None:
+    """The entries of a tile's index table (None: it has none)."""
+    if ref.table is None:
+        return None
+    return next(op.attrs[ref.table.attr] for op in g.ops if op.name == ref.table.op)
+
+
+def tile_origin(ref: TileRef, shape: tuple[int, ...], env: dict[str, int],
+                table: list[int] | None = None) -> list[int]:
+    """Where the tile starts in each dim of its tensor: tile i at `offset + i * extent`, or along
+    a table's dim at the table's entry i (negative counts from the end)."""
+    origin = [env.get(index, 0) * extent for index, extent in zip(ref.tile_indices, ref.tile_shape)]
+    if ref.offset is not None:
+        origin = [o + offset for o, offset in zip(origin, ref.offset)]
+    if ref.table is not None:
+        dim = ref.table.dim
+        origin[dim] = table[env.get(ref.tile_indices[dim], 0)] % shape[dim]
+    return origin
+
+
 def tile_slices(ref: TileRef, shape: tuple[int, ...], env: dict[str, int]) -> tuple[slice, ...]:
-    """The region of the tensor a tile reference covers at these loop values (edge tiles
-    are partial)."""
-    out = []
-    for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, shape):
-        i = env.get(index, 0)
-        out.append(slice(i * extent, min((i + 1) * extent, dim)))
-    return tuple(out)
+    """The region of the tensor a tile reference covers at these loop values: the tile clipped to
+    the tensor (edge tiles are partial, a window's tile may be empty). Not for a tile indexed
+    through a table (only a move's source in external memory is, read by `move_slices`)."""
+    return tuple(slice(min(max(o, 0), dim), min(max(o + extent, 0), dim))
+                 for o, extent, dim in zip(tile_origin(ref, shape, env), ref.tile_shape, shape))
 
 
-def tile_elements(ref: TileRef, shape: tuple[int, ...], env: dict[str, int]) -> int:
+def move_slices(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple[int, ...], env: dict[str, int],
+                table: list[int] | None = None) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+    """What a move copies: the positions of its tile inside both tensors, as the regions of the
+    source and of the destination they are (`table`: the source's). Destination dim j is source
+    dim permutation[j]."""
+    src_origin = tile_origin(op.source, src_shape, env, table)
+    dst_origin = tile_origin(op.destination, dst_shape, env)
+    src: list[slice] = [slice(0)] * len(src_shape)
+    dst: list[slice] = []
+    for j, i in enumerate(op.permutation or range(len(dst_shape))):
+        s, d = src_origin[i], dst_origin[j]
+        low = max(0, -s, -d)
+        high = max(low, min(op.destination.tile_shape[j], src_shape[i] - s, dst_shape[j] - d))
+        src[i] = slice(s + low, s + high)
+        dst.append(slice(d + low, d + high))
+    return tuple(src), tuple(dst)
+
+
+def region_elements(region: tuple[slice, ...]) -> int:
     n = 1
-    for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, shape):
-        i = env.get(index, 0)
-        n *= max(0, min((i + 1) * extent, dim) - i * extent)
+    for s in region:
+        n *= s.stop - s.start
     return n
 
 

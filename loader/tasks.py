@@ -26,7 +26,7 @@ from .binding import Binding
 from .execute import compute_ops
 from .buffers import engine_kind, l2_port_op
 from .relocate import Occupancy, place_of
-from .schedule import accumulating, expand, readers, tile_elements, tile_slices
+from .schedule import accumulating, expand, move_slices, readers, region_elements, table_values, tile_slices
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
 
@@ -37,7 +37,7 @@ class TaskStream:
     def __init__(self, program: Program):
         self.program = program
         self.next_id = 0
-        self.final_stores: dict[str, dict[int, int]] = {}  # tensor -> {dma engine: last store id}
+        self.final_stores: dict[str, dict[tuple[int, int], int]] = {}  # tensor -> {(dma engine, op): last store id}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
@@ -50,7 +50,7 @@ class TaskStream:
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         computes = compute_ops(kernel, g)
-        stores: dict[str, dict[int, int]] = {}
+        stores: dict[str, dict[tuple[int, int], int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
         for worker, op, env in expand(kernel, workers):
@@ -78,18 +78,26 @@ class TaskStream:
             window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
             if isinstance(op, DataMove):
                 src, dst = op.source, op.destination
+                if op.move_type == "VIEW":  # nothing moves: the view is ready when its source is
+                    stores[dst.tensor] = dict(self.final_stores.get(src.tensor, {}))
+                    continue
                 kind = engine_kind(src.level, dst.level)
                 tensor = g.tensors[dst.tensor]
-                nbytes = tile_elements(dst, tensor.shape, env) * itemsize(tensor.dtype)
+                # the bytes copied; a fill costs no external-memory bytes
+                _, part = move_slices(op, g.tensors[src.tensor].shape, tensor.shape, env, table_values(src, g))
+                nbytes = region_elements(part) * itemsize(tensor.dtype)
+                if not nbytes:  # a window's tile wholly outside its tensor: no task
+                    continue
                 engine = binding.engines[op.op_id, worker]
                 # one queue per op across kernels: a later kernel's move waits behind the earlier kernel's
                 task = Task(tid, kind, engine, window, stream=op.op_id,
                             bytes=nbytes, src_level=src.level, dst_level=dst.level,
-                            l2_bank=l2_bank.get((op.op_id, worker)), transpose=op.transpose, phase=phase,
+                            l2_bank=l2_bank.get((op.op_id, worker)),
+                            transpose=op.transpose or op.permutation is not None, phase=phase,
                             label=f"{dst.tensor} {src.level}->{dst.level}",
                             args={v: env[v] for v in dst.tile_indices if v in env})
-                if dst.level == "EXTERNAL":
-                    stores.setdefault(dst.tensor, {})[engine] = tid
+                if dst.level == "EXTERNAL":  # the last of each queue: several moves may write a tensor
+                    stores.setdefault(dst.tensor, {})[engine, op.op_id] = tid
             elif isinstance(op, Compute):
                 shapes = [_tile_shape(r, g, env) for r in op.inputs]
                 label = f"{op.compute_type} {op.output.tensor}"

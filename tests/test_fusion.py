@@ -48,7 +48,7 @@ def test_dump_shows_the_groups():
 
 
 def test_tosa_softmax_chain_is_one_kernel():
-    proc = run_cli("compiler", DATA / "dfg" / "softmax_tosa.dfg", "--dump")
+    proc = run_cli("compiler", DATA / "softmax_tosa.dfg", "--dump")
     assert proc.returncode == 0, proc.stderr
     kernels = [l for l in proc.stdout.splitlines() if l.startswith("kernel ")]
     assert len(kernels) == 1 and "(SOFTMAX, vector)" in kernels[0]

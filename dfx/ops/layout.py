@@ -57,18 +57,20 @@ layout_op("RESHAPE", _reshape_shapes, lambda xs, new_shape: xs[0].reshape(new_sh
 # ---- TRANSPOSE -------------------------------------------------------------------------------
 
 
-def _perms(rank: int, perms: list[int] | None) -> list[int]:
+def transpose_perms(rank: int, perms: list[int] | None) -> list[int]:
+    """TRANSPOSE's `perms` attribute with its default filled: output dim i is input dim perms[i]."""
     return list(reversed(range(rank))) if perms is None else perms
 
 
 def _transpose_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
     x = shapes[0]
-    perms = _perms(len(x), attrs["perms"])
+    perms = transpose_perms(len(x), attrs["perms"])
     _check_rank(perms, x, "perms")
     return [tuple(x[p] for p in perms)]
 
 
-layout_op("TRANSPOSE", _transpose_shapes, lambda xs, perms: np.transpose(xs[0], _perms(xs[0].ndim, perms)),
+layout_op("TRANSPOSE", _transpose_shapes,
+          lambda xs, perms: np.transpose(xs[0], transpose_perms(xs[0].ndim, perms)),
           "output dim i is input dim perms[i] (None: reversed)", {"perms": None})
 
 

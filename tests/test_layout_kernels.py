@@ -1,0 +1,162 @@
+"""Layout kernels end to end in-process: compile, bind, simulate, execute tile by tile; values
+against numpy, DRAM bytes against the compiler's exact count; the view that moves nothing; a
+bounded body for a long GATHER; the validator on windows, tables and permutations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+
+from conftest import CONFIGS, run_cli
+from dfx import ObjectFileError, dumps, loads
+from dfx.objfile import _digest
+from kernel_compiler.compile import compile_graph
+from kernel_compiler.errors import CompileError
+from kernel_compiler.target import load_target
+from loader.report import dram_bytes
+from test_vector_kernels import graph_of, random, run
+
+INDICES = [5, -1, 0, 5, -13, 7, 2]  # repeats and negatives, into a dim of 13
+
+# (ops, inputs, numpy) with sizes that divide by no tile
+CASES = {
+    "reshape": ([("RESHAPE", ["x"], {"new_shape": [-1, 37]})], {"x": (3, 37, 29)},
+                lambda x: x.reshape(-1, 37)),
+    "transpose_last_two": ([("TRANSPOSE", ["x"], {"perms": [0, 2, 1]})], {"x": (3, 301, 129)},
+                           lambda x: np.swapaxes(x, 1, 2)),
+    "transpose_rotate": ([("TRANSPOSE", ["x"], {"perms": [2, 0, 1]})], {"x": (97, 59, 7)},
+                         lambda x: np.transpose(x, (2, 0, 1))),
+    "transpose_reversed": ([("TRANSPOSE", ["x"], {})], {"x": (5, 1009, 31)}, lambda x: np.transpose(x)),
+    "concat": ([("CONCAT", ["x", "y", "z"], {"axis": 1})], {"x": (3, 170, 97), "y": (3, 51, 97), "z": (3, 333, 97)},
+               lambda x, y, z: np.concatenate([x, y, z], axis=1)),
+    "slice": ([("SLICE", ["x"], {"start": [3, 5, 0], "size": [30, -1, 11]})], {"x": (50, 1009, 17)},
+              lambda x: x[3:33, 5:, 0:11]),
+    "pad": ([("PAD", ["x"], {"padding": [[300, 17], [0, 250]], "pad_value": -1.5})], {"x": (41, 307)},
+            lambda x: np.pad(x, [[300, 17], [0, 250]], constant_values=-1.5)),
+    "gather": ([("GATHER", ["x"], {"indices": INDICES, "axis": 1})], {"x": (43, 13, 301)},
+               lambda x: np.take(x, INDICES, axis=1)),
+}
+
+
+def run_case(case: str, config: str, dtype: str = "f32"):
+    ops, shapes, want = CASES[case]
+    values = {n: random(s, dtype, seed=i) for i, (n, s) in enumerate(shapes.items())}
+    graph = graph_of(ops, {n: (s, dtype) for n, s in shapes.items()}, out_dtype=dtype)
+    program, got, sim = run(graph, values, str(CONFIGS / f"{config}.json"))
+    return program, got["t0"], want(*values.values()), sim
+
+
+@pytest.mark.parametrize("config", ["standard", "minimal"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_layout_op_against_numpy_with_edge_tiles(case, config):
+    program, got, want, sim = run_case(case, config)
+    assert got.shape == want.shape and np.array_equal(got, want)  # moved, never rounded
+    kernel = program.kernels[0]
+    if case != "reshape":
+        extents = [kernel.tiling[f"T{j}"] for j in range(len(want.shape))]
+        assert kernel.tiling["num_tiles"] > 1 and any(d % e for d, e in zip(want.shape, extents)), kernel.tiling
+    assert kernel.hints["estimated_dram_bytes"] == sum(dram_bytes(sim).values())
+
+
+@pytest.mark.parametrize("case, dtype", [("pad", "i32"), ("concat", "f16"), ("transpose_rotate", "bf16"),
+                                         ("gather", "i8")])
+def test_layout_ops_keep_every_dtype_exactly(case, dtype):
+    _, got, want, _ = run_case(case, "standard", dtype)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", [("RESHAPE", {"new_shape": [37, -1]}), ("TRANSPOSE", {"perms": [1, 0, 2]})])
+def test_a_view_moves_no_bytes_and_its_reader_waits_for_the_writer(op):
+    """RESHAPE of a dense tensor (and a TRANSPOSE that moves only a dim of 1) moves nothing: its
+    result names its operand's bytes. A kernel after it reads those bytes once the kernel
+    before it has written them."""
+    a, b = random((1, 37, 129), seed=1), random((1, 37, 129), seed=2)
+    g = graph_of([("ADD", ["a", "b"], {}), (op[0], ["t0"], op[1]), ("SIGMOID", ["t1"], {})],
+                 {"a": ((1, 37, 129), "f32"), "b": ((1, 37, 129), "f32")})
+    program, values, sim = run(g, {"a": a, "b": b})
+    add, view, sigmoid = program.kernels
+    assert [m.move_type for m in view.body] == ["VIEW"] and view.hints["estimated_dram_bytes"] == 0
+    assert 1 not in sim.phases  # no task, so no cycles
+    assert add.hints["estimated_dram_bytes"] + sigmoid.hints["estimated_dram_bytes"] == sum(dram_bytes(sim).values())
+    assert sim.phases[2].start >= sim.phases[0].end
+    s = (a.astype(np.float64) + b).reshape(values["t1"].shape)
+    np.testing.assert_allclose(values["t2"], 1 / (1 + np.exp(-s)), rtol=1e-6)
+
+
+def test_gather_of_4096_rows_is_a_loop_over_the_indices_attribute():
+    indices = [(i * 7919) % 5000 - 2500 for i in range(4096)]
+    g = graph_of([("GATHER", ["x"], {"indices": indices, "axis": 0})], {"x": ((5000, 64), "f32")})
+    x = random((5000, 64))
+    program, values, sim = run(g, {"x": x})
+    kernel = program.kernels[0]
+    assert len(kernel.body) == 2 and [l.end for l in kernel.tile_loops] == [4096]
+    assert kernel.body[0].source.table is not None and kernel.body[0].source.table.attr == "indices"
+    assert np.array_equal(values["t0"], np.take(x, indices, axis=0))
+    assert kernel.hints["estimated_dram_bytes"] == sum(dram_bytes(sim).values()) == 2 * 4096 * 64 * 4
+
+
+def test_loader_check_passes_a_chain_of_layout_ops(tmp_path):
+    g = graph_of([("TRANSPOSE", ["x"], {"perms": [1, 0]}), ("PAD", ["t0"], {"padding": [[2, 3], [0, 5]]}),
+                  ("SLICE", ["t1"], {"start": [1, 4], "size": [-1, 40]}), ("RESHAPE", ["t2"], {"new_shape": [-1]}),
+                  ("CONCAT", ["t3", "y", "t3"], {"axis": 0}), ("GATHER", ["t4"], {"indices": [-1, 0, 77]})],
+                 {"x": ((41, 67), "f32"), "y": ((9,), "f32")})
+    data = dumps(compile_graph(g, "layout.dfg", load_target(str(CONFIGS / "standard.json"))))
+    assert dumps(loads(data)) == data  # windows, tables, permutations and fills read back as written
+    obj = tmp_path / "layout.kpu"
+    obj.write_bytes(data)
+    proc = run_cli("loader", obj, "--config", "minimal", "--check", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["check"]["passed"] and len(report["check"]["kernels"]) == 6
+
+
+def test_a_layout_op_that_would_convert_is_refused():
+    g = graph_of([("TRANSPOSE", ["x"], {})], {"x": ((4, 5), "f32")}, out_dtype="f16")
+    with pytest.raises(CompileError, match=r"TRANSPOSE of 'x' \(f32\) into 't0' \(f16\): layout kernels move"):
+        compile_graph(g, "t.dfg", load_target(str(CONFIGS / "standard.json")))
+
+
+def resealed_kernel(case: str, edit) -> bytes:
+    ops, shapes, _ = CASES[case]
+    g = graph_of(ops, {n: (s, "f32") for n, s in shapes.items()})
+    obj = orjson.loads(dumps(compile_graph(g, "t.dfg", load_target(str(CONFIGS / "standard.json")))))
+    edit(obj["body"]["kernels"][0]["body"])
+    obj["sha256"] = _digest(obj["body"])
+    return orjson.dumps(obj)
+
+
+def set_field(op: int, path: tuple, value):
+    def edit(body):
+        target = body[op]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+    return edit
+
+
+@pytest.mark.parametrize("case, edit, message", [
+    # the slice window moved so its last tiles start past the operand's end
+    ("slice", set_field(0, ("source", "offset"), [3, 800, 0]),
+     r"op 0: tiles of \d+ from offset 800 along 'd1' \(\d+ trips\) neither stay inside dimension 1009 of 'x' "
+     r"nor hold it whole"),
+    # a window around the operand must start at or before it
+    ("pad", set_field(0, ("source", "offset"), [1, 0]),
+     r"op 0: tiles of \d+ from offset 1 along 'd0' \(\d+ trips\) neither stay inside dimension 41"),
+    ("transpose_rotate", set_field(1, ("permutation",), [2, 0, 0]),
+     r"op 1: permutation \[2, 0, 0\] does not permute the 3 dims of 'x' into 't0'"),
+    ("transpose_rotate", set_field(1, ("permutation",), [1, 2, 0]),
+     r"op 1: moves tiles of \[.*\] into tiles of \[.*\] under permutation \[1, 2, 0\]"),
+    ("gather", set_field(0, ("source", "table", "attr"), "start"),
+     r"op 0: table 'start' of graph op 'op0' is not a list of indices into dimension 1 of 'x'"),
+    ("reshape", set_field(0, ("destination", "level"), "L3"),
+     r"op 0: a VIEW names all of 'x' in external memory as 't0', which must hold as many elements"),
+    ("pad", set_field(1, ("fill",), 0),
+     r"op 1: fills a tile in external memory; a fill writes only on-chip tiles"),
+])
+def test_validator_refuses_a_resigned_object_in_one_line(case, edit, message):
+    with pytest.raises(ObjectFileError, match=message) as e:
+        loads(resealed_kernel(case, edit), "t.kpu")
+    assert "\n" not in str(e.value) and str(e.value).startswith("t.kpu: kernel ")
