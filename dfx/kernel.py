@@ -94,8 +94,13 @@ class Compute:
 
 @dataclass
 class Barrier:
+    """Waits until the last instance of each `wait_for` op has finished on every compute tile:
+    ops of kernel `kernel` (an earlier kernel, whose results this one reads), or of this kernel
+    when it is None. The ops that depend on the barrier start after it."""
+
     op_id: int
     wait_for: list[int]
+    kernel: str | None = None
     at: str | None = None
     after: str | None = None
     depends_on: list[int] = field(default_factory=list)

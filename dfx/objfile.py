@@ -174,7 +174,7 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
     if d["type"] == "COMPUTE":
         return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
                        _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)
-    return Barrier(d["op_id"], list(d["wait_for"]), **place)
+    return Barrier(d["op_id"], list(d["wait_for"]), d.get("kernel"), **place)
 
 
 def _program(body: dict[str, Any], where: str) -> Program:

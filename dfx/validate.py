@@ -10,7 +10,7 @@ import re
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import Graph, shape_problem
-from .kernel import Compute, DataMove, TileRef
+from .kernel import Barrier, Compute, DataMove, TileRef
 from .ops import ShapeError, lookup
 from .program import Program
 
@@ -64,6 +64,8 @@ def validate_program(program: Program, where: str) -> None:
                  f"needs {t.size * itemsize(t.dtype)}")
     graph_ops = {op.name: op for op in g.ops}
     kernel_names: set[str] = set()
+    body_ids: dict[str, set[int]] = {}  # kernel -> its op ids
+    written: dict[str, tuple[str, set[int]]] = {}  # tensor -> (kernel, its ops writing it to EXTERNAL)
     # tensors in external memory before a kernel runs: inputs, constants, earlier kernels' outputs
     ready = {t.name for t in g.tensors.values() if t.role in ("input", "constant")}
     for k in program.kernels:
@@ -104,10 +106,26 @@ def validate_program(program: Program, where: str) -> None:
         ids: set[int] = set()
         indexing: set[str] = set()  # loop variables some tile index uses, bounded by its tensor
         stored: set[str] = set()  # tensors the kernel's moves write to external memory
+        barriers: dict[int, Barrier] = {}
         for op in k.body:
             op_place = f"{place} op {op.op_id}"
             if op.op_id in ids:
                 fail(op_place, "duplicate op_id")
+            if isinstance(op, Barrier):
+                waits_on = body_ids.get(op.kernel) if op.kernel is not None else ids
+                if waits_on is None:
+                    fail(op_place, f"waits for kernel '{op.kernel}', which is not an earlier kernel")
+                if not set(op.wait_for) <= waits_on:
+                    fail(op_place, f"waits for ops {sorted(set(op.wait_for) - waits_on)}, which "
+                         f"{'kernel ' + repr(op.kernel) if op.kernel else 'the kernel'} does not have before it")
+                barriers[op.op_id] = op
+            # a read of what an earlier kernel wrote must be ordered after it by a barrier
+            if isinstance(op, DataMove) and op.source.level == "EXTERNAL" and op.source.tensor in written:
+                producer, stores = written[op.source.tensor]
+                if not any(d in barriers and barriers[d].kernel == producer and stores <= set(barriers[d].wait_for)
+                           for d in op.depends_on):
+                    fail(op_place, f"reads intermediate '{op.source.tensor}' with no BARRIER ordering it after "
+                         f"kernel '{producer}' wrote it")
             for dep in op.depends_on:
                 if dep not in ids:
                     fail(op_place, f"depends on op {dep}, which is not an earlier op of the kernel")
@@ -178,6 +196,11 @@ def validate_program(program: Program, where: str) -> None:
             if l.induction_var not in indexing:
                 # nothing would bound its trips but the number written in the file
                 fail(f"{place} loop '{l.induction_var}'", "indexes no tile dimension")
+        body_ids[k.name] = ids
+        for op in k.body:
+            if isinstance(op, DataMove) and op.destination.level == "EXTERNAL":
+                writer = written.setdefault(op.destination.tensor, (k.name, set()))
+                writer[1].add(op.op_id)
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")

@@ -30,6 +30,7 @@ def compile(
 
     from .compile import compile_graph, kernel_name, lower_group
     from .fuse import fusion_groups
+    from .synchronise import synchronise
     from .dump import dump_graph, dump_kernel
     from .errors import CompileError
     from .frontends import load_graph
@@ -48,11 +49,15 @@ def compile(
             tgt = load_target(target)
             if dump:
                 print(dump_graph(graph))
+                kernels: list = []  # the groups that lower, with their barriers, in order
                 for i, group in enumerate(fusion_groups(graph, fuse)):
                     try:
-                        print(dump_kernel(lower_group(graph, group, kernel_name(group[0], i), tgt, dataflow)))
+                        kernels.append(lower_group(graph, group, kernel_name(group[0], i), tgt, dataflow))
                     except CompileError as e:
-                        print(f"  (no kernel) {e}")
+                        kernels.append(f"  (no kernel) {e}")
+                synchronise([k for k in kernels if not isinstance(k, str)])
+                for k in kernels:
+                    print(k if isinstance(k, str) else dump_kernel(k))
                 return
             program = compile_graph(graph, input, tgt, dataflow, fuse)
             data = dumps(program)

@@ -13,6 +13,7 @@ from .fuse import fusion_groups
 from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
+from .synchronise import synchronise
 from .target import Target
 
 # the anchor's op family (the registry's) -> lowering of a group [anchor, *epilogue]; an op whose
@@ -74,4 +75,5 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         for t in kernel.outputs:
             producer[t] = kernel.name
         kernels.append(kernel)
+    synchronise(kernels)
     return Program(graph.name, Path(source).name, target.name, graph, kernels)

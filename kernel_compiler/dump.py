@@ -42,6 +42,6 @@ def dump_kernel(k: Kernel) -> str:
             what = f"{op.compute_type} {', '.join(_ref(i) for i in op.inputs)} -> {_ref(op.output)} " \
                    f"accumulate={op.accumulate}"
         else:
-            what = f"BARRIER {op.wait_for}"
+            what = f"BARRIER waits for {f'kernel {op.kernel} ' if op.kernel else ''}ops {op.wait_for}"
         lines.append(f"  {op.op_id:>3} {place:<9} {what}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dfx import Program
+from dfx import Barrier, Program
 from hardware import UNIT_PREFIX, Machine, PhaseSpan, SimResult
 
 from .binding import Binding
@@ -172,11 +172,13 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
                             "engine": f"{UNIT_PREFIX[engine_kind(op.source.level, op.destination.level)]}{engine}"})
     schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
                 for t, start, end, unit in sim.first_tasks[:ops]]
+    barriers = [{"kernel": k.name, "op_id": op.op_id, "waits_for_kernel": op.kernel or k.name, "wait_for": op.wait_for}
+                for k in program.kernels for op in k.body if isinstance(op, Barrier)]
     return {"cycles": sim.cycles,
             "bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
                           "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4),
                           "notes": b.notes} for b in bindings],
-            "buffers": buffers, "engines": engines, "schedule": schedule}
+            "buffers": buffers, "engines": engines, "barriers": barriers, "schedule": schedule}
 
 
 def print_dry_run(view: dict[str, Any], console: Console) -> None:
@@ -198,6 +200,14 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     for e in view["engines"]:
         t.add_row(e["kernel"], str(e["op_id"]), str(e["compute_tile"]), shown(e["stream"]), e["engine"])
     console.print(t)
+    if view["barriers"]:
+        t = Table(title="barriers (each a task on every compute tile, in the schedule and the trace)",
+                  title_justify="left")
+        for col in ("kernel", "op", "waits for kernel", "its ops"):
+            t.add_column(col)
+        for b in view["barriers"]:
+            t.add_row(b["kernel"], str(b["op_id"]), b["waits_for_kernel"], ", ".join(map(str, b["wait_for"])))
+        console.print(t)
     t = Table(title=f"first {len(view['schedule'])} scheduled ops, in program order "
                     f"(the whole program takes {view['cycles']:,} cycles)", title_justify="left")
     for col in ("task", "unit", "op", "tile", "start", "end"):

@@ -5,8 +5,9 @@ Dependencies of a task:
 - buffer reuse: instance n of a move into a buffer of depth d waits until the readers of
   instance n - d are done (depth 2 lets the next tile load while this one computes); the
   array's accumulators are a depth-1 buffer drained by the REGISTER -> L2 store;
-- kernel order: a kernel's loads of a tensor that an earlier kernel wrote wait for that
-  kernel's final stores;
+- barriers, the only order between kernels: a BARRIER becomes a task (no cycles) on each
+  compute tile that waits for the last instance of each op it lists, on every compute tile of
+  the kernel it names; the moves that depend on it start after it;
 - memory reuse across kernels: each kernel is bound on its own, so its buffers may sit where an
   earlier kernel's still are. The first `depth` fills of a buffer wait for the last use of every
   earlier buffer they overlap (same level, bank and bytes). Kernels overlap only where their
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from dfx import Compute, DataMove, Kernel, Program, itemsize
+from dfx import Barrier, Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
 from .binding import Binding
@@ -37,7 +38,9 @@ class TaskStream:
     def __init__(self, program: Program):
         self.program = program
         self.next_id = 0
-        self.final_stores: dict[str, dict[tuple[int, int], int]] = {}  # tensor -> {(dma engine, op): last store id}
+        # kernel -> (worker, op_id) -> the tasks whose end is that op's last instance ending: its
+        # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
+        self.finished: dict[str, dict[tuple[int, int], frozenset[int]]] = {}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
@@ -50,7 +53,7 @@ class TaskStream:
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
         k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
         computes = compute_ops(kernel, g)
-        stores: dict[str, dict[tuple[int, int], int]] = {}
+        ends: dict[tuple[int, int], frozenset[int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
         for worker, op, env in expand(kernel, workers):
@@ -63,6 +66,8 @@ class TaskStream:
                     deps.add(last[key])
                     # this op reads the buffer `d` filled: remember it for d's next overwrite
                     reader[worker, d, instance.get(key, 0)] = tid
+                else:  # an op that ran no task: what it waited on
+                    deps.update(ends.get(key, ()))
             # a new instance of a buffer waits for the readers of the one `depth` back
             fresh = not (isinstance(op, Compute) and accumulating(op, env))
             if fresh:
@@ -73,13 +78,13 @@ class TaskStream:
                     deps.add(old)
                 if n <= depth.get(op.op_id, 1):  # a first fill of each slot of the buffer
                     deps.update(previous_users.get((worker, op.op_id), ()))
-            if isinstance(op, DataMove) and op.source.level == "EXTERNAL":
-                deps.update(self.final_stores.get(op.source.tensor, {}).values())
+            if isinstance(op, Barrier):
+                deps.update(self._barrier_deps(op, ends, workers))
             window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
             if isinstance(op, DataMove):
                 src, dst = op.source, op.destination
                 if op.move_type == "VIEW":  # nothing moves: the view is ready when its source is
-                    stores[dst.tensor] = dict(self.final_stores.get(src.tensor, {}))
+                    ends[worker, op.op_id] = frozenset(deps)
                     continue
                 kind = engine_kind(src.level, dst.level)
                 tensor = g.tensors[dst.tensor]
@@ -87,6 +92,7 @@ class TaskStream:
                 _, part = move_slices(op, g.tensors[src.tensor].shape, tensor.shape, env, table_values(src, g))
                 nbytes = region_elements(part) * itemsize(tensor.dtype)
                 if not nbytes:  # a window's tile wholly outside its tensor: no task
+                    ends[worker, op.op_id] = frozenset(deps)
                     continue
                 engine = binding.engines[op.op_id, worker]
                 # one queue per op across kernels: a later kernel's move waits behind the earlier kernel's
@@ -96,8 +102,6 @@ class TaskStream:
                             transpose=op.transpose or op.permutation is not None, phase=phase,
                             label=f"{dst.tensor} {src.level}->{dst.level}",
                             args={v: env[v] for v in dst.tile_indices if v in env})
-                if dst.level == "EXTERNAL":  # the last of each queue: several moves may write a tensor
-                    stores.setdefault(dst.tensor, {})[engine, op.op_id] = tid
             elif isinstance(op, Compute):
                 shapes = [_tile_shape(r, g, env) for r in op.inputs]
                 label = f"{op.compute_type} {op.output.tensor}"
@@ -112,12 +116,21 @@ class TaskStream:
                     work = opdef.vector_work(shapes, _tile_shape(op.output, g, env), attrs)
                     task = Task(tid, "vector", worker, window, vector_work=tuple(sorted(work.items())),
                                 phase=phase, label=label, args=args)
-            else:
-                continue
+            else:  # a barrier: passed on this compute tile when what it waits for has finished
+                task = Task(tid, "barrier", worker, window, stream=op.op_id, phase=phase,
+                            label=f"BARRIER {op.kernel or kernel.name} {op.wait_for}")
             last[worker, op.op_id] = tid
+            ends[worker, op.op_id] = frozenset((tid,))
             yield task
-        self.final_stores.update(stores)
+        self.finished[kernel.name] = ends
         self._occupy(kernel, binding, last)
+
+    def _barrier_deps(self, barrier: Barrier, ends: dict, workers: int) -> set[int]:
+        """The last instance of each op the barrier waits for, on every compute tile of its kernel
+        (this one's so far, or an earlier kernel's)."""
+        done = self.finished[barrier.kernel] if barrier.kernel is not None else ends
+        waited = set(barrier.wait_for)
+        return {t for (_, op_id), tasks in done.items() if op_id in waited for t in tasks}
 
     def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes."""

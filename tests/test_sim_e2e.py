@@ -136,9 +136,8 @@ def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_p
     program, machine = read(obj), load_machine(CONFIGS / "standard.json")
     bindings = [bind_greedy(k.name, b.workers, *kernel_demands(k, program, b.workers), machine, str(obj))
                 for k, b in zip(program.kernels, bind_program(program, machine, str(obj), bind_greedy))]
-    # task ids follow the expanded body, kernel after kernel (barriers make no task)
-    owner = [(i, w, op) for i, k in enumerate(program.kernels) for w, op, _ in expand(k, bindings[i].workers)
-             if op.type != "BARRIER"]
+    # task ids follow the expanded body, kernel after kernel (every op of these makes one task)
+    owner = [(i, w, op) for i, k in enumerate(program.kernels) for w, op, _ in expand(k, bindings[i].workers)]
     result = simulate(program, machine, bindings, record_first=len(owner))
     assert len(result.first_tasks) == len(owner)
     span = {task.id: (start, end) for task, start, end, _ in result.first_tasks}
