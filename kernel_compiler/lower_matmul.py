@@ -41,8 +41,8 @@ def choose_dataflow(requested: str, M: int, N: int, K: int, target: Target, wher
 
 
 def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
-    """A MATMUL and its epilogue: the map ops applied on the vector unit to each result tile,
-    drained from the accumulators into L1, before it leaves the compute tile."""
+    """A MATMUL and its epilogue: the map ops applied on the vector unit to each result tile once
+    the accumulators have drained it into L2, before it goes back to external memory."""
     op, epi = ops[0], ops[1:]
     a, b = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
     cin = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
