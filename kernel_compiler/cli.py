@@ -34,7 +34,7 @@ def compile(
     from .dump import dump_graph, dump_kernel
     from .errors import CompileError
     from .frontends import load_graph
-    from .passes import canonicalise
+    from .passes import canonicalise, split_long_rows
     from .target import load_target
 
     if dataflow not in ("auto", "os", "ws", "is"):
@@ -48,6 +48,7 @@ def compile(
                 print(f"warning: {w}", file=sys.stderr)
             tgt = load_target(target)
             if dump:
+                graph = split_long_rows(graph, tgt, fuse)  # as compile_graph does
                 print(dump_graph(graph))
                 kernels: list = []  # the groups that lower, with their barriers, in order
                 for i, group in enumerate(fusion_groups(graph, fuse)):

@@ -13,6 +13,7 @@ from .fuse import fusion_groups
 from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
+from .passes import split_long_rows
 from .synchronise import synchronise
 from .target import Target
 
@@ -66,6 +67,9 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
     if not graph.outputs:
         raise CompileError(f"{source}: graph '{graph.name}': has no outputs, nothing it computes would be kept")
+    # rows too long for a tile of the target become chains that lower (after RECOGNISE, which
+    # would fold them back; before fusion, which fuses them)
+    graph = split_long_rows(graph, target, fuse)
     kernels: list[Kernel] = []
     producer: dict[str, str] = {}
     for i, group in enumerate(fusion_groups(graph, fuse)):

@@ -3,6 +3,12 @@
 The kernel walks an iteration space: the result's shape for a map op, the first operand's for a
 reduction. Its tile holds the reduced axes whole (the registry's `whole_axes`) and, from the last
 dimension backwards, as much of the rest as fits the target's banks, so rows stay contiguous.
+Where the reduced axes alone do not fit, the tile is the largest that does, from the last
+dimension backwards like any other, and cuts the rows: a REDUCE_SUM/MAX/MIN/PROD whose tiles cut
+one reduced axis gets a reduction loop, innermost, its COMPUTE combining each tile into the
+partial result held in L1 (`accumulate: "<loop> > 0"`) and its store placed after that loop.
+Other cuts (a softmax's row, two reduced axes) are for `passes.split_long_rows` to take apart
+first; `split_axes` tells it which axes a kernel would cut.
 Every operand is a stream of three hops (EXTERNAL -> L3 -> L2 -> L1), its tile indexed by the
 space's loops it varies along: an operand broadcast along a dimension (a bias, a scale) takes
 that dimension whole ("0") and, by the placement rule, is loaded once per tile it varies over,
@@ -16,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+from dfx.ops.reduction import ACCUMULATING
 
 from .errors import CompileError
 from .target import Target
@@ -79,10 +86,11 @@ def _buffers(tile_bytes: list[int], depth: int) -> list[int]:
     return [b * depth for b in tile_bytes]
 
 
-def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int], target: Target,
-                 where: str) -> tuple[Space, int]:
-    """The largest tile (a power of two of elements, or the whole space) whose buffers, one per
-    stream at every level, fit the target; double-buffered when that fits. (Space, depth)."""
+def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int],
+                  target: Target) -> tuple[Space, int] | None:
+    """The largest tile (a power of two of elements, or the whole space) holding the `whole` dims
+    whole whose buffers, one per stream at every level, fit the target; double-buffered when that
+    fits. (Space, depth), or None when no tile holding them whole fits."""
     total = max(1, math.prod(shape))
     top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // min(elem_bytes)
     for depth in (2, 1):  # double-buffered tiles, so loads overlap the vector unit, where they fit
@@ -96,8 +104,44 @@ def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: lis
                 loops = tuple(f"d{j}" if e < d else None for j, (d, e) in enumerate(zip(shape, extents)))
                 return Space(shape, extents, loops), depth
             budget //= 2
-    raise CompileError(f"{where}: a tile holding axes {list(whole)} of shape {list(shape)} whole does not fit "
-                       f"target '{target.name}'; reductions over axes this long are not lowered yet")
+    return None
+
+
+def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int], target: Target,
+                 where: str) -> tuple[Space, int]:
+    """The tiles of a kernel: the largest holding the `whole` dims whole where one fits, else the
+    largest that fits, which cuts them (see `_cut_axes`)."""
+    found = _largest_tile(shape, whole, elem_bytes, target) or _largest_tile(shape, (), elem_bytes, target)
+    if found is None:
+        raise CompileError(f"{where}: not even a tile of one element of each of its {len(elem_bytes)} streams "
+                           f"fits target '{target.name}'")
+    return found
+
+
+def _cut_axes(space: Space, whole: tuple[int, ...]) -> tuple[int, ...]:
+    """The `whole` dims the tiles of `space` cut after all: each is a reduction loop."""
+    return tuple(j for j in whole if space.loops[j])
+
+
+def _rows(graph: Graph, ops: list[Op]) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+    """What a kernel of the group `ops` tiles: (the iteration space's shape, the axes its tiles
+    should hold whole, the bytes per element of each of its buffers)."""
+    op = ops[0]
+    opdef = lookup(op.op_type)
+    attrs = opdef.normalize_attrs(op.attrs)
+    shape = graph.tensors[op.outputs[0] if opdef.family == "map" else op.inputs[0]].shape
+    whole = tuple(opdef.whole_axes(shape, attrs)) if opdef.family == "reduction" else ()
+    buffers = [graph.tensors[n] for n in kernel_reads(ops)] + [graph.tensors[o.outputs[0]] for o in ops]
+    return shape, whole, [itemsize(t.dtype) for t in buffers]
+
+
+def split_axes(graph: Graph, ops: list[Op], target: Target) -> tuple[int, ...]:
+    """The reduced axes a kernel of the group `ops` would cut into tiles for `target`: () when its
+    rows fit a tile whole. The same rule the lowering tiles by, for a pass deciding to split."""
+    shape, whole, elem_bytes = _rows(graph, ops)
+    if 0 in shape:  # nothing to tile: the lowering says so
+        return ()
+    return _cut_axes(choose_space(shape, whole, elem_bytes, target, ops[0].source or ops[0].name)[0], whole)
 
 
 def load(body: list, tensor: str, dims: list[int | None], space: Space, at: str | None, depth: int,
@@ -124,10 +168,14 @@ def store(body: list, tensor: str, dims: list[int | None], space: Space, after: 
         prev = [len(body) - 1]
 
 
+def loops_of(dims: list[int | None], space: Space) -> tuple[str, ...]:
+    """The loops a tile indexed by `dims` (space dims, None: taken whole) varies along."""
+    return tuple(space.loops[j] for j in dims if j is not None and space.loops[j])
+
+
 def placement_of(dims: list[int | None], space: Space, order: tuple[str, ...]) -> str | None:
     """The loop an operand's moves sit at: the innermost that indexes it (None: before all)."""
-    used = {space.loops[j] for j in dims if j is not None and space.loops[j]}
-    p = placement(Stream("", tuple(used), 0), order)
+    p = placement(Stream("", loops_of(dims, space), 0), order)
     return order[p] if p >= 0 else None
 
 
@@ -148,8 +196,7 @@ def epilogue(body: list, graph: Graph, ops: list[Op], result: str, result_level:
                 continue
             deps.append(load(body, name, dims, space, placement_of(dims, space, order), depth, level))
             inputs.append(tile_ref(name, level, dims, space))
-            streams.append(Stream(name, tuple(space.loops[j] for j in dims if j is not None and space.loops[j]),
-                                  t.size * itemsize(t.dtype)))
+            streams.append(Stream(name, loops_of(dims, space), t.size * itemsize(t.dtype)))
         result = op.outputs[0]
         # the vector unit runs the chain over each chunk of the tile in its registers: only the
         # last result is written back to an L1 buffer
@@ -182,37 +229,42 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
     attrs = opdef.normalize_attrs(op.attrs)
     ins = [graph.tensors[n] for n in op.inputs]
     out = graph.tensors[op.outputs[0]]
-    space_shape = out.shape if opdef.family == "map" else ins[0].shape
-    whole = tuple(opdef.whole_axes(space_shape, attrs)) if opdef.family == "reduction" else ()
+    space_shape, whole, elem_bytes = _rows(graph, ops)
     if 0 in space_shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
                            f"there is nothing to tile")
-    reads = [graph.tensors[n] for n in kernel_reads(ops)]
-    results = [graph.tensors[o.outputs[0]] for o in ops]
-    space, depth = choose_space(space_shape, whole, [itemsize(t.dtype) for t in reads + results], target, where)
-    order = tuple(v for v in space.loops if v)
+    space, depth = choose_space(space_shape, whole, elem_bytes, target, where)
+    cut = _cut_axes(space, whole)
+    if len(cut) > 1 or (cut and op.op_type not in ACCUMULATING):
+        raise CompileError(f"{where}: no tile of target '{target.name}' holds the rows of {op.op_type} over axes "
+                           f"{list(whole)} of shape {list(space_shape)} whole, nor cuts them along one axis it can "
+                           f"accumulate over; passes.split_long_rows takes such an op apart first")
+    # the reduction loop, if any, runs innermost: the partial result stays on chip across it
+    reduction = space.loops[cut[0]] if cut else None
+    order = tuple(v for v in space.loops if v and v != reduction) + ((reduction,) if reduction else ())
     trips = space.trips()
-    parallel = parallel_loop(order, trips, target.compute_tiles)
+    parallel = parallel_loop(order[:-1] if reduction else order, trips, target.compute_tiles)
     in_dims = [aligned_dims(t.shape, space_shape) for t in ins]
     out_dims = aligned_dims(out.shape, space_shape) if opdef.family == "map" else opdef.result_dims(space_shape, attrs)
     inner = order[-1] if order else None
+    # what follows the compute runs once per result tile: after the reduction loop, else with the compute
+    place = {"after": reduction} if reduction else {"at": inner}
 
     body: list = []
     l1_ops = [load(body, t.name, dims, space, placement_of(dims, space, order), depth) for t, dims in zip(ins, in_dims)]
     body.append(Compute(len(body), opdef.compute_type, [tile_ref(t.name, "L1", d, space) for t, d in zip(ins, in_dims)],
                         tile_ref(out.name, "REGISTER" if ops[1:] else "L1", out_dims, space), at=inner,
-                        depends_on=l1_ops))
+                        accumulate=f"{reduction} > 0" if reduction else "false", depends_on=l1_ops))
     final, last, extra = epilogue(body, graph, ops[1:], out.name, "REGISTER", len(body) - 1, space, order, depth,
-                                  {"at": inner})
+                                  place)
     final_dims = out_dims if final == out.name else aligned_dims(graph.tensors[final].shape, space_shape)
-    store(body, final, final_dims, space, last, {"at": inner})
+    store(body, final, final_dims, space, last, place)
 
-    streams = [Stream(t.name, tuple(space.loops[j] for j in d if j is not None and space.loops[j]),
-                      t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)] + extra
+    streams = [Stream(t.name, loops_of(d, space), t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)] + extra
     final_t = graph.tensors[final]
-    streams.append(Stream(final, order, final_t.size * itemsize(final_t.dtype)))
+    streams.append(Stream(final, loops_of(final_dims, space), final_t.size * itemsize(final_t.dtype)))
     per_stream = traffic(streams, order, trips, parallel)
-    bufs = _buffers([math.prod(space.extents) * itemsize(t.dtype) for t in reads + results], depth)
+    bufs = _buffers([math.prod(space.extents) * e for e in elem_bytes], depth)
     work = epilogue_work(graph, ops)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="vector",

@@ -12,7 +12,7 @@ import pytest
 
 from dfx import Graph, Op, Tensor, lookup, numpy_dtype
 from kernel_compiler.frontends import load_graph
-from kernel_compiler.passes import DECOMPOSE, RECOGNISE, STAGES, Pat, canonicalise, rewrite
+from kernel_compiler.passes import DECOMPOSE, RECOGNISE, Pat, canonicalise, rewrite
 
 from conftest import DATA
 
@@ -136,10 +136,6 @@ def test_a_constant_only_the_chain_used_goes_with_it():
     after, _ = recognised(graph)
     assert types(after) == ["LAYERNORM"]
     assert set(after.tensors) == {"x", after.ops[0].outputs[0]} and after.constants == {}
-
-
-def test_stages_are_named_in_order():
-    assert STAGES == ["parse", "infer", "decompose", "recognise", "fuse", "lower"]
 
 
 # ---- DECOMPOSE -------------------------------------------------------------------------------

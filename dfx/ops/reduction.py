@@ -64,6 +64,8 @@ _REDUCERS: dict[str, Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]] 
 }
 # how a tile's result joins the partial result of earlier tiles of the same rows
 _COMBINE = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
+# the reductions whose tile takes a partial result: a kernel may cut their reduced axes into tiles
+ACCUMULATING = frozenset(f"REDUCE_{kind}" for kind in _COMBINE)
 
 
 def _reduce_op(kind: str, doc: str) -> OpDef:

@@ -3,6 +3,8 @@
 `canonicalise` runs `PASSES` in order, each to its own fixed point (so `--dump STAGE` can show
 the graph after either): DECOMPOSE turns the ops the lowering does not take into primitives,
 then RECOGNISE turns chains of primitives into the row ops and activations they spell.
+`split_long_rows` runs after them, in `compile_graph`, since it needs the target: it takes
+apart the row ops whose rows do not fit a tile of it.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dfx import Graph
 
 from .decompose import DECOMPOSE
+from .long_rows import split_long_rows
 from .recognise import RECOGNISE
 from .rewrite import Match, Pat, Rule, rewrite
 
@@ -18,8 +21,6 @@ PASSES: list[tuple[str, list[Rule]]] = [
     ("decompose", DECOMPOSE),  # ops the lowering does not take -> primitives
     ("recognise", RECOGNISE),  # chains of primitives -> the row ops and activations they spell
 ]
-# the compiler's stages in order, each a graph or program `--dump STAGE` can print
-STAGES = ["parse", "infer", *(name for name, _ in PASSES), "fuse", "lower"]
 
 
 def canonicalise(graph: Graph, warnings: list[str]) -> Graph:
@@ -29,4 +30,5 @@ def canonicalise(graph: Graph, warnings: list[str]) -> Graph:
     return graph
 
 
-__all__ = ["DECOMPOSE", "PASSES", "RECOGNISE", "STAGES", "Match", "Pat", "Rule", "canonicalise", "rewrite"]
+__all__ = ["DECOMPOSE", "PASSES", "RECOGNISE", "Match", "Pat", "Rule", "canonicalise", "rewrite",
+           "split_long_rows"]
