@@ -1,13 +1,15 @@
 """The concrete machine: one KPU as the loader and the simulator see it.
 
 All sizes are bytes, all rates bytes per cycle of the config clock. `hardware.config`
-builds a `Machine` from the flat kpu-sim schema plus our optional `timing` section.
+builds a `Machine` from either of kpu-sim's schemas (flat, or system) plus our optional `timing`
+section.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 
@@ -74,6 +76,16 @@ class VectorUnit:
 
 
 @dataclass(frozen=True)
+class HostLink:
+    """The link between the host and the KPU (PCIe, CXL). A program's inputs cross it before the
+    run and its outputs after, one direction at a time; the loader times that apart from the
+    kernels' cycles, which start with the inputs already in external memory."""
+
+    bytes_per_cycle: float  # each direction: bandwidth_gbps / clock_ghz
+    latency_cycles: int = 0  # before the first byte of each crossing
+
+
+@dataclass(frozen=True)
 class Machine:
     name: str
     clock_ghz: float
@@ -89,7 +101,40 @@ class Machine:
     # array column, so it keeps up with the array's output rate; __post_init__ fills it in, so a
     # Machine's `vector` is never None.
     vector: VectorUnit = None  # type: ignore[assignment]
+    host_link: HostLink | None = None  # None: the config describes no host link
 
     def __post_init__(self) -> None:
         if self.vector is None:
             object.__setattr__(self, "vector", VectorUnit(self.compute.cols))  # frozen: only here
+
+    def view(self) -> dict[str, Any]:
+        """The machine as JSON values: every level, engine and rate, in bytes and cycles of
+        `clock_ghz`. An unlimited rate is "unlimited", as configs write it (JSON has no infinity)."""
+        x, e, c = self.external, self.engines, self.compute
+        link = self.host_link
+        return {
+            "name": self.name,
+            "clock_ghz": self.clock_ghz,
+            "line_bytes": self.line_bytes,
+            "levels": {
+                "external": {"count": x.channels, "bytes": x.channel_bytes,
+                             "bytes_per_cycle": _rate(x.channel_bytes_per_cycle), "latency_cycles": x.latency_cycles},
+                "l3": {"count": self.l3.count, "bytes": self.l3.bytes},
+                "l2": {"count": self.l2.count, "bytes": self.l2.bytes, "ports": self.l2_bank_ports},
+                "l1": {"count": self.l1.count, "bytes": self.l1.bytes, "per_compute_tile": True},
+            },
+            "engines": {
+                "dma": {"count": e.dma, "bytes_per_cycle": _rate(e.dma_bytes_per_cycle)},
+                "block_mover": {"count": e.block_mover, "bytes_per_cycle": _rate(e.block_mover_bytes_per_cycle)},
+                "streamer": {"count": e.streamer, "bytes_per_cycle": _rate(e.streamer_bytes_per_cycle)},
+            },
+            "compute": {"tiles": c.tiles, "rows": c.rows, "cols": c.cols, "dataflows": list(c.dataflows),
+                        "peak_macs_per_cycle": c.peak_macs_per_cycle},
+            "vector": {"lanes": self.vector.lanes, "cycles_per_element": dict(self.vector.cycles_per_element)},
+            "host_link": None if link is None else {"bytes_per_cycle": link.bytes_per_cycle,
+                                                    "latency_cycles": link.latency_cycles},
+        }
+
+
+def _rate(bytes_per_cycle: float) -> float | str:
+    return "unlimited" if bytes_per_cycle == float("inf") else bytes_per_cycle

@@ -36,10 +36,56 @@ class _Progress:
             self.bar.stop()
 
 
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale:,} {unit}"
+    return f"{nbytes:,} B"
+
+
+def _print_machine(view: dict, console) -> None:
+    """--show-config: one row per kind of part, with its sizes and rates as the simulator uses them."""
+    from rich.table import Table
+
+    from .report import shown
+
+    levels, engines, compute, vector, link = (view[k] for k in ("levels", "engines", "compute", "vector", "host_link"))
+    table = Table(title=f"{shown(view['name'])}: {view['clock_ghz']:g} GHz, {view['line_bytes']}-byte lines; "
+                        "rates in bytes per cycle, latencies in cycles", title_justify="left")
+    for column in ("part", "count", "bytes each", "rate each", "latency"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    parts = {
+        "DRAM channels": levels["external"],
+        "L3 tiles, shared": levels["l3"],
+        f"L2 banks, shared, {levels['l2']['ports']} port(s)": levels["l2"],
+        "L1 buffers of each compute tile": levels["l1"],
+        "DMA engines, DRAM <-> L3": engines["dma"],
+        "BlockMovers, L3 <-> L2": engines["block_mover"],
+        "Streamers, L2 <-> L1": engines["streamer"],
+        "host link, timed apart": {"count": 0} if link is None else {"count": 1, **link},
+    }
+    for name, part in parts.items():
+        rate = part.get("bytes_per_cycle", "")
+        table.add_row(name, f"{part['count']:,}", _size(part["bytes"]) if "bytes" in part else "",
+                      f"{rate:g}" if isinstance(rate, float) else rate, str(part.get("latency_cycles", "")))
+    console.print(table)
+    console.print(f"compute: {compute['tiles']:,} tile(s) of a {compute['rows']}x{compute['cols']} array "
+                  f"({compute['peak_macs_per_cycle']:,} MACs/cycle in all), "
+                  f"dataflows {', '.join(compute['dataflows'])}")
+    console.print(f"vector unit of each compute tile: {vector['lanes']} lanes, cycles per element "
+                  + ", ".join(f"{k} {v}" for k, v in vector["cycles_per_element"].items()))
+
+
 @app.command()
 def load(
-    object_file: str = typer.Argument(..., metavar="OBJECT.kpu", help="Object file from kpu-kernel-compiler"),
+    # optional only for --show-config, which reads no object; load() refuses any other run without it
+    object_file: Optional[str] = typer.Argument(None, metavar="OBJECT.kpu", show_default=False,
+                                                help="Object file from kpu-kernel-compiler (none with --show-config)"),
     config: str = typer.Option(..., "--config", help="Machine config (.json/.yaml) or a shipped name"),
+    accelerator: Optional[str] = typer.Option(None, "--accelerator", metavar="ID",
+                                              help="The KPU to use of a system-schema config with several"),
+    show_config: bool = typer.Option(False, "--show-config",
+                                     help="Print the machine as read from --config (with --json: as JSON) and exit"),
     input: Optional[List[str]] = typer.Option(None, "--input", help="NAME=FILE.npy, repeatable"),
     output_dir: Optional[str] = typer.Option(None, "--output-dir", help="Write each output as NAME.npy here"),
     seed: int = typer.Option(0, "--seed", min=0, max=2**63 - 1, help="Seed for inputs not given with --input"),
@@ -68,6 +114,20 @@ def load(
     from .run import LoadError, RunResult, bind_program, check_fits, check_kernels, check_outputs, execute, simulate
 
     console = Console(stderr=True)
+    if show_config:
+        if object_file is not None:
+            fail("--show-config prints the machine and exits: give it no OBJECT.kpu")
+        try:
+            machine = load_machine(config, accelerator)
+        except ConfigError as e:
+            fail(str(e))
+        if json_out:
+            sys.stdout.write(orjson.dumps(machine.view()).decode() + "\n")
+        else:
+            _print_machine(machine.view(), console)
+        return
+    if object_file is None:
+        fail("Missing argument 'OBJECT.kpu'.")  # as typer says it when the argument is required
     if binder not in ("cp-sat", "greedy"):
         fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
     skipping = "--dry-run" if dry_run else "--timing-only" if timing_only else None
@@ -81,7 +141,7 @@ def load(
             program = read(object_file)
             output_paths = claim_outputs(files, output_dir, [t.name for t in program.graph.outputs]) \
                 if output_dir is not None else {}
-            machine = load_machine(config)
+            machine = load_machine(config, accelerator)
             given = dict(read_input(spec, program) for spec in input or [])
             check_fits(program, machine, object_file)
             if binder == "cp-sat":

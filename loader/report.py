@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from dfx import Barrier, Program
-from hardware import UNIT_PREFIX, Machine, PhaseSpan, SimResult
+from dfx import Barrier, Program, itemsize
+from hardware import UNIT_PREFIX, HostLink, Machine, PhaseSpan, SimResult
+from hardware.units.bandwidth import Bandwidth
 
 from .binding import Binding
 from .buffers import engine_kind
@@ -45,6 +46,18 @@ def kernel_span(span: PhaseSpan, peak: int) -> dict[str, Any]:
             "macs": span.macs, "utilization": span.macs / (computing * peak) if computing else 0.0}
 
 
+def host_transfer(program: Program, link: HostLink) -> dict[str, int]:
+    """The graph's inputs (constants too) crossing the host link before the run and its outputs
+    after it, one direction at a time, each paying the link's latency. Apart from `cycles`: the
+    simulated run starts with its inputs already in the KPU's external memory."""
+    rate = Bandwidth(link.bytes_per_cycle)
+    moved = {"in": sum(t.size * itemsize(t.dtype) for t in program.graph.inputs),
+             "out": sum(t.size * itemsize(t.dtype) for t in program.graph.outputs)}
+    cycles = {way: link.latency_cycles + rate.cycles(n) if n else 0 for way, n in moved.items()}
+    return {"bytes_in": moved["in"], "bytes_out": moved["out"],
+            "cycles_in": cycles["in"], "cycles_out": cycles["out"]}
+
+
 def summary(result: RunResult, program: Program, program_path: str, machine: Machine,
             output_paths: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {"object": program_path, "config": machine.name}
@@ -66,6 +79,9 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
         })
+    if machine.host_link is not None:
+        out["host_transfer"] = host_transfer(program, machine.host_link)
+        out["host_transfer_cycles"] = out["host_transfer"]["cycles_in"] + out["host_transfer"]["cycles_out"]
     out["wall_seconds"] = round(result.wall_seconds, 3)
     out["bindings"] = {b.kernel: {"method": b.method, "compute_tiles": b.workers,
                                   "makespan_estimate": b.makespan_estimate, "notes": b.notes}
@@ -106,6 +122,11 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     console.print(f"MACs {s['macs']:,}: achieved {s['macs'] / max(1, s['cycles']):,.1f} of peak "
                   f"{s['peak_macs_per_cycle']} MACs/cycle = [bold]{s['utilization']:.1%}[/] array utilization "
                   f"(all arrays, over the whole run)")
+    if "host_transfer" in s:
+        t = s["host_transfer"]
+        console.print(f"Host link, apart from the cycles above: {s['host_transfer_cycles']:,} cycles "
+                      f"({t['bytes_in']:,} bytes in before the run: {t['cycles_in']:,}; "
+                      f"{t['bytes_out']:,} bytes out after it: {t['cycles_out']:,})")
     for kernel, b in s["bindings"].items():
         for note in b["notes"]:
             console.print(f"{kernel}: {note}")
