@@ -18,6 +18,8 @@ def compile(
     input: str = typer.Argument(..., help="Graph to compile: .dfg, .json (kpu-sim graph)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Object file (default: <input stem>.kpu)"),
     target: str = typer.Option(DEFAULT_TARGET, "--target", help="Machine config the tiles are chosen for"),
+    accelerator: Optional[str] = typer.Option(None, "--accelerator", metavar="ID",
+                                              help="The KPU of a system-schema --target with several"),
     dataflow: str = typer.Option("auto", "--dataflow", help="auto | os | ws | is"),
     emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the object file (JSON) on stdout"),
     dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
@@ -46,7 +48,7 @@ def compile(
             graph = canonicalise(graph, warnings)
             for w in warnings:
                 print(f"warning: {w}", file=sys.stderr)
-            tgt = load_target(target)
+            tgt = load_target(target, accelerator)
             if dump:
                 graph = split_long_rows(graph, tgt, fuse)  # as compile_graph does
                 print(dump_graph(graph))

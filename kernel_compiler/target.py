@@ -31,10 +31,11 @@ class Target:
     dataflows: tuple[str, ...]
 
 
-def load_target(config: str) -> Target:
-    """The target of a config file, or of a shipped config named without suffix."""
+def load_target(config: str, accelerator: str | None = None) -> Target:
+    """The target of a config file, or of a shipped config named without suffix; `accelerator`
+    picks the KPU of a system-schema file that has several."""
     try:
-        m = load_machine(config)
+        m = load_machine(config, accelerator)
     except ConfigError as e:
         raise CompileError(str(e)) from None
     tiles = m.compute.tiles

@@ -398,3 +398,14 @@ def test_object_is_required_except_for_show_config(objects):
     assert_one_line_error(run_cli("loader", "--config", "standard"), "Missing argument 'OBJECT.kpu'.")
     assert_one_line_error(run_cli("loader", objects["examples__edge_ai.json"], "--config", "standard", "--show-config"),
                           "--show-config prints the machine and exits: give it no OBJECT.kpu")
+
+
+def test_the_compiler_picks_a_kpu_of_a_system_file_too(tmp_path):
+    doc = json.loads((DATA / "kpu-configs" / "examples__minimal_kpu.json").read_text())
+    kpu = next(a for a in doc["accelerators"] if a["type"] == "KPU")
+    doc["accelerators"].append({**kpu, "id": "kpu_b"})
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps(doc))
+    dfg, obj = ROOT / "examples" / "matmul_256.dfg", tmp_path / "m.kpu"
+    assert_one_line_error(run_cli("compiler", dfg, "--target", two, "-o", obj), "choose one with --accelerator")
+    assert run_cli("compiler", dfg, "--target", two, "--accelerator", "kpu_b", "-o", obj).returncode == 0
