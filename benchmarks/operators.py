@@ -18,7 +18,6 @@ from results import machine, today, write_section  # noqa: E402
 
 from hardware import load_machine  # noqa: E402
 from kernel_compiler import CompileError, compile_graph, load_graph, load_target  # noqa: E402
-from kernel_compiler.passes import canonicalise  # noqa: E402
 from loader import bind_greedy, bind_program, simulate  # noqa: E402
 from loader.report import dram_bytes  # noqa: E402
 
@@ -31,7 +30,7 @@ GRAPHS = [ROOT / "examples" / "mlp3.dfg", ROOT / "tests" / "data" / "softmax_tos
 
 def run(path: Path, fuse: bool) -> dict:
     graph, warnings = load_graph(str(path))
-    program = compile_graph(canonicalise(graph, warnings), str(path), load_target(str(CONFIG)), fuse=fuse)
+    program = compile_graph(graph, str(path), load_target(str(CONFIG)), fuse=fuse, warnings=warnings)
     machine_ = load_machine(str(CONFIG))
     sim = simulate(program, machine_, bind_program(program, machine_, str(path), bind_greedy))
 

@@ -126,7 +126,8 @@ class Kernel:
     epilogue: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)  # graph tensors the kernel reads, operand order
     outputs: list[str] = field(default_factory=list)  # graph tensors it writes (the last op's results)
-    depends_on: list[str] = field(default_factory=list)  # kernels that must finish first
+    # kernels whose results it reads; informational: the BARRIERs in its body are what orders it
+    depends_on: list[str] = field(default_factory=list)
 
     def body_op(self, op_id: int) -> BodyOp:
         for o in self.body:

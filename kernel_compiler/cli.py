@@ -30,14 +30,16 @@ def compile(
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
     from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail
 
-    from .compile import compile_graph, kernel_name, lower_group
-    from .fuse import fusion_groups
-    from .synchronise import synchronise
+    from .compile import compile_graph, graph_passes, lower_kernels
     from .dump import dump_graph, dump_kernel
     from .errors import CompileError
     from .frontends import load_graph
-    from .passes import canonicalise, split_long_rows
+    from .synchronise import synchronise
     from .target import load_target
+
+    def warn(warnings: list[str]) -> None:
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
 
     if dataflow not in ("auto", "os", "ws", "is"):
         fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
@@ -45,24 +47,20 @@ def compile(
         try:
             out = None if dump else files.claim(output or f"{Path(input).stem}.kpu")
             graph, warnings = load_graph(input)
-            graph = canonicalise(graph, warnings)
-            for w in warnings:
-                print(f"warning: {w}", file=sys.stderr)
+            warn(warnings)
             tgt = load_target(target, accelerator)
-            if dump:
-                graph = split_long_rows(graph, tgt, fuse)  # as compile_graph does
+            warnings = []  # the passes'
+            if dump:  # the stages compile_graph runs, printed, and every group whether it lowers or not
+                graph = graph_passes(graph, tgt, fuse, warnings)
+                warn(warnings)
                 print(dump_graph(graph))
-                kernels: list = []  # the groups that lower, with their barriers, in order
-                for i, group in enumerate(fusion_groups(graph, fuse)):
-                    try:
-                        kernels.append(lower_group(graph, group, kernel_name(group[0], i), tgt, dataflow))
-                    except CompileError as e:
-                        kernels.append(f"  (no kernel) {e}")
-                synchronise([k for k in kernels if not isinstance(k, str)])
+                kernels = list(lower_kernels(graph, tgt, dataflow, fuse))
+                synchronise([k for k in kernels if not isinstance(k, CompileError)])
                 for k in kernels:
-                    print(k if isinstance(k, str) else dump_kernel(k))
+                    print(f"  (no kernel) {k}" if isinstance(k, CompileError) else dump_kernel(k))
                 return
-            program = compile_graph(graph, input, tgt, dataflow, fuse)
+            program = compile_graph(graph, input, tgt, dataflow, fuse, warnings)
+            warn(warnings)
             data = dumps(program)
             files.stage(out, data)
             files.commit()

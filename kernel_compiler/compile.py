@@ -13,7 +13,7 @@ from .fuse import fusion_groups
 from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
-from .passes import split_long_rows
+from .passes import canonicalise, split_long_rows
 from .synchronise import synchronise
 from .target import Target
 
@@ -61,20 +61,39 @@ def _check_counts(kernel: Kernel, where: str) -> None:
                                    f"signed 64-bit integer; the problem is too large")
 
 
-def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto", fuse: bool = True) -> Program:
+def graph_passes(graph: Graph, target: Target, fuse: bool, warnings: list[str]) -> Graph:
+    """The graph after the passes, in order; why a chain stays as ops goes to `warnings`."""
+    graph = canonicalise(graph, warnings)  # frontend spellings -> primitives; chains -> one op
+    # rows too long for a tile of the target -> chains that lower (after RECOGNISE, which would
+    # fold them back; before fusion, which fuses them)
+    return split_long_rows(graph, target, fuse)
+
+
+def lower_kernels(graph: Graph, target: Target, dataflow: str, fuse: bool) -> Iterator[Kernel | CompileError]:
+    """Each fusion group's kernel, in execution order, or why it does not lower."""
+    for i, group in enumerate(fusion_groups(graph, fuse)):
+        try:
+            yield lower_group(graph, group, kernel_name(group[0], i), target, dataflow)
+        except CompileError as e:
+            yield e
+
+
+def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto", fuse: bool = True,
+                  warnings: list[str] | None = None) -> Program:
+    """The whole pipeline on a frontend's graph: passes, fusion, lowering, barriers."""
     # an empty program would "run" and report nothing: refuse it here, as the object reader does
     if not graph.ops:
         raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
     if not graph.outputs:
         raise CompileError(f"{source}: graph '{graph.name}': has no outputs, nothing it computes would be kept")
-    # rows too long for a tile of the target become chains that lower (after RECOGNISE, which
-    # would fold them back; before fusion, which fuses them)
-    graph = split_long_rows(graph, target, fuse)
+    graph = graph_passes(graph, target, fuse, warnings if warnings is not None else [])
     kernels: list[Kernel] = []
     producer: dict[str, str] = {}
-    for i, group in enumerate(fusion_groups(graph, fuse)):
-        kernel = lower_group(graph, group, kernel_name(group[0], i), target, dataflow)
-        _check_counts(kernel, group[0].source or group[0].name)
+    ops = {op.name: op for op in graph.ops}
+    for kernel in lower_kernels(graph, target, dataflow, fuse):
+        if isinstance(kernel, CompileError):
+            raise kernel
+        _check_counts(kernel, ops[kernel.graph_op].source or kernel.graph_op)
         kernel.depends_on = sorted({producer[t] for t in kernel.inputs if t in producer})
         for t in kernel.outputs:
             producer[t] = kernel.name

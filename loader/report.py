@@ -39,8 +39,8 @@ def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
 
 
 def kernel_span(span: PhaseSpan, peak: int) -> dict[str, Any]:
-    """A kernel's first task (its first loads) to its last; utilization is over its compute:
-    from its first array task to its end."""
+    """A kernel's first task (its first loads) to its last; utilization is the arrays' over its
+    compute: from its first array or vector task to its end."""
     computing = span.end - span.compute_start if span.compute_start is not None else 0
     return {"start_cycle": span.start, "compute_start_cycle": span.compute_start, "end_cycle": span.end,
             "macs": span.macs, "utilization": span.macs / (computing * peak) if computing else 0.0}

@@ -1,10 +1,9 @@
 """Graph passes, each Graph -> Graph, as rule tables (STYLE.md items 2 and 3).
 
-`canonicalise` runs `PASSES` in order, each to its own fixed point (so `--dump STAGE` can show
-the graph after either): DECOMPOSE turns the ops the lowering does not take into primitives,
-then RECOGNISE turns chains of primitives into the row ops and activations they spell.
-`split_long_rows` runs after them, in `compile_graph`, since it needs the target: it takes
-apart the row ops whose rows do not fit a tile of it.
+`canonicalise` runs `PASSES` in order, each to its own fixed point: DECOMPOSE turns the ops the
+lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
+ops and activations they spell. `split_long_rows` runs after them (`compile.graph_passes`),
+since it needs the target: it takes apart the row ops whose rows do not fit a tile of it.
 """
 
 from __future__ import annotations
