@@ -7,13 +7,28 @@ each reading the group's running result. An op joins the epilogue when that resu
 alone and is no graph output (so nothing else ever needs it in memory), and when its result has
 the running result's shape (an epilogue never grows the tile). Its other operands (a bias, a
 residual) are graph inputs or earlier kernels' results, loaded as more streams of the kernel.
+
+Fused, the running result stays on chip as its compute left it and is never rounded to its
+dtype, where `--check`'s reference (and an unfused kernel's store) rounds it. So an op joins only
+where that cannot change its result by more than a rounding:
+
+- an integer result must be held exactly: a predicate's 0 or 1 (any dtype), or an i32 made by
+  integer arithmetic in the i32 accumulators (an exact map op or a contraction, every operand
+  and the result an integer, so i32 modulo 2^32 is the reference's int64 wrapped). A narrower
+  integer is not wrapped to its dtype on chip, a float-computed one not truncated: no fusion.
+- a float held in its own dtype (f32 made in f32, f64 in f64) is the reference's, up to the
+  order of a sum: anything may follow.
+- a float the reference rounds and the tile does not (f16, bf16, f8; f32 made in f64), or one
+  computed from such, is off by roundings the check's float tolerance allows: it is taken only
+  by an op whose result is a float and moves with it by as little; not by a predicate or an op
+  with an integer result, which a rounding can flip by a whole step.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from dfx import Graph, Op, lookup
+from dfx import Graph, Op, accumulation_dtype, is_integer, lookup
 
 MAX_EPILOGUE = 8  # ops per epilogue: each adds a buffer at every level, the tile shrinks with them
 
@@ -27,11 +42,32 @@ def _anchors(op: Op, graph: Graph) -> bool:
     return opdef.family == "reduction" and graph.tensors[op.inputs[0]].shape == graph.tensors[op.outputs[0]].shape
 
 
-def _joins(op: Op, result: str, graph: Graph, readers: Counter) -> bool:
+def _held(op: Op, graph: Graph) -> bool:
+    """Whether the tile of `op`'s COMPUTE, given its operands as the reference has them, holds its
+    result as the reference stores it: in the result's own dtype, nothing left for a store to round."""
     opdef = lookup(op.op_type)
-    return (opdef is not None and opdef.family == "map" and opdef.tile is not None
+    dtypes = [graph.tensors[n].dtype for n in op.inputs + op.outputs]
+    result = dtypes[-1]
+    if opdef.predicate:
+        return True  # 0 or 1, whatever the dtype
+    if is_integer(result):
+        return ((opdef.exact or opdef.family == "contraction") and all(is_integer(d) for d in dtypes)
+                and result == accumulation_dtype(dtypes))
+    return result == accumulation_dtype(dtypes)  # a float is computed in f32, or f64 beside an f64
+
+
+def _joins(op: Op, group: list[Op], graph: Graph, readers: Counter) -> bool:
+    opdef = lookup(op.op_type)
+    result = group[-1].outputs[0]
+    if not (opdef is not None and opdef.family == "map" and opdef.tile is not None
             and result in op.inputs and readers[result] == 1 and graph.tensors[result].role == "intermediate"
-            and len(op.outputs) == 1 and graph.tensors[op.outputs[0]].shape == graph.tensors[result].shape)
+            and len(op.outputs) == 1 and graph.tensors[op.outputs[0]].shape == graph.tensors[result].shape):
+        return False
+    if all(_held(member, graph) for member in group):
+        return True  # the running result is the reference's
+    # off the reference by roundings: never an integer, and only into a float that moves with it
+    return (not is_integer(graph.tensors[result].dtype) and not opdef.predicate
+            and not is_integer(graph.tensors[op.outputs[0]].dtype))
 
 
 def fusion_groups(graph: Graph, fuse: bool = True) -> list[list[Op]]:
@@ -42,7 +78,7 @@ def fusion_groups(graph: Graph, fuse: bool = True) -> list[list[Op]]:
     for op in graph.ops:
         group = groups[-1] if groups else None
         if (fuse and group is not None and _anchors(group[0], graph) and len(group) <= MAX_EPILOGUE
-                and _joins(op, group[-1].outputs[0], graph, readers)):
+                and _joins(op, group, graph, readers)):
             group.append(op)
         else:
             groups.append([op])

@@ -42,7 +42,8 @@ from dfx.ops.base import normalize_axis
 from dfx.ops.layout import transpose_perms
 
 from .errors import CompileError
-from .lower_vector import Space, choose_space, tile_ref, traffic
+from .lower_vector import Space, SpaceBuffers, choose_space, tile_ref, traffic
+from .requirements import ON_CHIP, Buffer, body_buffers, requirements
 from .target import Target
 from .tiling import Stream, parallel_loop
 
@@ -65,15 +66,23 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if op.op_type == "PAD" and not math.isfinite(attrs["pad_value"]):
         raise CompileError(f"{where}: PAD value {attrs['pad_value']} cannot be written to the object file "
                            f"(JSON has no inf or NaN)")
+    elem = itemsize(out.dtype)
     # tiles on chip at once: one per operand for CONCAT, the operand's and the result's for TRANSPOSE
-    buffers = {"CONCAT": len(ins), "TRANSPOSE": 2}.get(op.op_type, 1)
-    space, depth = _space(op.op_type, out.shape, attrs, [itemsize(out.dtype)] * buffers, target, where)
+    held = {"CONCAT": len(ins), "TRANSPOSE": 2}.get(op.op_type, 1)
+
+    def bound(space: Space, depth: int) -> list[Buffer]:
+        """What the tiles are sized by: each tile held at once, counted at every level. The body
+        holds them at L3 (TRANSPOSE's result at L2 too), so this never falls short of its buffers.
+        It over-counts on purpose: a layout kernel moves every byte once whatever its tiles, so
+        larger ones gain it little, and tiles that fit an L1 bank too keep the object runnable on
+        machines smaller than its target."""
+        return [(level, math.prod(space.extents) * elem * depth) for level in ON_CHIP for _ in range(held)]
+
+    space, depth = _space(op.op_type, out.shape, attrs, bound, elem, target, where)
     order = tuple(v for v in space.loops if v)
     trips = space.trips()
     parallel = parallel_loop(order, trips, target.compute_tiles)
     body = _body(op, ins, out, attrs, space, {"at": order[-1] if order else None}, depth if order else 1)
-
-    elem = itemsize(out.dtype)
     # SLICE and GATHER read as many operand elements as the result holds; the others read all
     reads = [(t.name, (out.size if op.op_type in ("SLICE", "GATHER") else t.size) * elem) for t in ins]
     streams = [Stream(n, order, b) for n, b in reads + [(out.name, out.size * elem)]]
@@ -84,8 +93,7 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         tiling={**{f"T{j}": e for j, e in enumerate(space.extents)}, "num_tiles": math.prod(trips.values())},
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
         body=body,
-        requirements=_requirements([(m.destination.level, math.prod(m.destination.tile_shape) * elem * m.depth)
-                                    for m in body]),
+        requirements=requirements(body_buffers(body, graph)),
         hints={
             "estimated_dram_bytes": sum(per_stream.values()),
             "dram_bytes_per_stream": per_stream,
@@ -111,20 +119,21 @@ def _view(op: Op, name: str, x: Tensor, out: Tensor, target: Target) -> Kernel:
     body = [DataMove(0, "VIEW", whole(x), whole(out))]
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="moves", tiling={}, tile_loops=[], body=body,
-        requirements=_requirements([]),
+        requirements=requirements([]),
         hints={"estimated_dram_bytes": 0, "dram_bytes_per_stream": {}, "compulsory_dram_bytes": 0,
                "target": target.name, "compute_tiles": 1},
         inputs=list(op.inputs), outputs=list(op.outputs),
     )
 
 
-def _space(op_type: str, shape: tuple[int, ...], attrs: dict, elem_bytes: list[int], target: Target,
+def _space(op_type: str, shape: tuple[int, ...], attrs: dict, buffers: SpaceBuffers, elem: int, target: Target,
            where: str) -> tuple[Space, int]:
-    """The result's tiles; GATHER's are one index deep along its axis, a loop step per index."""
+    """The result's tiles, sized by `buffers`; GATHER's are one index deep along its axis, a loop
+    step per index."""
     if op_type != "GATHER":
-        return choose_space(shape, (), elem_bytes, target, where)
+        return choose_space(shape, (), buffers, elem, target, where)
     axis = normalize_axis(attrs["axis"], len(shape))
-    space, depth = choose_space(shape[:axis] + (1,) + shape[axis + 1:], (), elem_bytes, target, where)
+    space, depth = choose_space(shape[:axis] + (1,) + shape[axis + 1:], (), buffers, elem, target, where)
     loops = list(space.loops)
     loops[axis] = f"d{axis}" if shape[axis] > 1 else None
     return Space(shape, space.extents, tuple(loops)), depth
@@ -176,16 +185,3 @@ def _body(op: Op, ins: list[Tensor], out: Tensor, attrs: dict, space: Space, pla
         loaded = move("LOAD", src, result("L3"), [], fill=fill)
         move("STORE", result("L3"), result("EXTERNAL"), loaded)
     return body
-
-
-def _requirements(buffers: list[tuple[str, int]]) -> dict:
-    """Bytes needed per on-chip level, from (level, bytes) of each move's destination buffer."""
-    sizes: dict[str, list[int]] = {"L3": [], "L2": [], "L1": []}
-    for level, nbytes in buffers:
-        if level in sizes:
-            sizes[level].append(nbytes)
-    return {
-        "bytes": {level: sum(s) for level, s in sizes.items()},
-        "largest_buffer": {level: max(s, default=0) for level, s in sizes.items()},
-        "min_array": {"rows": 1, "cols": 1},
-    }

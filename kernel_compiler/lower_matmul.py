@@ -18,9 +18,10 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumul
 from hardware import matmul_cycles
 
 from .errors import CompileError
-from .target import Target
 from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
-from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, placement, streams, tile_buffers
+from .requirements import body_buffers, requirements
+from .target import Target
+from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, placement, streams
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -64,10 +65,9 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     acc = accumulation_dtype(dtypes)
     final = graph.tensors[ops[-1].outputs[0]]
     epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
-    # the epilogue's tiles in L2 and L3: each operand's (a bias row varies along N only) and the
-    # final result's
-    epilogue_tiles = tuple((itemsize(t.dtype), len(t.shape) >= 2 and t.shape[-2] > 1, len(t.shape) >= 1 and t.shape[-1] > 1)
-                           for t in epi_operands) + ((itemsize(final.dtype), True, True),) if epi else ()
+    # the epilogue's operands, each loaded as a stream of its own (a bias row varies along N only)
+    epilogue_operands = tuple((itemsize(t.dtype), len(t.shape) >= 2 and t.shape[-2] > 1,
+                               len(t.shape) >= 1 and t.shape[-1] > 1) for t in epi_operands) if epi else None
     where = op.source or op.name
     if 0 in c.shape or K == 0:
         raise CompileError(f"{where}: MATMUL {M}x{N}x{K} has an empty dimension; there is nothing to tile")
@@ -80,7 +80,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
             tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
             itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(final.dtype),
-            itemsize(acc), depth, epilogue_tiles)
+            itemsize(acc), depth, epilogue_operands)
         try:
             tiling = choose_tiling(problem, target)
             break
@@ -156,7 +156,6 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             prev = [op_id]
 
     macs = math.prod(out_batch) * M * N * K
-    outer, l1 = tile_buffers(problem, Ti, Tj, Tk)
     per_stream = traffic([*stream_list.values(), *extra], order, trips, tiling.parallel)
     dram = sum(per_stream.values())
     compute_cycles = math.prod(out_batch) * matmul_cycles(M, N, K, target.rows, target.cols, dataflow)
@@ -166,11 +165,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
                 "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"]},
         tile_loops=tile_loops,
         body=body,
-        requirements={
-            "bytes": {"L3": sum(outer), "L2": sum(outer), "L1": sum(l1)},
-            "largest_buffer": {"L3": max(outer), "L2": max(outer), "L1": max(l1)},
-            "min_array": {"rows": 1, "cols": 1},
-        },
+        requirements=requirements(body_buffers(body, graph)),
         hints={
             "macs": macs,
             "estimated_dram_bytes": dram,

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 from dfx.ops.reduction import ACCUMULATING
 
 from .errors import CompileError
+from .requirements import Buffer, body_buffers, fits, requirements
 from .target import Target
-from .tiling import Stream, fits, parallel_loop, placement, stream_traffic
+from .tiling import Stream, parallel_loop, placement, stream_traffic
 
 LEVELS = ("EXTERNAL", "L3", "L2", "L1")
 
@@ -82,39 +84,40 @@ def tile_extents(shape: tuple[int, ...], whole: tuple[int, ...], budget: int) ->
     return tuple(extents)
 
 
-def _buffers(tile_bytes: list[int], depth: int) -> list[int]:
-    return [b * depth for b in tile_bytes]
+# the buffers of the kernel body over the tiles of a space, its loads `depth` deep
+SpaceBuffers = Callable[[Space, int], list[Buffer]]
 
 
-def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int],
+def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], buffers: SpaceBuffers, elem: int,
                   target: Target) -> tuple[Space, int] | None:
     """The largest tile (a power of two of elements, or the whole space) holding the `whole` dims
-    whole whose buffers, one per stream at every level, fit the target; double-buffered when that
-    fits. (Space, depth), or None when no tile holding them whole fits."""
+    whole whose body's `buffers` fit the target; double-buffered when that fits. (Space, depth),
+    or None when no tile holding them whole fits. `elem`, the fewest bytes any of the kernel's
+    elements takes, bounds the first try: no bank holds more of them."""
     total = max(1, math.prod(shape))
-    top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // min(elem_bytes)
+    top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // elem
     for depth in (2, 1):  # double-buffered tiles, so loads overlap the vector unit, where they fit
         budget = min(total, 1 << max(0, top.bit_length() - 1))
         while budget >= 1:
             extents = tile_extents(shape, whole, budget)
             if extents is None:
                 break
-            bufs = _buffers([math.prod(extents) * e for e in elem_bytes], depth)
-            if all(fits(bufs, level) for level in (target.l1, target.l2, target.l3)):
-                loops = tuple(f"d{j}" if e < d else None for j, (d, e) in enumerate(zip(shape, extents)))
-                return Space(shape, extents, loops), depth
+            loops = tuple(f"d{j}" if e < d else None for j, (d, e) in enumerate(zip(shape, extents)))
+            space = Space(shape, extents, loops)
+            if fits(buffers(space, depth), target):
+                return space, depth
             budget //= 2
     return None
 
 
-def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], elem_bytes: list[int], target: Target,
+def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], buffers: SpaceBuffers, elem: int, target: Target,
                  where: str) -> tuple[Space, int]:
     """The tiles of a kernel: the largest holding the `whole` dims whole where one fits, else the
     largest that fits, which cuts them (see `_cut_axes`)."""
-    found = _largest_tile(shape, whole, elem_bytes, target) or _largest_tile(shape, (), elem_bytes, target)
+    found = _largest_tile(shape, whole, buffers, elem, target) or _largest_tile(shape, (), buffers, elem, target)
     if found is None:
-        raise CompileError(f"{where}: not even a tile of one element of each of its {len(elem_bytes)} streams "
-                           f"fits target '{target.name}'")
+        raise CompileError(f"{where}: not even a tile of one element of each of its streams fits "
+                           f"target '{target.name}'")
     return found
 
 
@@ -123,25 +126,44 @@ def _cut_axes(space: Space, whole: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(j for j in whole if space.loops[j])
 
 
-def _rows(graph: Graph, ops: list[Op]) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+def _rows(graph: Graph, ops: list[Op]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """What a kernel of the group `ops` tiles: (the iteration space's shape, the axes its tiles
-    should hold whole, the bytes per element of each of its buffers)."""
+    should hold whole)."""
     op = ops[0]
     opdef = lookup(op.op_type)
     attrs = opdef.normalize_attrs(op.attrs)
     shape = graph.tensors[op.outputs[0] if opdef.family == "map" else op.inputs[0]].shape
     whole = tuple(opdef.whole_axes(shape, attrs)) if opdef.family == "reduction" else ()
-    buffers = [graph.tensors[n] for n in kernel_reads(ops)] + [graph.tensors[o.outputs[0]] for o in ops]
-    return shape, whole, [itemsize(t.dtype) for t in buffers]
+    return shape, whole
+
+
+def _loops(space: Space, whole: tuple[int, ...]) -> tuple[tuple[str, ...], str | None]:
+    """The loop order over the tiles of `space`, and its reduction loop (a cut reduced axis), if
+    any: innermost, so the partial result stays on chip across it."""
+    cut = _cut_axes(space, whole)
+    reduction = space.loops[cut[0]] if cut else None
+    return tuple(v for v in space.loops if v and v != reduction) + ((reduction,) if reduction else ()), reduction
+
+
+def _choose(graph: Graph, ops: list[Op], target: Target) -> tuple[Space, int]:
+    """The tiles of the kernel of the group `ops`, sized by the buffers its body will have."""
+    shape, whole = _rows(graph, ops)
+    tensors = [graph.tensors[n] for n in kernel_reads(ops)] + [graph.tensors[o.outputs[0]] for o in ops]
+
+    def buffers(space: Space, depth: int) -> list[Buffer]:
+        return body_buffers(_body(graph, ops, space, depth)[0], graph)
+
+    return choose_space(shape, whole, buffers, min(itemsize(t.dtype) for t in tensors), target,
+                        ops[0].source or ops[0].name)
 
 
 def split_axes(graph: Graph, ops: list[Op], target: Target) -> tuple[int, ...]:
     """The reduced axes a kernel of the group `ops` would cut into tiles for `target`: () when its
     rows fit a tile whole. The same rule the lowering tiles by, for a pass deciding to split."""
-    shape, whole, elem_bytes = _rows(graph, ops)
+    shape, whole = _rows(graph, ops)
     if 0 in shape:  # nothing to tile: the lowering says so
         return ()
-    return _cut_axes(choose_space(shape, whole, elem_bytes, target, ops[0].source or ops[0].name)[0], whole)
+    return _cut_axes(_choose(graph, ops, target)[0], whole)
 
 
 def load(body: list, tensor: str, dims: list[int | None], space: Space, at: str | None, depth: int,
@@ -220,32 +242,17 @@ def epilogue_work(graph: Graph, ops: list[Op]) -> dict[str, int]:
     return work
 
 
-def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
-    """A map op (the space is its result) or a row reduction (the space is its first operand),
-    with its epilogue."""
+def _body(graph: Graph, ops: list[Op], space: Space, depth: int) -> tuple[list, list[Stream]]:
+    """The body of the group's kernel over the tiles of `space`, loads that repeat `depth` deep;
+    and its streams: each operand's, the epilogue's, and the final result's."""
     op = ops[0]
     opdef = lookup(op.op_type)
-    where = op.source or op.name
     attrs = opdef.normalize_attrs(op.attrs)
     ins = [graph.tensors[n] for n in op.inputs]
     out = graph.tensors[op.outputs[0]]
-    space_shape, whole, elem_bytes = _rows(graph, ops)
-    if 0 in space_shape:
-        raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
-                           f"there is nothing to tile")
-    space, depth = choose_space(space_shape, whole, elem_bytes, target, where)
-    cut = _cut_axes(space, whole)
-    if len(cut) > 1 or (cut and op.op_type not in ACCUMULATING):
-        raise CompileError(f"{where}: no tile of target '{target.name}' holds the rows of {op.op_type} over axes "
-                           f"{list(whole)} of shape {list(space_shape)} whole, nor cuts them along one axis it can "
-                           f"accumulate over; passes.split_long_rows takes such an op apart first")
-    # the reduction loop, if any, runs innermost: the partial result stays on chip across it
-    reduction = space.loops[cut[0]] if cut else None
-    order = tuple(v for v in space.loops if v and v != reduction) + ((reduction,) if reduction else ())
-    trips = space.trips()
-    parallel = parallel_loop(order[:-1] if reduction else order, trips, target.compute_tiles)
-    in_dims = [aligned_dims(t.shape, space_shape) for t in ins]
-    out_dims = aligned_dims(out.shape, space_shape) if opdef.family == "map" else opdef.result_dims(space_shape, attrs)
+    order, reduction = _loops(space, _rows(graph, ops)[1])
+    in_dims = [aligned_dims(t.shape, space.shape) for t in ins]
+    out_dims = aligned_dims(out.shape, space.shape) if opdef.family == "map" else opdef.result_dims(space.shape, attrs)
     inner = order[-1] if order else None
     # what follows the compute runs once per result tile: after the reduction loop, else with the compute
     place = {"after": reduction} if reduction else {"at": inner}
@@ -257,25 +264,42 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
                         accumulate=f"{reduction} > 0" if reduction else "false", depends_on=l1_ops))
     final, last, extra = epilogue(body, graph, ops[1:], out.name, "REGISTER", len(body) - 1, space, order, depth,
                                   place)
-    final_dims = out_dims if final == out.name else aligned_dims(graph.tensors[final].shape, space_shape)
+    final_dims = out_dims if final == out.name else aligned_dims(graph.tensors[final].shape, space.shape)
     store(body, final, final_dims, space, last, place)
 
     streams = [Stream(t.name, loops_of(d, space), t.size * itemsize(t.dtype)) for t, d in zip(ins, in_dims)] + extra
     final_t = graph.tensors[final]
     streams.append(Stream(final, loops_of(final_dims, space), final_t.size * itemsize(final_t.dtype)))
+    return body, streams
+
+
+def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    """A map op (the space is its result) or a row reduction (the space is its first operand),
+    with its epilogue."""
+    op = ops[0]
+    where = op.source or op.name
+    space_shape, whole = _rows(graph, ops)
+    if 0 in space_shape:
+        raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
+                           f"there is nothing to tile")
+    space, depth = _choose(graph, ops, target)
+    cut = _cut_axes(space, whole)
+    if len(cut) > 1 or (cut and op.op_type not in ACCUMULATING):
+        raise CompileError(f"{where}: no tile of target '{target.name}' holds the rows of {op.op_type} over axes "
+                           f"{list(whole)} of shape {list(space_shape)} whole, nor cuts them along one axis it can "
+                           f"accumulate over; passes.split_long_rows takes such an op apart first")
+    order, reduction = _loops(space, whole)
+    trips = space.trips()
+    parallel = parallel_loop(order[:-1] if reduction else order, trips, target.compute_tiles)
+    body, streams = _body(graph, ops, space, depth)
     per_stream = traffic(streams, order, trips, parallel)
-    bufs = _buffers([math.prod(space.extents) * e for e in elem_bytes], depth)
     work = epilogue_work(graph, ops)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
         tiling={**{f"T{j}": e for j, e in enumerate(space.extents)}, "num_tiles": math.prod(trips.values())},
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
         body=body,
-        requirements={
-            "bytes": {"L3": sum(bufs), "L2": sum(bufs), "L1": sum(bufs)},
-            "largest_buffer": {"L3": max(bufs), "L2": max(bufs), "L1": max(bufs)},
-            "min_array": {"rows": 1, "cols": 1},
-        },
+        requirements=requirements(body_buffers(body, graph)),
         hints={
             "vector_elements": dict(sorted(work.items())),
             "estimated_dram_bytes": sum(per_stream.values()),

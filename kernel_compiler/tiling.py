@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .target import Level, Target
+from .requirements import Buffer, fits
+from .target import Target
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,6 @@ class MatmulTiling:
     L1_Ki: int  # K depth of the A and B slices the streamers keep in L1: the whole Tk here
     loop_order: tuple[str, ...]  # outermost first, trip-1 loops dropped
     parallel: Parallel
-    dram_bytes: int  # exact, for this loop order and this many compute tiles
 
 
 def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
@@ -105,19 +105,6 @@ def analytical_tiles(M: int, N: int, K: int, elem: int, bank_bytes: int, s: int)
     return Ti, Tj, Tk
 
 
-def fits(buffers: list[int], level: Level) -> bool:
-    """First-fit decreasing of buffers into the level's banks (the binder does it exactly)."""
-    free = [level.bank_bytes] * level.banks
-    for size in sorted(buffers, reverse=True):
-        for i, room in enumerate(free):
-            if size <= room:
-                free[i] -= size
-                break
-        else:
-            return False
-    return True
-
-
 def _candidates(dim: int, s: int) -> list[int]:
     """Tile edges worth trying: powers-of-two multiples of s and even splits of the dim."""
     top = max(s, math.ceil(dim / s) * s)
@@ -149,8 +136,8 @@ class MatmulProblem:
     elem_c: int
     elem_acc: int  # partial sums as the array keeps them
     depth: int  # buffering depth for loads
-    # a fused epilogue's tiles in L2 and L3, as (bytes per element, varies along M, along N)
-    epilogue: tuple[tuple[int, bool, bool], ...] = ()
+    # a fused epilogue's operands, as (bytes per element, varies along M, along N); None: no epilogue
+    epilogue: tuple[tuple[int, bool, bool], ...] | None = None
 
 
 def streams(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Stream]:
@@ -177,14 +164,26 @@ def _loop_orders(p: MatmulProblem, trips: dict[str, int]) -> list[tuple[str, ...
     return [tuple(v for v in order if trips[v] > 1) for order in orders]
 
 
-def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> tuple[list[int], list[int]]:
-    """Bytes of each buffer: (at L3 and at L2: A and B x depth, C once, Cin and the epilogue's
-    tiles; at L1: A and B x depth)."""
+def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Buffer]:
+    """What the tiles are sized by: the kernel body's buffers as (level, bytes), each at its
+    largest. A and B tiles `depth` deep at L3, L2 and L1; a whole tile of Cin at L3 and L2; the
+    accumulators' tile drained to L2 and, unless an epilogue takes it there, on to L3; each
+    epilogue operand's tile (a bias row one row high) `depth` deep at L3 and L2, and the final
+    result's at both. The body double-buffers only loads that repeat and holds C in its own
+    dtype, never wider than the accumulators', so it needs no more than this; the kernel's
+    requirements are its buffers exactly (`requirements.body_buffers`)."""
     a, b = Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth
-    outer = [a, b, Ti * Tj * p.elem_acc] + [e * (Ti if rows else 1) * (Tj if cols else 1) for e, rows, cols in p.epilogue]
+    acc = Ti * Tj * p.elem_acc
+    out = [(level, tile) for level in ("L3", "L2", "L1") for tile in (a, b)]
+    out += [("L2", acc)] if p.epilogue is not None else [("L3", acc), ("L2", acc)]
     if p.cin_batch is not None:
-        outer.append(Ti * Tj * p.elem_cin)
-    return outer, [a, b]
+        out += [("L3", Ti * Tj * p.elem_cin), ("L2", Ti * Tj * p.elem_cin)]
+    if p.epilogue is not None:
+        for elem, rows, cols in p.epilogue:
+            operand = (Ti if rows else 1) * (Tj if cols else 1) * elem * p.depth
+            out += [("L3", operand), ("L2", operand)]
+        out += [("L3", Ti * Tj * p.elem_c), ("L2", Ti * Tj * p.elem_c)]
+    return out
 
 
 def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
@@ -194,8 +193,7 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, s)):
-                outer, l1 = tile_buffers(p, Ti, Tj, Tk)
-                if not (fits(outer, target.l2) and fits(outer, target.l3) and fits(l1, target.l1)):
+                if not fits(tile_buffers(p, Ti, Tj, Tk), target):
                     continue
                 trips = dict(zip(p.batch, p.batch_trips))
                 trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
@@ -205,7 +203,7 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
                     key = (dram, tiles, -Ti * Tj, order)
                     if best is None or key < best[0]:
-                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, parallel, dram))
+                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, parallel))
                 break  # the largest Tk that fits this (Ti, Tj) is the one worth having
     if best is None:
         raise ValueError("no tile of the array size fits the target's memories")

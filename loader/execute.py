@@ -31,8 +31,8 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     for name in kernel.outputs:
         t = g.tensors[name]
         memory[name] = np.zeros(t.shape, numpy_dtype(t.dtype))
-    acc = numpy_dtype(accumulation_dtype([g.tensors[n].dtype for n in kernel.inputs + kernel.outputs]))
     computes = compute_ops(kernel, g)
+    accs = accumulation_dtypes(kernel, g)
     # (worker, tensor, level) -> the tile held there
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     for worker, op, env in expand(kernel, workers):
@@ -40,7 +40,7 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, memory, g, acc, computes)
+            _run_op(op, env, worker, tiles, memory, g, accs, computes)
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -51,12 +51,12 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     return done
 
 
-def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, acc: np.dtype,
+def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, accs: dict[int, np.dtype],
             computes: dict) -> None:
     if isinstance(op, DataMove):
         _move(op, env, worker, tiles, memory, g)
     elif isinstance(op, Compute):
-        _compute(op, env, worker, tiles, acc, computes[op.op_id])
+        _compute(op, env, worker, tiles, accs[op.op_id], computes[op.op_id])
 
 
 def _move(op: DataMove, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g) -> None:
@@ -111,6 +111,21 @@ def compute_ops(kernel: Kernel, g) -> dict[int, tuple[OpDef, dict]]:
         if isinstance(op, Compute):
             source = producer[op.output.tensor]
             out[op.op_id] = (COMPUTES[op.compute_type], COMPUTES[op.compute_type].normalize_attrs(source.attrs))
+    return out
+
+
+def accumulation_dtypes(kernel: Kernel, g) -> dict[int, np.dtype]:
+    """Each COMPUTE of the kernel -> its accumulation dtype: that of the graph op whose result it
+    makes, from that op's own operands and results. Not the kernel's: an i8 x i8 -> i32 product
+    on the array sums in i32 whatever float its epilogue goes on in, and each epilogue op
+    computes as its own reference does."""
+    producer = {t: op for op in g.ops for t in op.outputs}
+    out = {}
+    for op in kernel.body:
+        if isinstance(op, Compute):
+            source = producer[op.output.tensor]
+            dtypes = [g.tensors[n].dtype for n in source.inputs + source.outputs]
+            out[op.op_id] = numpy_dtype(accumulation_dtype(dtypes))
     return out
 
 

@@ -16,6 +16,7 @@ from kernel_compiler.fuse import fusion_groups
 from kernel_compiler.target import load_target
 from loader import bind_greedy, bind_program, execute, simulate
 from loader.report import dram_bytes
+from loader.run import check_kernels
 from test_vector_kernels import STANDARD, graph_of, random
 
 MLP = ROOT / "examples" / "mlp3.dfg"
@@ -99,3 +100,93 @@ def test_an_intermediate_needed_elsewhere_is_not_fused():
     assert [[op.name for op in group] for group in fusion_groups(g)] == [["op0", "op1"], ["op2", "op3"]]
     g.tensors["t0"].role = "output"  # a graph output must reach memory
     assert [[op.name for op in group] for group in fusion_groups(g)] == [["op0"], ["op1"], ["op2", "op3"]]
+
+
+# ---- dtypes: a fused intermediate is never rounded on chip, so fusion must not need it to be ----
+
+
+def groups_of(g) -> list[list[str]]:
+    return [[op.name for op in group] for group in fusion_groups(g)]
+
+
+def test_an_integer_intermediate_that_would_wrap_is_not_fused_across():
+    """t0 = a + b in i8 wraps (100 + 100 = -56); kept on chip unwrapped it would reach the MUL
+    as 200. So the MUL starts a kernel of its own, and the result is the wrapped one."""
+    g = graph_of([("ADD", ["a", "b"], {}), ("MUL", ["t0", "c"], {})],
+                 {"a": ((4, 40), "i8"), "b": ((4, 40), "i8"), "c": ((4, 40), "f32")})
+    g.tensors["t0"].dtype = "i8"
+    assert groups_of(g) == [["op0"], ["op1"]]
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(-128, 128, (4, 40)).astype(np.int8) for _ in range(2))
+    a[0, :4], b[0, :4] = 100, 100
+    c = random((4, 40), seed=3)
+    program, _, out = run(g, {"a": a, "b": b, "c": c})
+    t0 = (a.astype(np.int64) + b.astype(np.int64)).astype(np.int8)  # int64, then one cast
+    assert t0[0, 0] == -56
+    np.testing.assert_array_equal(out["t0"], t0)
+    np.testing.assert_array_equal(out["t1"], (t0.astype(np.float32) * c).astype(np.float32))
+    assert all(c.passed for c in check_kernels(program, out).values())
+
+
+def test_quantized_matmul_accumulates_in_i32_beside_a_float_epilogue():
+    """i8 x i8 -> i32 with a dequantising f32 MUL fused: the MATMUL's partial sums are its own,
+    i32 (exact), not the epilogue's f32 (sums past 2^24 would lose their low bits)."""
+    K = 4096
+    g = graph_of([("MATMUL", ["a", "b"], {}), ("MUL", ["t0", "scale"], {})],
+                 {"a": ((16, K), "i8"), "b": ((K, 16), "i8"), "scale": ((16,), "f32")})
+    g.tensors["t0"].dtype = "i32"
+    assert groups_of(g) == [["op0", "op1"]]  # an i32 made in the i32 accumulators is held exactly
+    rng = np.random.default_rng(1)
+    a = rng.integers(100, 128, (16, K)).astype(np.int8)
+    b = rng.integers(100, 128, (K, 16)).astype(np.int8)
+    scale = np.float32([1, 0.5, 2, 3] * 4)
+    program, _, out = run(g, {"a": a, "b": b, "scale": scale})
+    assert len(program.kernels) == 1 and program.kernels[0].tiling["num_tiles_k"] > 1
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert exact.min() > 2**24  # an f32 accumulator would round these
+    want = exact.astype(np.int32).astype(np.float32) * scale
+    np.testing.assert_array_equal(out["t1"], want)
+
+
+def test_what_fuses_across_which_intermediate():
+    f32, i32, i8, f16 = ((8, 32), "f32"), ((8, 32), "i32"), ((8, 32), "i8"), ((8, 32), "f16")
+
+    def groups(ops, inputs, dtypes):
+        g = graph_of(ops, inputs)
+        for name, dtype in dtypes.items():
+            g.tensors[name].dtype = dtype
+        return groups_of(g)
+
+    # integer arithmetic in i32: the accumulators hold it exactly
+    assert groups([("ADD", ["a", "b"], {}), ("MUL", ["t0", "b"], {})], {"a": i32, "b": i32},
+                  {"t0": "i32", "t1": "i32"}) == [["op0", "op1"]]
+    # a truth value is 0 or 1 in any dtype: a compare-and-select fuses
+    assert groups([("GREATER", ["x", "y"], {}), ("SELECT", ["t0", "x", "y"], {})], {"x": f32, "y": f32},
+                  {"t0": "u8"}) == [["op0", "op1"]]
+    # an integer computed in float is not truncated on chip, one narrower than i32 not wrapped
+    assert groups([("EXP", ["a"], {}), ("ADD", ["t0", "a"], {})], {"a": i32},
+                  {"t0": "i32", "t1": "i32"}) == [["op0"], ["op1"]]
+    assert groups([("ADD", ["a", "b"], {}), ("ADD", ["t0", "b"], {})], {"a": i8, "b": i8},
+                  {"t0": "i8", "t1": "i32"}) == [["op0"], ["op1"]]
+    # a float rounded by the reference only: fine into a float, not into a comparison or an integer
+    assert groups([("ADD", ["h", "k"], {}), ("MUL", ["t0", "k"], {}), ("TANH", ["t1"], {})], {"h": f16, "k": f16},
+                  {"t0": "f16", "t1": "f16", "t2": "f16"}) == [["op0", "op1", "op2"]]
+    assert groups([("ADD", ["h", "k"], {}), ("EQUAL", ["t0", "k"], {})], {"h": f16, "k": f16},
+                  {"t0": "f16"}) == [["op0"], ["op1"]]
+    assert groups([("ADD", ["h", "k"], {}), ("MUL", ["t0", "k"], {}), ("CAST", ["t1"], {"dtype": "i8"})],
+                  {"h": f16, "k": f16}, {"t0": "f16", "t1": "f16", "t2": "i8"}) == [["op0", "op1"], ["op2"]]
+    # f32 made in f32 is the reference's: a comparison may follow
+    assert groups([("ADD", ["x", "y"], {}), ("GREATER", ["t0", "y"], {})], {"x": f32, "y": f32},
+                  {"t1": "u8"}) == [["op0", "op1"]]
+
+
+def test_a_comparison_of_a_low_precision_intermediate_sees_it_rounded():
+    """1 + 2^-11 is a tie in f16 and rounds to 1: EQUAL(x + y, 1) is 1 in the reference, 0 on an
+    f32 value the store never rounded."""
+    h = ((2, 64), "f16")
+    g = graph_of([("ADD", ["x", "y"], {}), ("EQUAL", ["t0", "one"], {})], {"x": h, "y": h, "one": h})
+    g.tensors["t0"].dtype = "f16"
+    x, y, one = (np.full((2, 64), v, np.float16) for v in (1.0, 2.0**-11, 1.0))
+    program, _, out = run(g, {"x": x, "y": y, "one": one})
+    np.testing.assert_array_equal(out["t1"], np.ones((2, 64), np.float32))
+    assert all(c.passed for c in check_kernels(program, {"x": x, "y": y, "one": one, **out}).values())

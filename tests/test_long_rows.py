@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import CONFIGS, DATA, run_cli
-from dfx import Compute, dumps, loads
+from dfx import Compute, dumps, loads, numpy_dtype
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.passes import split_long_rows
@@ -139,8 +139,10 @@ def test_long_layernorm_with_scale_and_bias(tiny, shape, axis):
 
 
 def test_a_row_that_fits_alone_but_not_beside_its_epilogue_is_split(tiny):
-    # 100 f32 fit a tile of two streams; ten streams (x, four operands, five results) do not
-    shape = (4, 100)
+    # a row of 200 f32 (800 B) fits a 1 KB bank: alone, the row's tile and its result's fit; beside
+    # four operands the six buffers (x, a, b, c, d and the result; the results between stay in
+    # registers) do not fit four banks
+    shape = (4, 200)
     names = ["a", "b", "c", "d"]
     ops = [("SOFTMAX", ["x"], {"axis": -1})] + [("ADD", [f"t{i}", n], {}) for i, n in enumerate(names)]
     g = graph_of(ops, {n: (shape, "f32") for n in ["x", *names]})
@@ -175,3 +177,24 @@ def test_dump_shows_the_split_for_the_target(tiny):
     kernels = [line.split()[2] for line in proc.stdout.splitlines() if line.startswith("kernel ")]
     assert kernels == ["(REDUCE_MAX,", "(SUB", "(REDUCE_SUM,", "(DIV,"]
     assert "(no kernel)" not in proc.stdout
+
+
+@pytest.mark.parametrize("kind", sorted(REDUCERS))
+@pytest.mark.parametrize("out", ["i8", "u8", "i32"])
+def test_integer_reduction_split_in_two_rounds_once(tiny, kind, out):
+    """An integer reduction taken apart gives the reference's int64 result cast once to the output
+    dtype: a max or min compares the operand's values, never ones already wrapped to a narrower
+    output (200 is -56 in i8, below 100); a sum or product wraps the same at every step."""
+    shape = (40, 3, 300)
+    rng = np.random.default_rng(5)
+    if kind == "PROD":  # odd factors: the product stays nonzero modulo 2^8
+        x = rng.choice(np.int32([-3, -1, 1, 3]), shape)
+    else:
+        x = rng.integers(-100, 101, shape).astype(np.int32)
+        x[7, 1, 250], x[31, 2, 20] = 200, -200  # one row's max, another's min, beyond i8
+    g = graph_of([(f"REDUCE_{kind}", ["x"], {"axes": [0, 2], "keepdims": True})], {"x": (shape, "i32")},
+                 out_dtype=out)
+    program, values, _ = run(g, {"x": x}, tiny)
+    assert [k.op for k in program.kernels] == [f"REDUCE_{kind}"] * 2
+    want = REDUCERS[kind](x.astype(np.int64), axis=(0, 2), keepdims=True).astype(numpy_dtype(out))
+    np.testing.assert_array_equal(values["t0"], want)

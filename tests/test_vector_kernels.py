@@ -209,3 +209,40 @@ def test_reduction_kernel(name, axes, keepdims):
                        {"x": x})
     want = reduce_by_loops(x.astype(np.float64), tuple(a % 2 for a in axes), keepdims, REDUCERS[name])
     np.testing.assert_allclose(values["t0"], want, rtol=1e-5)
+
+
+# ---- integers: exact ops against int64 arithmetic and one cast -----------------------------------
+
+# pairs an f32 cannot tell apart (2^24 + 1 rounds to 2^24) or only just can
+BIG_A = np.int32([16777217, 16777216, 16777216, -16777217, 2**31 - 1, -2**31, 5, -5])
+BIG_B = np.int32([16777216, 16777217, 16777216, -16777216, 2**31 - 2, -2**31 + 1, 5, 4])
+NUMPY_PREDICATES = {"EQUAL": np.equal, "GREATER": np.greater, "GREATER_EQUAL": np.greater_equal,
+                    "LESS": np.less, "LESS_EQUAL": np.less_equal}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_PREDICATES))
+@pytest.mark.parametrize("out", ["f32", "f16", "bf16", "u8"])
+def test_integer_comparison_with_a_float_result_compares_the_integers(name, out):
+    """A truth value's dtype does not choose the precision of the comparison: i32 operands compare
+    as integers (in f32, 2^24 + 1 == 2^24)."""
+    g = graph_of([(name, ["a", "b"], {})], {"a": ((8,), "i32"), "b": ((8,), "i32")}, out_dtype=out)
+    _, values, _ = run(g, {"a": BIG_A, "b": BIG_B})
+    want = NUMPY_PREDICATES[name](BIG_A.astype(np.int64), BIG_B.astype(np.int64)).astype(numpy_dtype(out))
+    np.testing.assert_array_equal(values["t0"], want)
+
+
+@pytest.mark.parametrize("out", ["f32", "i32", "i8"])
+def test_integer_select_and_extrema_are_rounded_once(out):
+    """SELECT, MAXIMUM and MINIMUM of i32: the int64 result cast once to the output dtype (a
+    float result rounds the chosen integer, an i8 one wraps it)."""
+    cond = np.uint8([1, 0, 1, 0, 1, 0, 1, 0])
+    inputs = {"cond": ((8,), "u8"), "a": ((8,), "i32"), "b": ((8,), "i32")}
+    values = {"cond": cond, "a": BIG_A, "b": BIG_B}
+    g = graph_of([("SELECT", ["cond", "a", "b"], {}), ("MAXIMUM", ["a", "b"], {}), ("MINIMUM", ["a", "b"], {})],
+                 inputs, out_dtype=out)
+    for t in ("t0", "t1"):
+        g.tensors[t].role = "output"
+    _, got, _ = run(g, values)
+    a, b = BIG_A.astype(np.int64), BIG_B.astype(np.int64)
+    for name, want in (("t0", np.where(cond != 0, a, b)), ("t1", np.maximum(a, b)), ("t2", np.minimum(a, b))):
+        np.testing.assert_array_equal(got[name], want.astype(numpy_dtype(out)), err_msg=name)

@@ -35,7 +35,9 @@ def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
         return [convert(y, out_dtypes[0])]
 
     def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
-        ct = tile_compute_dtype(acc, exact)
+        # a predicate compares in its operands' dtype, as the reference: the accumulation dtype
+        # counts the result, and an f32 truth value would compare i32 operands in f32
+        ct = _operands_dtype(tiles, exact) if predicate else tile_compute_dtype(acc, exact)
         return _apply(fn, [t.astype(ct, copy=False) for t in tiles], attrs)
 
     def vector_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
@@ -44,7 +46,15 @@ def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
 
     return register(OpDef(name=name, min_inputs=arity, max_inputs=arity, infer_shapes=_broadcast_shapes,
                           reference=reference, compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
-                          attrs=attrs or {}, tile=tile, vector_work=vector_work))
+                          attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate))
+
+
+def _operands_dtype(tiles: list[np.ndarray], exact: bool) -> np.dtype:
+    """The dtype a predicate's tile compares in, from its operand tiles as they are held (a fused
+    operand in its compute dtype): the reference's rule without the result, with i32 for its
+    int64 (no DFX integer, nor a tile's, is wider, so the comparison is as exact)."""
+    ct = compute_dtype([t.dtype for t in tiles], exact)
+    return np.dtype(np.int32) if ct.kind in "iu" else ct
 
 
 def _broadcast_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:

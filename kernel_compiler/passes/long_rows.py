@@ -7,9 +7,13 @@ cannot take, by the rule the lowering tiles with (`lower_vector.split_axes`). It
 `compile_graph` and in `--dump`, after `canonicalise`, so RECOGNISE never folds the chains it
 writes back into the row op, and before fusion, which then fuses each chain as its rules allow.
 Every new op keeps the row op's `source`; the last one takes its name and computes its result.
-Intermediates are kept at the precision the row op computes in (f32, f64 beside f64; an
-integer REDUCE_* in its own type), and the numbers a chain needs (n, epsilon) are scalar graph
-constants with values.
+Intermediates are kept at the precision the row op computes in (f32, f64 beside f64), and the
+numbers a chain needs (n, epsilon) are scalar graph constants with values. An integer REDUCE_*
+(operand and result integers) keeps them where its one rounding, the reference's int64 result
+wrapped to the output dtype, comes out the same: a SUM's or PROD's partial results wrap to the
+output dtype (a sum or product of values wrapped modulo 2^b wraps to the same b bits), a MAX's or
+MIN's stay in the operand's dtype, which holds every value exactly (one wrapped to a narrower
+output would no longer order as before).
 
     REDUCE_SUM/MAX/MIN/PROD   cut along one reduced axis: a reduction loop, not split; along several:
                               REDUCE(REDUCE(x, the reduced axes from the last cut one on), axes)
@@ -145,7 +149,8 @@ def _split(graph: Graph, root: Op, cut: tuple[int, ...]) -> list[Op]:
     axes = list(opdef.whole_axes(graph.tensors[root.inputs[0]].shape, attrs))
     dtypes = [graph.tensors[t].dtype for t in root.inputs + root.outputs]
     if root.op_type in ACCUMULATING and all(is_integer(d) for d in dtypes):
-        dtype = dtypes[-1]  # sums and products wrap alike at every step; max and min are exact
+        # sums and products wrap alike at every step; max and min must see the values unwrapped
+        dtype = dtypes[-1] if root.op_type in ("REDUCE_SUM", "REDUCE_PROD") else dtypes[0]
     else:
         dtype = "f64" if "f64" in dtypes else "f32"  # as the op computes, before it rounds once
     chain = Chain(graph, root, dtype)
