@@ -88,6 +88,9 @@ def tile_extents(shape: tuple[int, ...], whole: tuple[int, ...], budget: int) ->
 SpaceBuffers = Callable[[Space, int], list[Buffer]]
 
 
+MIN_PIPELINED_TILE = 1024  # elements: 4 KB of f32, 64 cycles of a 64 B/cycle DMA beside its ~100 of latency
+
+
 def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], buffers: SpaceBuffers, elem: int,
                   target: Target) -> tuple[Space, int] | None:
     """The largest tile (a power of two of elements, or the whole space) holding the `whole` dims
@@ -95,7 +98,10 @@ def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], buffers: Space
     or None when no tile holding them whole fits. `elem`, the fewest bytes any of the kernel's
     elements takes, bounds the first try: no bank holds more of them."""
     total = max(1, math.prod(shape))
-    top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // elem
+    # at most what one bank holds, and small enough that every compute tile gets two tiles to
+    # overlap loads with compute, unless that makes tiles so small their transfers' latency rules
+    top = min(max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // elem,
+              max(MIN_PIPELINED_TILE, total // (2 * target.compute_tiles)))
     for depth in (2, 1):  # double-buffered tiles, so loads overlap the vector unit, where they fit
         budget = min(total, 1 << max(0, top.bit_length() - 1))
         while budget >= 1:

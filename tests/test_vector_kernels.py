@@ -157,10 +157,12 @@ def test_check_names_a_faulty_intermediate_kernel(tmp_path):
     assert run_cli("loader", obj, "--config", STANDARD, "--check").returncode == 0
     doc = json.loads(obj.read_text())
     kernel = doc["body"]["kernels"][2]
-    assert kernel["name"] == "matmul_2" and any(l["induction_var"] == "tk" for l in kernel["tile_loops"])
-    compute = next(op for op in kernel["body"] if op["type"] == "COMPUTE")
-    assert compute["accumulate"] == "tk > 0"
-    compute["accumulate"] = "tk > 1"  # the second K chunk overwrites the first instead of adding
+    assert kernel["name"] == "matmul_2" and kernel["tiling"]["Ti"] == kernel["tiling"]["Tj"]
+    store = next(op for op in kernel["body"] if op["type"] == "DATA_MOVE" and op["destination"]["level"] == "EXTERNAL")
+    assert store["destination"]["tile_indices"] == ["ti", "tj"]
+    # square tiles and as many along M as along N: a well-formed object that writes each result
+    # block where its transpose belongs
+    store["destination"]["tile_indices"] = ["tj", "ti"]
     doc["sha256"] = _digest(doc["body"])
     obj.write_text(json.dumps(doc))
     proc = run_cli("loader", obj, "--config", STANDARD, "--check", "--json")
