@@ -1,7 +1,13 @@
 """Semantic checks of a program that a JSON Schema cannot express: names resolve, ids are
-unique, roles agree with the ops, loop variables exist, tile index lists match tensor ranks,
-and every loop's trip count is the one its tile indices need, so no edited number can make the
-loader run longer than the tensors' shapes say."""
+unique, roles agree with the ops, graph shapes are the ones the registry derives, loop
+variables exist, tile index lists match tensor ranks, and every loop's trip count is the one its
+tile indices need, so no edited number can make the loader run longer than the tensors' shapes
+say. Then the schedule (`_schedule_problem`): the loader executes and times exactly what the body
+says, so an edited body must not make it do less work than the graph, or other work, silently:
+the dataflow names where the computes run, one loop at most is parallel and never the one a
+compute accumulates over, only ops that can accumulate do, from the loop's first step, each op
+sits where its tile indices run, each on-chip read is of the tile its writer made there before
+it, a compute's operand tiles are the ones its result tile needs, and every result is stored."""
 
 from __future__ import annotations
 
@@ -9,9 +15,10 @@ import re
 
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
-from .graph import Graph, shape_problem
-from .kernel import Barrier, Compute, DataMove, TileRef
-from .ops import ShapeError, lookup
+from .graph import Graph, Op, shape_problem
+from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileRef
+from .ops import REGISTRY, VARIADIC, OpDef, lookup
+from .ops.reduction import ACCUMULATING
 from .program import Program
 
 
@@ -36,11 +43,23 @@ def validate_program(program: Program, where: str) -> None:
             if name not in g.tensors:
                 fail(f"graph op '{op.name}'", f"unknown tensor '{name}'")
         opdef = lookup(op.op_type)
-        if opdef is not None:
-            try:
-                opdef.normalize_attrs(op.attrs)
-            except ShapeError as e:
-                fail(f"graph op '{op.name}'", str(e))
+        if opdef is None:  # every graph op is in a kernel, and a kernel runs only registry ops
+            fail(f"graph op '{op.name}'", f"unknown op '{op.op_type}'")
+        # the shapes the registry derives: a kernel tiles the declared ones, --check computes the derived
+        if not opdef.min_inputs <= len(op.inputs) <= opdef.max_inputs:
+            most = "or more" if opdef.max_inputs == VARIADIC else f"to {opdef.max_inputs}"
+            fail(f"graph op '{op.name}'",
+                 f"{op.op_type} takes {opdef.min_inputs} {most} operands, got {len(op.inputs)}")
+        try:
+            attrs = opdef.normalize_attrs(op.attrs)
+            derived = opdef.infer_shapes([g.tensors[n].shape for n in op.inputs],
+                                         [g.tensors[n].dtype for n in op.inputs], attrs)
+        except ValueError as e:  # ShapeError, or a shape rule meeting shapes no frontend lets through
+            fail(f"graph op '{op.name}'", str(e).splitlines()[0] if str(e) else type(e).__name__)
+        declared = [list(g.tensors[n].shape) for n in op.outputs]
+        if [[int(d) for d in shape] for shape in derived] != declared:
+            fail(f"graph op '{op.name}'", f"{op.op_type} of {[list(g.tensors[n].shape) for n in op.inputs]} makes "
+                 f"{[[int(d) for d in shape] for shape in derived]}, the graph declares {declared}")
         for name in op.outputs:
             if name in producer:
                 fail(f"graph op '{op.name}'", f"writes '{name}', which graph op '{producer[name]}' writes too")
@@ -144,6 +163,10 @@ def validate_program(program: Program, where: str) -> None:
                         or [op.output.tensor] != source.outputs:
                     got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
                     fail(op_place, f"computes {got}, which is none of the kernel's graph ops")
+                opdef = lookup(source.op_type)
+                if opdef.tile is None or (opdef.tile_mnk is None and opdef.vector_work is None):
+                    fail(op_place, f"computes {source.op_type}, which has no tile computation on the array or the "
+                         f"vector unit (a compiler pass rewrites it first)")
                 computed.add(source.name)
             if isinstance(op, Compute) and not _accumulate_ok(op.accumulate, loop_vars):
                 fail(op_place, f"accumulate '{op.accumulate}' is not 'true', 'false' or '<loop> > <int>'")
@@ -196,6 +219,9 @@ def validate_program(program: Program, where: str) -> None:
             if l.induction_var not in indexing:
                 # nothing would bound its trips but the number written in the file
                 fail(f"{place} loop '{l.induction_var}'", "indexes no tile dimension")
+        problem = _schedule_problem(k, g, op_of)
+        if problem:
+            fail(*problem)
         body_ids[k.name] = ids
         for op in k.body:
             if isinstance(op, DataMove) and op.destination.level == "EXTERNAL":
@@ -204,6 +230,298 @@ def validate_program(program: Program, where: str) -> None:
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")
+
+
+ARRAY_DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
+# the ops whose tile COMPUTE adds to a partial result: the array's (C += A B over k) and the
+# reductions that combine the tiles of their reduced axes
+ACCUMULATES = frozenset(n for n, d in REGISTRY.items() if d.tile_mnk is not None and d.tile is not None) | ACCUMULATING
+# what the engines move: DMA EXTERNAL <-> L3, BlockMover L3 <-> L2, Streamer L2 <-> L1 and the
+# array's fill and drain L2 <-> REGISTER (a VIEW moves nothing, EXTERNAL -> EXTERNAL)
+HOPS = frozenset(frozenset(p) for p in (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", "L1"), ("L2", "REGISTER")))
+ON_CHIP = ("L3", "L2", "L1", "REGISTER")
+
+
+def _position(op: BodyOp, order: list[str]) -> tuple[int, int]:
+    """Where an op runs in the loop nest (kernel.py): (scope, phase). Inside an iteration of loop
+    scope - 1 (scope 0: the whole kernel), the ops of phase 0 run first, then loop `scope` with
+    everything deeper, then the ops of phase 1. The loops live at the op are order[:scope]."""
+    if op.after is not None:
+        return order.index(op.after), 1
+    if op.at is not None:
+        return order.index(op.at) + 1, 0
+    return 0, 0
+
+
+def _shown(op: BodyOp) -> str:
+    return f"after '{op.after}'" if op.after is not None else f"at '{op.at}'" if op.at is not None else \
+        "before all loops"
+
+
+def _runs_before(writer: tuple[int, int], reader: tuple[int, int]) -> bool:
+    """Whether an op at position `writer` has run, in the current iterations, when one at
+    position `reader` runs (at one place, body order decides: the writer comes first)."""
+    (sw, pw), (sr, pr) = writer, reader
+    if sw < sr:  # an outer place: its ops before the loop holding the reader
+        return pw == 0
+    if sw > sr:  # inside the loop the reader sits before or after
+        return pr == 1
+    return pw <= pr
+
+
+def _refs(op: BodyOp) -> list[TileRef]:
+    if isinstance(op, DataMove):
+        return [op.source, op.destination]
+    if isinstance(op, Compute):
+        return [*op.inputs, op.output]
+    return []
+
+
+def _reads(op: BodyOp) -> list[TileRef]:
+    """The on-chip tiles an op reads."""
+    if isinstance(op, DataMove):
+        return [op.source] if op.source.level in ON_CHIP else []
+    return list(op.inputs) if isinstance(op, Compute) else []
+
+
+def _written(op: BodyOp) -> TileRef | None:
+    """The on-chip tile an op writes."""
+    ref = op.destination if isinstance(op, DataMove) else op.output if isinstance(op, Compute) else None
+    return ref if ref is not None and ref.level in ON_CHIP else None
+
+
+def _move_made(op: BodyOp) -> tuple | int:
+    """What a move writes, where and from what (a compute: its id, a copy of nothing else)."""
+    if not isinstance(op, DataMove):
+        return op.op_id
+    def geometry(r: TileRef) -> tuple:
+        table = (r.table.dim, r.table.op, r.table.attr) if r.table is not None else None
+        return r.tensor, r.level, tuple(r.tile_indices), tuple(r.tile_shape), r.offset and tuple(r.offset), table
+
+    return (geometry(op.source), geometry(op.destination), op.at, op.after, op.transpose,
+            tuple(op.permutation or ()), op.fill)
+
+
+def _tile(ref: TileRef) -> str:
+    offset = f" from {ref.offset}" if ref.offset is not None else ""
+    return f"{ref.tile_indices} of {ref.tile_shape}{offset}"
+
+
+def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, str] | None:
+    """Why the kernel's loops and body would do less work than its graph ops, or other work (None
+    if they would not): the place and the reason. A run executes and times what the body says, op
+    by op, each tile op on the tile last written to its (tensor, level), so every read must be of
+    the tile its writer made, where and when that writer made it."""
+    place = f"kernel '{k.name}'"
+    order = [l.induction_var for l in k.tile_loops]
+    loops = {l.induction_var: l for l in k.tile_loops}
+    by_id = {op.op_id: op for op in k.body}
+    computes = [op for op in k.body if isinstance(op, Compute)]
+    graph_op = {op.op_id: op_of[op.output.tensor] for op in computes}
+    opdef = {i: lookup(o.op_type) for i, o in graph_op.items()}
+    layout = lookup(k.op).family == "layout"
+
+    # the dataflow says where the computes run: the array's stationarity, the vector unit, none
+    array = [op for op in computes if opdef[op.op_id].tile_mnk is not None]
+    if computes and k.dataflow == "moves":
+        return f"{place} op {computes[0].op_id}", "is a COMPUTE in a kernel of dataflow 'moves', which only moves data"
+    if array and k.dataflow not in ARRAY_DATAFLOWS:
+        return (f"{place} op {array[0].op_id}", f"runs {array[0].compute_type} on the array, but the kernel's dataflow "
+                f"'{k.dataflow}' is no array stationarity ({', '.join(ARRAY_DATAFLOWS)})")
+    want = ("moves" if not computes else "an array stationarity" if array else "vector")
+    if (not computes and k.dataflow != "moves") or (computes and not array and k.dataflow != "vector"):
+        return place, f"has dataflow '{k.dataflow}', but its computes make it {want}"
+
+    # the parallel loop's iterations are dealt to the compute tiles: a second one would deal its
+    # own and drop the rest
+    parallel = [l.induction_var for l in k.tile_loops if l.parallel]
+    if len(parallel) > 1:
+        return (f"{place} loop '{parallel[1]}'", f"is parallel as well as loop '{parallel[0]}': a kernel divides one "
+                f"loop over the compute tiles, and a second would skip iterations")
+
+    extent: dict[str, tuple[int, str]] = {}  # loop -> the tile extent it steps, and a tensor it indexes
+    for op in k.body:
+        op_place = f"{place} op {op.op_id}"
+        scope, _ = _position(op, order)
+        for ref in _refs(op):
+            for index, size in zip(ref.tile_indices, ref.tile_shape):
+                if index == "0":
+                    continue
+                if index not in order[:scope]:  # its value there would be 0: every run the first tile
+                    return (op_place, f"indexes its tile of '{ref.tensor}' by loop '{index}', which does not run "
+                            f"where the op is placed ({_shown(op)})")
+                first = extent.setdefault(index, (size, ref.tensor))
+                if first[0] != size:
+                    return (op_place, f"steps tiles of {size} of '{ref.tensor}' along loop '{index}', which steps "
+                            f"tiles of {first[0]} of '{first[1]}'")
+        deps = list(op.depends_on) + (list(op.wait_for) if isinstance(op, Barrier) and op.kernel is None else [])
+        for d in deps:
+            if not _runs_before(_position(by_id[d], order), (scope, _position(op, order)[1])):
+                return (op_place, f"is placed {_shown(op)} but depends on op {d}, placed {_shown(by_id[d])}, which "
+                        f"runs only after it there")
+        if isinstance(op, DataMove):
+            src, dst = op.source, op.destination
+            if op.move_type != "VIEW" and frozenset((src.level, dst.level)) not in HOPS:
+                return (op_place, f"moves {src.level} -> {dst.level}, which no engine does (EXTERNAL <-> L3 <-> L2 "
+                        f"<-> L1, L2 <-> REGISTER)")
+            if src.level == "EXTERNAL" and src.tensor not in k.inputs:
+                return op_place, f"reads '{src.tensor}' from external memory, which is none of the kernel's inputs"
+            if dst.level == "EXTERNAL" and dst.tensor not in k.outputs:
+                return op_place, f"writes '{dst.tensor}' to external memory, which is none of the kernel's results"
+            if src.tensor != dst.tensor and not layout:
+                return op_place, f"moves '{src.tensor}' into '{dst.tensor}'; only a layout kernel's moves change tensor"
+            if not layout and any(r.offset is not None or r.table is not None for r in (src, dst)):
+                return op_place, "takes a window or an index table, which only a layout kernel's moves do"
+            if src.tensor == dst.tensor and src.offset != dst.offset:
+                return (op_place, f"moves the window of '{src.tensor}' from {src.offset} to {dst.offset}; a move "
+                        f"within a tensor keeps its tiles where they are")
+    for name in k.outputs:
+        if not any(isinstance(op, DataMove) and op.destination.level == "EXTERNAL" and op.destination.tensor == name
+                   for op in k.body):
+            return place, f"writes no tile of its result '{name}' to external memory"
+
+    # on chip, each read is of the tile the last earlier writer of that (tensor, level) made: the
+    # op it depends on, with the same tiles, run before it where it is placed
+    writers: dict[tuple[str, str], list[BodyOp]] = {}
+    readers: dict[tuple[str, str], list[BodyOp]] = {}
+    # op id -> whether the tile it writes is held with its last two axes swapped: an operand given
+    # transposed (MATMUL's transpose_b: B as [..., N, K]) arrives so through one transposing move,
+    # every other tile is held as its tensor lays it out
+    transposed: dict[int, bool] = {}
+    for op in k.body:
+        op_place = f"{place} op {op.op_id}"
+        held: list[bool] = []
+        for ref in _reads(op):
+            key = (ref.tensor, ref.level)
+            readers.setdefault(key, []).append(op)
+            if not writers.get(key):
+                return op_place, f"reads {ref.tensor} at {ref.level}, which no earlier op of the kernel writes"
+            w = writers[key][-1]
+            if w.op_id not in op.depends_on:
+                return op_place, f"reads {ref.tensor} at {ref.level} without depending on op {w.op_id}, which writes it"
+            if isinstance(op, DataMove) and op.depends_on[0] != w.op_id:
+                return op_place, f"must depend first on op {w.op_id}, which fills the {ref.tensor} tile it moves"
+            made = _written(w)
+            if (made.tile_indices, made.tile_shape, made.offset) != (ref.tile_indices, ref.tile_shape, ref.offset):
+                return (op_place, f"reads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, op {w.op_id} writes "
+                        f"tiles {_tile(made)}")
+            held.append(transposed[w.op_id])
+        if isinstance(op, DataMove):
+            swapped = (held[0] if held else False) != op.transpose
+            if swapped and op.destination.level == "EXTERNAL":
+                return op_place, f"writes a tile of '{op.destination.tensor}' held transposed to external memory"
+            transposed[op.op_id] = swapped
+        elif isinstance(op, Compute):
+            attrs = opdef[op.op_id].normalize_attrs(graph_op[op.op_id].attrs)
+            for i, (ref, swapped) in enumerate(zip(op.inputs, held)):
+                if swapped != (i == 1 and attrs.get("transpose_b") is True):
+                    return (op_place, f"reads {ref.tensor} at {ref.level} {'transposed' if swapped else 'as laid out'}"
+                            f", but {graph_op[op.op_id].op_type} '{graph_op[op.op_id].name}' takes it "
+                            f"{'as laid out' if swapped else 'transposed'}")
+            transposed[op.op_id] = False
+        made = _written(op)
+        if made is not None:
+            writers.setdefault((made.tensor, made.level), []).append(op)
+    # several writers of one (tensor, level): each reader gets the tile of the last one before it
+    # in body order only if they all sit at one place with their readers, or if they are copies
+    # of one move (an operand two ops of a fusion group read, loaded for each)
+    for (tensor, level), ops in writers.items():
+        if len(ops) > 1:
+            spots = {(o.at, o.after) for o in ops + readers.get((tensor, level), [])}
+            copies = len({_move_made(o) for o in ops}) == 1
+            if not (len(spots) == 1 or copies) or any(isinstance(o, Compute) and o.accumulate != "false" for o in ops):
+                return (f"{place} op {ops[1].op_id}", f"writes {tensor} at {level} as op {ops[0].op_id} does; ops may "
+                        f"share a tile only as copies of one move, or at one place with its readers, and never "
+                        f"with an accumulation")
+
+    # a COMPUTE makes its result tile once per iteration of every loop it sits in that indexes the
+    # tile; it may sit in one more, innermost, only to add up the tiles of its operands along it
+    for op in computes:
+        op_place = f"{place} op {op.op_id}"
+        d = opdef[op.op_id]
+        for ref in [*op.inputs, op.output]:
+            if ref.level == "L3":
+                return op_place, f"computes on {ref.tensor} at L3; a compute works on tiles in L2, L1 and registers"
+        if d.tile_mnk is not None and (op.output.level != "REGISTER"
+                                       or any(r.level not in ("L1", "REGISTER") for r in op.inputs)):
+            return (op_place, "runs on the array, which takes its operands from L1 (an accumulator input from its "
+                    "registers) and writes its registers")
+        problem = _operand_problem(op, d, d.normalize_attrs(graph_op[op.op_id].attrs), g)
+        if problem:
+            return op_place, problem
+        live = order[:_position(op, order)[0]]
+        made = {v for v in op.output.tile_indices if v != "0"}
+        expr = op.accumulate.strip()
+        acc = None
+        if expr == "true":
+            return (op_place, "accumulate 'true' adds every tile to a partial result that no op made; a compute "
+                    "accumulates over a loop ('<loop> > 0')")
+        if expr != "false":
+            var, _, bound = expr.partition(">")
+            acc, loop = var.strip(), loops[var.strip()]
+            if d.name not in ACCUMULATES:
+                return (op_place, f"accumulates over loop '{acc}', but {d.name} cannot add to a partial result "
+                        f"(only {', '.join(sorted(ACCUMULATES))} can)")
+            if loop.parallel:
+                return (op_place, f"accumulates over loop '{acc}', which is parallel: each compute tile would add up "
+                        f"only its share of the tiles")
+            if int(bound) != loop.start:
+                return (op_place, f"accumulate '{expr}' must start afresh on the loop's first step only "
+                        f"('{acc} > {loop.start}'), or it drops the tiles before")
+            if acc in made:
+                return op_place, f"accumulates over loop '{acc}', which indexes its result tile"
+            if not any(acc in r.tile_indices for r in op.inputs):
+                return op_place, f"accumulates over loop '{acc}', which indexes none of its operand tiles"
+        for v in live:
+            if v not in made and v != acc:
+                return (op_place, f"sits in loop '{v}', which neither indexes its result tile nor is accumulated "
+                        f"over: each step would overwrite the last")
+        if acc is not None and live[-1] != acc:
+            return (op_place, f"accumulates over loop '{acc}' inside loop '{live[-1]}', which changes its result "
+                    f"tile between the steps it adds up")
+    return None
+
+
+def _operand_problem(op: Compute, d: OpDef, attrs: dict, g: Graph) -> str | None:
+    """Why a COMPUTE's operand tiles are not the ones its result tile needs (None if they are):
+    along each operand dim that runs along a result dim, the same loop as the result's (a map
+    operand aligned right, numpy broadcasting; a reduction's first operand through its result
+    dims; MATMUL's A rows and B columns, batch dims aligned right), A's and B's K by one loop, and
+    a reduction's operand holding its reduced axes whole but along the loop it accumulates over."""
+    out = g.tensors[op.output.tensor].shape
+    shapes = [g.tensors[r.tensor].shape for r in op.inputs]
+    acc = op.accumulate.partition(">")[0].strip() if op.accumulate not in ("true", "false") else None
+
+    def aligned(shape: tuple[int, ...], within: int = len(out)) -> list[int | None]:
+        """Result dims the dims of `shape` run along, aligned right on the first `within`."""
+        lead = within - len(shape)
+        return [j + lead if j + lead >= 0 and (dim != 1 or out[j + lead] == 1) else None
+                for j, dim in enumerate(shape)]
+
+    runs: list[list[int | None]] = [aligned(s) for s in shapes]
+    if d.tile_mnk is not None:  # MATMUL: C[..., m, n] += A[..., m, k] B[..., k, n]
+        a, b = shapes[0], shapes[1]
+        n_axis, k_axis = (len(b) - 2, len(b) - 1) if attrs.get("transpose_b") else (len(b) - 1, len(b) - 2)
+        runs[0] = aligned(a[:-2], len(out) - 2) + [len(out) - 2, None]
+        runs[1] = aligned(b[:-2], len(out) - 2) + [None, None]
+        runs[1][n_axis] = len(out) - 1
+        if op.inputs[0].tile_indices[-1] != op.inputs[1].tile_indices[k_axis]:
+            return (f"steps the K dims of '{op.inputs[0].tensor}' and '{op.inputs[1].tensor}' by different loops "
+                    f"('{op.inputs[0].tile_indices[-1]}', '{op.inputs[1].tile_indices[k_axis]}')")
+    elif d.family == "reduction":
+        dims = d.result_dims(shapes[0], attrs)
+        runs[0] = [dims.index(i) if i in dims else None for i in range(len(shapes[0]))]
+        ref = op.inputs[0]
+        for axis in d.whole_axes(shapes[0], attrs):
+            if ref.tile_shape[axis] < max(shapes[0][axis], 1) and ref.tile_indices[axis] != acc:
+                return (f"cuts the reduced axis {axis} of '{ref.tensor}' into tiles of {ref.tile_shape[axis]}, "
+                        f"and {d.name} needs it whole in a tile")
+    for ref, dims in zip(op.inputs, runs):
+        for index, j in zip(ref.tile_indices, dims):
+            if j is not None and index != op.output.tile_indices[j]:
+                return (f"steps '{ref.tensor}' by loop '{index}' along the dim that runs along dim {j} of its result "
+                        f"'{op.output.tensor}', which loop '{op.output.tile_indices[j]}' steps")
+    return None
 
 
 def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]) -> tuple[str | None, bool]:

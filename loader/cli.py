@@ -166,6 +166,11 @@ def load(
             # a dry run times the whole program too: an op's start depends on every op competing for its unit
             result.sim = simulate(program, machine, bindings, trace=trace_path is not None,
                                   record_first=ops if dry_run else 0, progress=progress)
+        except ValueError as e:
+            # the last line of defence, here only (tests calling simulate() still see the fault):
+            # the validator and check_fits should have refused an object the simulator cannot run
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            fail(f"{object_file}: cannot be simulated on '{machine.name}': {reason}")
         finally:
             progress.close()
         if not (dry_run or timing_only):

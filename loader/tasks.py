@@ -51,7 +51,7 @@ class TaskStream:
         instance: dict[tuple[int, int], int] = {}  # (worker, op_id) -> instances so far
         reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
         depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
-        k_loop = next((l for l in kernel.tile_loops if l.induction_var == "tk"), None)
+        ends_of = {l.induction_var: l.end - 1 for l in kernel.tile_loops}  # each loop's last step
         computes = compute_ops(kernel, g)
         ends: dict[tuple[int, int], frozenset[int]] = {}
         l2_bank = _l2_banks(kernel, binding)
@@ -105,11 +105,14 @@ class TaskStream:
             elif isinstance(op, Compute):
                 shapes = [_tile_shape(r, g, env) for r in op.inputs]
                 label = f"{op.compute_type} {op.output.tensor}"
-                args = {v: env[v] for v in op.output.tile_indices + ["tk"] if v in env}
+                # the loop the compute accumulates over, if any: its tiles add into one result
+                over = op.accumulate.partition(">")[0].strip() if ">" in op.accumulate else None
+                args = {v: env[v] for v in [*op.output.tile_indices, over] if v in env}
                 opdef, attrs = computes[op.op_id]
                 if opdef.tile_mnk is not None:  # the registry says the array runs it
                     mm, n, k = opdef.tile_mnk(shapes, attrs)
-                    drain = k_loop is None or env.get("tk", 0) == k_loop.end - 1
+                    # the accumulators drain on the last step of that loop
+                    drain = over is None or env[over] == ends_of[over]
                     task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow,
                                 drain=drain, phase=phase, label=label, args=args)
                 else:  # the vector unit beside it, for the elements of each op class

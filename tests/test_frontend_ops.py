@@ -56,6 +56,11 @@ def test_kpusim_spellings_cover_its_operator_types():
     assert set(kpusim) <= set(kpusim_json.SPELLINGS)
 
 
+def test_kpusim_spellings_add_only_aliases_to_the_registry_names():
+    assert kpusim_json.SPELLINGS == {**{name: name for name in REGISTRY}, **kpusim_json.ALIASES}
+    assert not [s for s, op in kpusim_json.ALIASES.items() if s == op and s in REGISTRY]
+
+
 # ---- the corpus ------------------------------------------------------------------------------
 
 CONVS = {"CONV2D": 15, "DEPTHWISE_CONV2D": 13}
@@ -420,3 +425,37 @@ def test_kpusim_json_bad_op_is_one_line_naming_the_operator(op_type, inputs, out
     message = str(exc.value)
     assert message.startswith('g.json: operators[0] "op": ') and "\n" not in message, message
     assert reason in message
+
+
+@pytest.mark.parametrize("op_type", ["GEMM", "MATMUL"])
+def test_kpusim_json_matmul_with_transpose_b(op_type):
+    # kpu-sim writes its whole GEMM set on both; transpose_b is the registry MATMUL's own
+    attrs = {"transpose_a": False, "transpose_b": True, "alpha": 1.0, "beta": 0.0}
+    graph, warnings = parse_kpusim_json("g.json", json_graph(op_type, [[2, 4], [3, 4]], [2, 3], attrs))
+    graph = infer_shapes(graph, warnings)
+    [op] = graph.ops
+    assert (op.op_type, op.attrs) == ("MATMUL", {"transpose_b": True}) and not warnings
+
+
+@pytest.mark.parametrize(("op_type", "attrs", "place", "reason"), [
+    ("GEMM", {"transpose_a": True}, "transpose_a", "true is not supported"),
+    ("MATMUL", {"alpha": 2.0}, "alpha", "2.0 is not supported"),
+    ("GEMM", {"beta": 1}, "beta", "1 is not supported"),
+    ("GEMM", {"alpha": True}, "alpha", "true is not supported"),  # not the number 1
+])
+def test_kpusim_json_gemm_attributes_matmul_cannot_express(op_type, attrs, place, reason):
+    with pytest.raises(CompileError) as exc:
+        parse_kpusim_json("g.json", json_graph(op_type, [[2, 4], [4, 3]], [2, 3], attrs))
+    message = str(exc.value)
+    assert message.startswith(f"g.json: operators[0].attributes.{place}: {reason}") and "\n" not in message, message
+
+
+def test_kpusim_json_transpose_b_compiles_runs_and_checks(tmp_path):
+    from conftest import CONFIGS, run_cli
+
+    src, obj = tmp_path / "g.json", tmp_path / "g.kpu"
+    src.write_text(json_graph("GEMM", [[96, 200], [72, 200]], [96, 72], {"transpose_b": True, "alpha": 1.0}))
+    compiled = run_cli("compiler", src, "-o", obj)
+    assert compiled.returncode == 0, compiled.stderr
+    proc = run_cli("loader", obj, "--config", CONFIGS / "standard.json", "--check")
+    assert proc.returncode == 0, proc.stderr

@@ -18,27 +18,26 @@ from dfx.ops import REGISTRY
 from ..errors import CompileError
 
 # Operator type spellings -> registry op: the registry's own names, so a hand-written graph can
-# use any op, then kpu-sim's whole OperatorType vocabulary (include/sw/compiler/graph_loader.hpp)
-# with the aliases its JSON loader accepts, most of it the registry's names again. The ops the
-# registry lacks so far keep domain_flow's name: they parse and have no lowering yet. Attributes
-# are the registry's, GEMM's aside.
-SPELLINGS: dict[str, str] = {
-    **{name: name for name in REGISTRY},
-    "GEMM": "MATMUL", "MATMUL": "MATMUL", "LINEAR": "LINEAR", "FC": "LINEAR",
-    "ELEMENTWISE_ADD": "ADD", "ADD": "ADD", "ELEMENTWISE_SUB": "SUB", "SUB": "SUB",
-    "ELEMENTWISE_MUL": "MUL", "MUL": "MUL", "ELEMENTWISE_DIV": "DIV", "DIV": "DIV",
-    "RELU": "RELU", "GELU": "GELU", "SIGMOID": "SIGMOID", "SOFTMAX": "SOFTMAX", "LAYERNORM": "LAYERNORM",
-    "RESHAPE": "RESHAPE", "TRANSPOSE": "TRANSPOSE", "CONCAT": "CONCAT", "PAD": "PAD", "GATHER": "GATHER",
-    "CAST": "CAST", "CLAMP": "CLAMP", "ABS": "ABS", "NEGATE": "NEGATE", "EXP": "EXP", "RECIPROCAL": "RECIPROCAL",
-    "REDUCE_SUM": "REDUCE_SUM", "REDUCE_MAX": "REDUCE_MAX", "REDUCE_MIN": "REDUCE_MIN", "REDUCE_PROD": "REDUCE_PROD",
+# use any op, then the aliases of kpu-sim's OperatorType vocabulary (include/sw/compiler/
+# graph_loader.hpp) that its JSON loader accepts; the rest of that vocabulary is the registry's
+# names already. The ops the registry lacks so far keep domain_flow's name: they parse and have no
+# lowering yet. Attributes are the registry's, kpu-sim's GEMM set aside (PLAIN_GEMM).
+ALIASES: dict[str, str] = {
+    "GEMM": "MATMUL", "FC": "LINEAR",
+    "ELEMENTWISE_ADD": "ADD", "ELEMENTWISE_SUB": "SUB", "ELEMENTWISE_MUL": "MUL", "ELEMENTWISE_DIV": "DIV",
     # not in the registry yet
     "CONV2D": "CONV2D", "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D", "CONV3D": "CONV3D", "BATCHNORM": "BATCHNORM",
     "MAXPOOL": "MAXPOOL2D", "MAXPOOL2D": "MAXPOOL2D", "AVGPOOL": "AVGPOOL2D", "AVGPOOL2D": "AVGPOOL2D",
     "SPLIT": "SPLIT", "ATTENTION": "ATTENTION",
 }
-# GEMM attributes with these values mean a plain matmul, and are dropped; anything else the
-# MATMUL op cannot express.
-PLAIN_GEMM = {"transpose_a": False, "transpose_b": False, "alpha": 1.0, "beta": 0.0}
+SPELLINGS: dict[str, str] = {**{name: name for name in REGISTRY}, **ALIASES}
+# kpu-sim writes its GEMM attribute set (C = alpha * op(A) @ op(B) + beta * C) on GEMM and on
+# MATMUL operators alike (test_graphs/simple/matmul.json). transpose_b is the registry MATMUL's
+# own attribute and passes through (false, its default, is dropped); the others mean a plain
+# matmul only at these values, which are dropped, and any other value of them MATMUL cannot
+# express.
+GEMM_SPELLINGS = ("GEMM", "MATMUL")
+PLAIN_GEMM = {"transpose_a": False, "alpha": 1.0, "beta": 0.0}
 # Attributes are copied into the object file, which orjson writes: integers must fit in a signed
 # 64-bit integer and nesting must stay far below orjson's 255 levels (real attributes are flat
 # or lists of numbers).
@@ -140,11 +139,15 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
     name = doc.get(spec, "name", where, str, required=False) or f"{op_type.lower()}_{index}"
     attrs = doc.get(spec, "attributes", where, dict, required=False) or {}
     _check_attribute(doc, attrs, f"{where}.attributes", 0)
-    if op_type == "MATMUL":
+    if type_name in GEMM_SPELLINGS:
         for key, plain in PLAIN_GEMM.items():
-            if key in attrs and attrs[key] != plain:
-                raise doc.fail(f"{where}.attributes.{key}", f"{attrs[key]!r} is not supported (MATMUL is C = A @ B)")
-        attrs = {key: value for key, value in attrs.items() if key not in PLAIN_GEMM}
+            if key in attrs and not _plain(attrs[key], plain):
+                raise doc.fail(f"{where}.attributes.{key}",
+                               f"{json.dumps(attrs[key])} is not supported (MATMUL is C = A @ B, or A @ B^T "
+                               f"with transpose_b)")
+        # transpose_b false is MATMUL's default: dropped too, so a plain matmul has no attributes
+        attrs = {key: value for key, value in attrs.items()
+                 if key not in PLAIN_GEMM and not (key == "transpose_b" and value is False)}
     lists = {}
     for key in ("inputs", "outputs"):
         names = doc.get(spec, key, where, list)
@@ -153,6 +156,14 @@ def _read_operator(doc: _Doc, spec: Any, index: int, tensors: dict[str, Tensor])
                 raise doc.fail(f"{where}.{key}[{i}]", f"no tensor {json.dumps(tensor)} in 'tensors'")
         lists[key] = names
     return Op(name, op_type, lists["inputs"], lists["outputs"], dict(attrs), source=f"{doc.file}: {where} {json.dumps(name)}")
+
+
+def _plain(value: Any, plain: bool | float) -> bool:
+    """Whether a GEMM attribute has its plain value: the same boolean, or the same number (not a
+    boolean passing for 0 or 1)."""
+    if isinstance(plain, bool) or isinstance(value, bool):
+        return value is plain
+    return isinstance(value, (int, float)) and value == plain
 
 
 def _check_attribute(doc: _Doc, value: Any, where: str, depth: int) -> None:
