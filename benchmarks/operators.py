@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "configs" / "standard.json"
 GRAPHS = [ROOT / "examples" / "mlp3.dfg", ROOT / "tests" / "data" / "softmax_tosa.dfg"] + sorted(
     p for p in (ROOT / "tests" / "data" / "dfg").iterdir()
-    if not p.name.startswith(("dfg__mobilenet", "tosa__oneLayerMLP", "tosa__twoLayerMLP")))
+    if p.suffix in (".dfg", ".json") and not p.name.startswith(("dfg__mobilenet", "tosa__oneLayerMLP", "tosa__twoLayerMLP")))
 
 
 def run(path: Path, fuse: bool) -> dict:
