@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,19 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     for f in fragments:
         assert f in lines[0], (f, lines[0])
     return lines[0]
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> str:
+    """The minimal config with 4 KB of L3 and 1 KB banks at L2 and L1."""
+    config = json.loads((CONFIGS / "minimal.json").read_text())
+    config["name"] = "tiny"
+    config["on_chip_memory"] = {"l3": {"tile_count": 1, "tile_capacity_kb": 4},
+                                "l2": {"bank_count": 4, "bank_capacity_kb": 1},
+                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 1}}
+    path = tmp_path_factory.mktemp("configs") / "tiny.json"
+    path.write_text(json.dumps(config))
+    return str(path)
 
 
 @pytest.fixture

@@ -6,12 +6,11 @@ float64, DRAM bytes against the compiler's exact count; short rows stay one kern
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, DATA, run_cli
+from conftest import DATA, run_cli
 from dfx import Compute, dumps, loads, numpy_dtype
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph
@@ -22,19 +21,6 @@ from loader.report import dram_bytes
 from test_vector_kernels import graph_of, random
 
 REDUCERS = {"SUM": np.sum, "MAX": np.max, "MIN": np.min, "PROD": np.prod}
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    """The minimal config with 4 KB of L3 and 1 KB banks at L2 and L1."""
-    config = json.loads((CONFIGS / "minimal.json").read_text())
-    config["name"] = "tiny"
-    config["on_chip_memory"] = {"l3": {"tile_count": 1, "tile_capacity_kb": 4},
-                                "l2": {"bank_count": 4, "bank_capacity_kb": 1},
-                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 1}}
-    path = tmp_path_factory.mktemp("configs") / "tiny.json"
-    path.write_text(json.dumps(config))
-    return str(path)
 
 
 def run(graph, values: dict[str, np.ndarray], config: str, fuse: bool = True):

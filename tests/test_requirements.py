@@ -62,19 +62,6 @@ LONG_ROWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory) -> str:
-    """The minimal config with 4 KB of L3 and 1 KB banks at L2 and L1."""
-    config = json.loads((CONFIGS / "minimal.json").read_text())
-    config["name"] = "tiny"
-    config["on_chip_memory"] = {"l3": {"tile_count": 1, "tile_capacity_kb": 4},
-                                "l2": {"bank_count": 4, "bank_capacity_kb": 1},
-                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 1}}
-    path = tmp_path_factory.mktemp("configs") / "tiny.json"
-    path.write_text(json.dumps(config))
-    return str(path)
-
-
 def compiled(graph, config: str):
     """The program as the loader reads it, compiled for `config`."""
     return loads(dumps(compile_graph(graph, "test.dfg", load_target(config))))
