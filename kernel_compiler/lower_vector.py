@@ -132,7 +132,7 @@ def _cut_axes(space: Space, whole: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(j for j in whole if space.loops[j])
 
 
-def _rows(graph: Graph, ops: list[Op]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _iteration_space(graph: Graph, ops: list[Op]) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """What a kernel of the group `ops` tiles: (the iteration space's shape, the axes its tiles
     should hold whole)."""
     op = ops[0]
@@ -153,7 +153,7 @@ def _loops(space: Space, whole: tuple[int, ...]) -> tuple[tuple[str, ...], str |
 
 def _choose(graph: Graph, ops: list[Op], target: Target) -> tuple[Space, int]:
     """The tiles of the kernel of the group `ops`, sized by the buffers its body will have."""
-    shape, whole = _rows(graph, ops)
+    shape, whole = _iteration_space(graph, ops)
     tensors = [graph.tensors[n] for n in kernel_reads(ops)] + [graph.tensors[o.outputs[0]] for o in ops]
 
     def buffers(space: Space, depth: int) -> list[Buffer]:
@@ -166,7 +166,7 @@ def _choose(graph: Graph, ops: list[Op], target: Target) -> tuple[Space, int]:
 def split_axes(graph: Graph, ops: list[Op], target: Target) -> tuple[int, ...]:
     """The reduced axes a kernel of the group `ops` would cut into tiles for `target`: () when its
     rows fit a tile whole. The same rule the lowering tiles by, for a pass deciding to split."""
-    shape, whole = _rows(graph, ops)
+    shape, whole = _iteration_space(graph, ops)
     if 0 in shape:  # nothing to tile: the lowering says so
         return ()
     return _cut_axes(_choose(graph, ops, target)[0], whole)
@@ -256,7 +256,7 @@ def _body(graph: Graph, ops: list[Op], space: Space, depth: int) -> tuple[list, 
     attrs = opdef.normalize_attrs(op.attrs)
     ins = [graph.tensors[n] for n in op.inputs]
     out = graph.tensors[op.outputs[0]]
-    order, reduction = _loops(space, _rows(graph, ops)[1])
+    order, reduction = _loops(space, _iteration_space(graph, ops)[1])
     in_dims = [aligned_dims(t.shape, space.shape) for t in ins]
     out_dims = aligned_dims(out.shape, space.shape) if opdef.family == "map" else opdef.result_dims(space.shape, attrs)
     inner = order[-1] if order else None
@@ -284,7 +284,7 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
     with its epilogue."""
     op = ops[0]
     where = op.source or op.name
-    space_shape, whole = _rows(graph, ops)
+    space_shape, whole = _iteration_space(graph, ops)
     if 0 in space_shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(space_shape)} has an empty dimension; "
                            f"there is nothing to tile")
