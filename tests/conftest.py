@@ -67,6 +67,20 @@ def tiny(tmp_path_factory) -> str:
     return str(path)
 
 
+def config_error(tmp_path: Path, document: dict) -> str:
+    """The one-line ConfigError that loading `document` as a .json file gives."""
+    from hardware import ConfigError, load_machine
+
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError) as info:
+        load_machine(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    return message
+
+
 @pytest.fixture
 def gemm_file(tmp_path):
     def make(M: int, N: int, K: int, dtype: str = "f32") -> Path:

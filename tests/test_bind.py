@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CONFIGS, DATA, ROOT, assert_one_line_error, examples, run_cli
-from dfx import Program, read
+from dfx import Program
 from hardware import load_machine
 from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
 from kernel_compiler import compile_graph, load_graph, load_target

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import config_error
 import hardware
 from hardware import (
     DATAFLOWS,
@@ -205,17 +206,6 @@ def _set(d: dict, dotted: str, value) -> dict:
     return d
 
 
-def _error_for(tmp_path: Path, document: dict) -> str:
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(document))
-    with pytest.raises(ConfigError) as info:
-        load_machine(path)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith(f"{path}: ")
-    return message
-
-
 @pytest.mark.parametrize(
     "key, value, reason",
     [
@@ -240,13 +230,13 @@ def _error_for(tmp_path: Path, document: dict) -> str:
     ],
 )
 def test_bad_value(tmp_path, key, value, reason):
-    message = _error_for(tmp_path, _set(_minimal(), key, value))
+    message = config_error(tmp_path, _set(_minimal(), key, value))
     assert f": {key}: {reason}" in message
 
 
 def test_channel_rate_below_floor_names_bandwidth(tmp_path):
     d = _set(_set(_minimal(), "external_memory.bandwidth_gbps", 0.5), "timing.clock_ghz", 1000)
-    message = _error_for(tmp_path, d)
+    message = config_error(tmp_path, d)
     assert ": external_memory.bandwidth_gbps: gives 0.0005 bytes per cycle at timing.clock_ghz 1000" in message
 
 
@@ -254,17 +244,17 @@ def test_channel_rate_below_floor_names_bandwidth(tmp_path):
     "key", ["cache", "compute.processor_array.depth", "timing.clock_mhz", "host_memory.numa"]
 )
 def test_unknown_key(tmp_path, key):
-    message = _error_for(tmp_path, _set(_minimal(), key, 1))
+    message = config_error(tmp_path, _set(_minimal(), key, 1))
     assert f": {key}: unknown key (expected one of: " in message
 
 
 def test_missing_required_key_and_section(tmp_path):
     d = _minimal()
     del d["on_chip_memory"]["l2"]["bank_count"]
-    assert _error_for(tmp_path, d).endswith(": on_chip_memory.l2.bank_count: missing required key")
+    assert config_error(tmp_path, d).endswith(": on_chip_memory.l2.bank_count: missing required key")
     d = _minimal()
     del d["data_movement"]
-    assert _error_for(tmp_path, d).endswith(": data_movement: missing required section")
+    assert config_error(tmp_path, d).endswith(": data_movement: missing required section")
 
 
 def test_address_map_is_open_and_accepts_hex_strings():

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CONFIGS, DATA, ROOT, assert_one_line_error, run_cli
+from conftest import CONFIGS, DATA, ROOT, assert_one_line_error, config_error, run_cli
 from hardware import ConfigError, HostLink, load_machine, machine_from_dict
 
 CORPUS = DATA / "kpu-configs"
@@ -208,13 +208,8 @@ def banks(d: dict) -> list:
 def test_bad_field_is_one_line_naming_its_key(tmp_path, change, line):
     document = example()
     change(document)
-    path = tmp_path / "bad.json"
-    path.write_text(json.dumps(document))
-    with pytest.raises(ConfigError) as info:
-        load_machine(path)
-    message = str(info.value)
-    assert "\n" not in message
-    assert message.startswith(f"{path}: {line}"), message
+    message = config_error(tmp_path, document)
+    assert message.startswith(f"{tmp_path / 'bad.json'}: {line}"), message
 
 
 @pytest.mark.parametrize("accelerator, line", [

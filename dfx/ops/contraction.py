@@ -95,13 +95,8 @@ def _linear_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]
 
 
 def _linear_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
-    # the MATMUL it becomes: x @ W^T (+ bias as Cin), in MATMUL's accumulation dtype
-    acc = numpy_dtype(accumulation_dtype([dtype_of(x) for x in arrays] + out_dtypes))
-    x, w, *bias = (a.astype(acc) for a in arrays)
-    y = np.matmul(x, w.T)
-    for b in bias:
-        y = y + b
-    return [y.astype(numpy_dtype(out_dtypes[0]))]
+    # the MATMUL it becomes: x @ W^T (+ bias as Cin)
+    return _matmul_reference(arrays, {"transpose_b": True}, out_dtypes)
 
 
 LINEAR = register(OpDef(
