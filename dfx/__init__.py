@@ -1,21 +1,22 @@
 """The DFX contract: graph IR, op registry, tiled kernel IR and the `.kpu` object file."""
 
-from .dtypes import DTYPES, accumulator, canonical, dtype_of, is_integer, itemsize, numpy_dtype, tolerance
-from .graph import Graph, Op, Tensor
-from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
-from .command_line import fail, run_command
-from .errors import ObjectFileError
-from .objfile import DFX_VERSION, FORMAT, FORMAT_VERSION, dumps, loads, read, write
-from .output_files import OutputError, OutputFiles
-from .ops import REGISTRY, OpDef, ShapeError, accumulation_dtype, convert, lookup
-from .program import Program
+from .lazy import lazy_exports
 
-__all__ = [
-    "DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "numpy_dtype", "tolerance",
-    "Graph", "Op", "Tensor",
-    "Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef",
-    "DFX_VERSION", "FORMAT", "FORMAT_VERSION", "ObjectFileError", "dumps", "loads", "read", "write",
-    "REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "convert", "lookup",
-    "OutputError", "OutputFiles", "fail", "run_command",
-    "Program",
-]
+# name -> the module that defines it, imported on first use: the command lines parse their
+# arguments (and print --help) before anything loads numpy behind the registry and dtypes.
+_EXPORTS = {
+    **dict.fromkeys(["DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "numpy_dtype",
+                     "tolerance"], "dtypes"),
+    **dict.fromkeys(["Graph", "Op", "Tensor"], "graph"),
+    **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),
+    **dict.fromkeys(["fail", "run_command"], "command_line"),
+    "ObjectFileError": "errors",
+    **dict.fromkeys(["DFX_VERSION", "FORMAT", "FORMAT_VERSION", "dumps", "loads", "read", "write"], "objfile"),
+    **dict.fromkeys(["OutputError", "OutputFiles"], "output_files"),
+    **dict.fromkeys(["REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "convert", "lookup"], "ops"),
+    "Program": "program",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

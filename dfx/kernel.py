@@ -24,10 +24,23 @@ class TileLoop:
     end: int
     step: int = 1
     parallel: bool = False  # iterations are divided over the compute tiles
+    # a loop over the tiles of a block: in iteration b of loop `within` (an enclosing loop over
+    # blocks) it runs its steps b * per_block up to (b + 1) * per_block, below `end`. Its tile
+    # indices stay global, so a tile ref indexed by it names the same tiles as without blocks
+    within: str | None = None
+    per_block: int | None = None
 
     @property
     def trip_count(self) -> int:
+        """Steps over the whole kernel (a loop within blocks: over all of them)."""
         return max(0, -(-(self.end - self.start) // self.step))
+
+    def steps(self, env: dict[str, int]) -> range:
+        """Its steps where the enclosing loops have the values `env`."""
+        if self.within is None:
+            return range(self.start, self.end, self.step)
+        first = env[self.within] * self.per_block
+        return range(first, min(self.end, first + self.per_block))
 
 
 @dataclass
@@ -128,6 +141,22 @@ class Kernel:
     outputs: list[str] = field(default_factory=list)  # graph tensors it writes (the last op's results)
     # kernels whose results it reads; informational: the BARRIERs in its body are what orders it
     depends_on: list[str] = field(default_factory=list)
+
+    def shared_moves(self) -> set[int]:
+        """The loads into L3 placed outside the parallel loop: L3 is shared by the compute tiles,
+        and outside that loop every tile wants the same tile there, so one copy serves them all.
+        Any other op runs on each compute tile, into buffers of its own."""
+        order = [l.induction_var for l in self.tile_loops]
+        parallel = next((i for i, l in enumerate(self.tile_loops) if l.parallel), None)
+        if parallel is None:
+            return set()
+        out = set()
+        for op in self.body:
+            if isinstance(op, DataMove) and op.destination.level == "L3" and op.source.level == "EXTERNAL":
+                anchor = op.after or op.at
+                if anchor is None or order.index(anchor) < parallel:
+                    out.add(op.op_id)
+        return out
 
     def body_op(self, op_id: int) -> BodyOp:
         for o in self.body:

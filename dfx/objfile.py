@@ -193,7 +193,8 @@ def _program(body: dict[str, Any], where: str) -> Program:
             name=k["name"], op=k["op"], graph_op=k["graph_op"], dataflow=k["dataflow"],
             tiling=dict(k["tiling"]),
             tile_loops=[TileLoop(l["induction_var"], l["start"], l["end"], l.get("step", 1),
-                                 l.get("parallel", False)) for l in k["tile_loops"]],
+                                 l.get("parallel", False), l.get("within"), l.get("per_block"))
+                        for l in k["tile_loops"]],
             body=[_body_op(o) for o in k["body"]],
             requirements=dict(k["requirements"]), hints=dict(k["hints"]), epilogue=list(k.get("epilogue", [])),
             inputs=list(k["inputs"]), outputs=list(k["outputs"]), depends_on=list(k["depends_on"]),

@@ -16,7 +16,7 @@ import re
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import Graph, Op, shape_problem
-from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileRef
+from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
 from .ops.reduction import ACCUMULATING
 from .program import Program
@@ -119,9 +119,12 @@ def validate_program(program: Program, where: str) -> None:
         loop_vars = [l.induction_var for l in k.tile_loops]
         if len(set(loop_vars)) != len(loop_vars):
             fail(place, "duplicate tile loop variable")
-        for l in k.tile_loops:
+        for i, l in enumerate(k.tile_loops):
             if l.end < l.start:
                 fail(f"{place} loop '{l.induction_var}'", f"end {l.end} < start {l.start}")
+            problem = _block_problem(l, k.tile_loops[:i], k.tile_loops)
+            if problem:
+                fail(f"{place} loop '{l.induction_var}'", problem)
         ids: set[int] = set()
         indexing: set[str] = set()  # loop variables some tile index uses, bounded by its tensor
         stored: set[str] = set()  # tensors the kernel's moves write to external memory
@@ -240,6 +243,46 @@ ACCUMULATES = frozenset(n for n, d in REGISTRY.items() if d.tile_mnk is not None
 # array's fill and drain L2 <-> REGISTER (a VIEW moves nothing, EXTERNAL -> EXTERNAL)
 HOPS = frozenset(frozenset(p) for p in (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", "L1"), ("L2", "REGISTER")))
 ON_CHIP = ("L3", "L2", "L1", "REGISTER")
+
+
+def _block_problem(loop: TileLoop, outer: list[TileLoop], loops: list[TileLoop]) -> str | None:
+    """Why a loop's blocks would not cover its steps exactly once (None if they would): a loop
+    within blocks and its loop over blocks both count from 0 by 1, the blocks of `per_block`
+    steps tiling the loop's range, the block loop enclosing it and no other."""
+    if loop.within is None:
+        return None
+    block = next((l for l in outer if l.induction_var == loop.within), None)
+    if block is None:
+        return f"runs within loop '{loop.within}', which does not enclose it"
+    if block.within is not None or sum(l.within == block.induction_var for l in loops) > 1:
+        return f"runs within loop '{block.induction_var}', which must be a loop over blocks of this loop alone"
+    if (loop.start, loop.step, block.start, block.step) != (0, 1, 0, 1):
+        return "and its loop over blocks must count from 0 by 1"
+    if block.end != -(-loop.end // loop.per_block):
+        return (f"has {loop.end} steps in blocks of {loop.per_block}, which loop '{block.induction_var}' "
+                f"runs {block.end} of, not {-(-loop.end // loop.per_block)}")
+    return None
+
+
+def _held(made: TileRef, ref: TileRef, loops: dict[str, TileLoop], shape: tuple[int, ...]) -> bool:
+    """Whether tile `ref` lies inside tile `made` at every step: the same tile, or along each
+    dim the same tiles, a tile of a block `made` holds (its loop runs within `made`'s, whose
+    tiles are its blocks) or any tile of a dim `made` holds whole."""
+    if (made.tile_indices, made.tile_shape, made.offset) == (ref.tile_indices, ref.tile_shape, ref.offset):
+        return True
+    if made.offset is not None or ref.offset is not None:
+        return False
+    for index, extent, outer, outer_extent, dim in zip(ref.tile_indices, ref.tile_shape, made.tile_indices,
+                                                       made.tile_shape, shape):
+        if outer == "0" and outer_extent >= dim:
+            continue
+        if (index, extent) == (outer, outer_extent):
+            continue
+        loop = loops.get(index)
+        if loop is not None and loop.within == outer and extent * loop.per_block == outer_extent:
+            continue
+        return False
+    return True
 
 
 def _position(op: BodyOp, order: list[str]) -> tuple[int, int]:
@@ -402,7 +445,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if isinstance(op, DataMove) and op.depends_on[0] != w.op_id:
                 return op_place, f"must depend first on op {w.op_id}, which fills the {ref.tensor} tile it moves"
             made = _written(w)
-            if (made.tile_indices, made.tile_shape, made.offset) != (ref.tile_indices, ref.tile_shape, ref.offset):
+            if not _held(made, ref, loops, g.tensors[ref.tensor].shape):
                 return (op_place, f"reads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, op {w.op_id} writes "
                         f"tiles {_tile(made)}")
             held.append(transposed[w.op_id])
@@ -451,6 +494,8 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             return op_place, problem
         live = order[:_position(op, order)[0]]
         made = {v for v in op.output.tile_indices if v != "0"}
+        # a loop over blocks steps the tiles of the loop within it
+        made |= {loops[v].within for v in made if loops[v].within is not None}
         expr = op.accumulate.strip()
         acc = None
         if expr == "true":
@@ -465,6 +510,9 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if loop.parallel:
                 return (op_place, f"accumulates over loop '{acc}', which is parallel: each compute tile would add up "
                         f"only its share of the tiles")
+            if loop.within is not None:
+                return (op_place, f"accumulates over loop '{acc}', which runs within blocks: its partial result "
+                        f"would leave the registers between blocks")
             if int(bound) != loop.start:
                 return (op_place, f"accumulate '{expr}' must start afresh on the loop's first step only "
                         f"('{acc} > {loop.start}'), or it drops the tiles before")

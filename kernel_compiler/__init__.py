@@ -1,8 +1,16 @@
 """The kernel compiler: graph files in, tiled DFX programs out."""
 
-from .compile import LOWERINGS, compile_graph
-from .errors import CompileError
-from .frontends import load_graph
-from .target import Target, load_target
+from dfx.lazy import lazy_exports
 
-__all__ = ["LOWERINGS", "compile_graph", "CompileError", "load_graph", "Target", "load_target"]
+# name -> the module that defines it, imported on first use: `kpu-kernel-compiler --help` loads
+# the CLI module alone, not the passes and lowerings (numpy behind them).
+_EXPORTS = {
+    "LOWERINGS": "compile", "compile_graph": "compile",
+    "CompileError": "errors",
+    "load_graph": "frontends",
+    "Target": "target", "load_target": "target",
+}
+
+__all__ = list(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS)

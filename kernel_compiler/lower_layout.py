@@ -86,7 +86,7 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     # SLICE and GATHER read as many operand elements as the result holds; the others read all
     reads = [(t.name, (out.size if op.op_type in ("SLICE", "GATHER") else t.size) * elem) for t in ins]
     streams = [Stream(n, order, b) for n, b in reads + [(out.name, out.size * elem)]]
-    per_stream = traffic(streams, order, trips, parallel)
+    per_stream = traffic(streams, order, trips)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name,
         dataflow="moves",  # no unit computes: the kernel is data moves alone

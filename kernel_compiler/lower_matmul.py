@@ -21,7 +21,7 @@ from .errors import CompileError
 from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, placement, streams
+from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, streams, trips_of
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -32,13 +32,33 @@ def _batch_indices(shape: tuple[int, ...], out_batch: tuple[int, ...]) -> list[s
     return ["0" if d == 1 and out_batch[offset + i] != 1 else f"b{offset + i}" for i, d in enumerate(shape)]
 
 
-def choose_dataflow(requested: str, M: int, N: int, K: int, target: Target, where: str) -> str:
+def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
+    """The array's cycles for one matrix product in tiles, as the simulator counts them: each
+    result tile's K steps back to back, the accumulators drained after the last."""
+    def sizes(dim: int, tile: int) -> list[tuple[int, int]]:  # (extent, how many tiles have it)
+        return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
+
+    def cycles(m: int, n: int, k: int, drain: bool) -> int:
+        return matmul_cycles(m, n, k, target.rows, target.cols, dataflow, drain)
+
+    k_sizes = sizes(K, Tk)
+    last = k_sizes[-1][0]
+    total = 0
+    for m, cm in sizes(M, Ti):
+        for n, cn in sizes(N, Tj):
+            steps = sum(count * cycles(m, n, k, False) for k, count in k_sizes)
+            total += cm * cn * (steps + cycles(m, n, last, True) - cycles(m, n, last, False))
+    return total
+
+
+def choose_dataflow(requested: str, cycles, target: Target, where: str) -> str:
+    """The requested dataflow, or the one whose tiled product takes the array fewest cycles."""
     if requested != "auto":
         dataflow = DATAFLOW_NAMES[requested]
         if dataflow not in target.dataflows:
             raise CompileError(f"{where}: dataflow '{dataflow}' is not supported by target '{target.name}'")
         return dataflow
-    return min(target.dataflows, key=lambda d: (matmul_cycles(M, N, K, target.rows, target.cols, d), d))
+    return min(target.dataflows, key=lambda d: (cycles(d), d))
 
 
 def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
@@ -71,7 +91,6 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     where = op.source or op.name
     if 0 in c.shape or K == 0:
         raise CompileError(f"{where}: MATMUL {M}x{N}x{K} has an empty dimension; there is nothing to tile")
-    dataflow = choose_dataflow(dataflow, M, N, K, target, where)
 
     tiling: MatmulTiling | None = None
     for depth in (2, 1):  # double-buffer the loads where it fits
@@ -89,30 +108,49 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if tiling is None:
         raise CompileError(f"{where}: no tiling of MATMUL {M}x{N}x{K} fits target '{target.name}'")
     Ti, Tj, Tk = tiling.Ti, tiling.Tj, tiling.Tk
+    dataflow = choose_dataflow(dataflow, lambda d: tiled_cycles(M, N, K, Ti, Tj, Tk, target, d), target, where)
     order = tiling.loop_order
-    trips = dict(zip(batch_vars, out_batch))
-    trips.update(ti=math.ceil(M / Ti), tj=math.ceil(N / Tj), tk=math.ceil(K / Tk))
-    tile_loops = [TileLoop(v, 0, trips[v], parallel=v == tiling.parallel.loop) for v in order]
+    trips = trips_of(problem, Ti, Tj, Tk, tiling.per_block)
+    within = tiling.within
+    tile_loops = [TileLoop(v, 0, trips[v], parallel=v == tiling.parallel.loop, within=within.get(v),
+                           per_block=tiling.per_block if v in within else None) for v in order]
 
     def ref(tensor, level, batch_idx, inner_idx, inner_shape):
         # Dimensions without a loop in the nest are taken whole ("0").
         idx = [i if i in order else "0" for i in batch_idx + inner_idx]
         return TileRef(tensor.name, level, idx, [1] * len(batch_idx) + inner_shape)
 
-    operand_refs = {
-        "A": (a, lambda lvl: ref(a, lvl, a_idx, ["ti", "tk"], [min(Ti, M), min(Tk, K)])),
-        "B": (b, lambda lvl: ref(b, lvl, b_idx, ["tj", "tk"], [min(Tj, N), min(Tk, K)]) if transpose_b
-              else ref(b, lvl, b_idx, ["tk", "tj"], [min(Tk, K), min(Tj, N)])),
-    }
+    # each operand's tile at each level: (loop, extent) along M or N, and along K. In L3 a panel
+    # (all of K) when one operand is resident: its block of tiles, the other's single tiles
+    Bi, Bj = min(M, Ti * tiling.per_block), min(N, Tj * tiling.per_block)
+    l3_rows = {"A": ("bi", Bi), "B": ("ti", min(Ti, M))}.get(tiling.resident, ("ti", min(Ti, M)))
+    l3_cols = {"A": ("tj", min(Tj, N)), "B": ("bj", Bj)}.get(tiling.resident, ("tj", min(Tj, N)))
+    l3_k = ("0", K) if tiling.resident else ("tk", min(Tk, K))
+    k = ("tk", min(Tk, K))
+
+    # a move copies its destination's tile: the L3 -> L2 move reads an L2 tile out of the L3 panel
+    def a_ref(lvl, tile_level):
+        (m_loop, m_size), (k_loop, k_size) = (l3_rows, l3_k) if tile_level == "L3" else (("ti", min(Ti, M)), k)
+        return ref(a, lvl, a_idx, [m_loop, k_loop], [m_size, k_size])
+
+    def b_ref(lvl, tile_level):
+        (n_loop, n_size), (k_loop, k_size) = (l3_cols, l3_k) if tile_level == "L3" else (("tj", min(Tj, N)), k)
+        if transpose_b:
+            return ref(b, lvl, b_idx, [n_loop, k_loop], [n_size, k_size])
+        return ref(b, lvl, b_idx, [k_loop, n_loop], [k_size, n_size])
+
+    operand_refs = {"A": (a, a_ref), "B": (b, b_ref)}
     if cin is not None:
         inner = [("ti", min(Ti, M)) if cin_rows else ("0", 1), ("tj", min(Tj, N)) if cin_cols else ("0", 1)]
         inner = inner[2 - min(2, len(cin.shape)):]
-        operand_refs["Cin"] = (cin, lambda lvl: ref(cin, lvl, cin_idx, [i for i, _ in inner], [s for _, s in inner]))
+        operand_refs["Cin"] = (cin, lambda lvl, _: ref(cin, lvl, cin_idx, [i for i, _ in inner],
+                                                         [s for _, s in inner]))
 
-    stream_list = {s.name: s for s in streams(problem, Ti, Tj, Tk)}
+    stream_list = {s.name: s for s in streams(problem, tiling)}
 
-    def at(stream: str) -> str | None:
-        p = placement(stream_list[stream], order)
+    def at(tile: TileRef) -> str | None:
+        """A move sits at the innermost loop indexing its destination tile (None: before all)."""
+        p = max((order.index(i) for i in tile.tile_indices if i in order), default=-1)
         return order[p] if p >= 0 else None
 
     body: list = []
@@ -121,18 +159,21 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         prev: list[int] = []
         # The accumulator input goes straight into the PE registers; A and B stream via L1.
         last = "REGISTER" if key == "Cin" else "L1"
-        # double-buffer only a stream that runs more than once
-        depth = problem.depth if key in ("A", "B") and at(key) is not None else 1
         for src, dst in (("EXTERNAL", "L3"), ("L3", "L2"), ("L2", last)):
             op_id = len(body)
-            body.append(DataMove(op_id, "LOAD", make(src), make(dst), at=at(key), depth=depth, depends_on=prev,
+            place = at(make(dst, dst))
+            # double-buffer only a stream that runs more than once
+            depth = 1 if key == "Cin" or place is None else \
+                tiling.panel_depth if key == tiling.resident and dst == "L3" else problem.depth
+            body.append(DataMove(op_id, "LOAD", make(src, dst), make(dst, dst), at=place, depth=depth, depends_on=prev,
                                  transpose=key == "B" and transpose_b and dst == "L2"))
             prev = [op_id]
         l1_ops.append(prev[0])
     inner_loop = order[-1] if order else None
     c_ref = lambda lvl: ref(c, lvl, [f"b{i}" for i in range(len(out_batch))], ["ti", "tj"], [min(Ti, M), min(Tj, N)])
     compute_id = len(body)
-    body.append(Compute(compute_id, "MATMUL_TILE", [make("REGISTER" if key == "Cin" else "L1") for key, (_, make) in operand_refs.items()],
+    body.append(Compute(compute_id, "MATMUL_TILE", [make(*["REGISTER" if key == "Cin" else "L1"] * 2)
+                                                    for key, (_, make) in operand_refs.items()],
                         c_ref("REGISTER"), at=inner_loop,
                         accumulate="tk > 0" if "tk" in order else "false", depends_on=l1_ops))
     store_place = {"after": "tk"} if "tk" in order else {"at": inner_loop}
@@ -156,19 +197,22 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             prev = [op_id]
 
     macs = math.prod(out_batch) * M * N * K
-    per_stream = traffic([*stream_list.values(), *extra], order, trips, tiling.parallel)
+    per_stream = traffic([*stream_list.values(), *extra], order, trips, within)
     dram = sum(per_stream.values())
-    compute_cycles = math.prod(out_batch) * matmul_cycles(M, N, K, target.rows, target.cols, dataflow)
+    compute_cycles = math.prod(out_batch) * tiled_cycles(M, N, K, Ti, Tj, Tk, target, dataflow)
     return Kernel(
         name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
         tiling={"Ti": Ti, "Tj": Tj, "Tk": Tk, "L1_Ki": tiling.L1_Ki,
-                "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"]},
+                "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"],
+                **({"L3_Bi": Bi} if tiling.resident == "A" else {"L3_Bj": Bj} if tiling.resident == "B" else {})},
         tile_loops=tile_loops,
         body=body,
         requirements=requirements(body_buffers(body, graph)),
         hints={
             "macs": macs,
             "estimated_dram_bytes": dram,
+            "l3_resident": f"{tiling.resident} panel of {Bi if tiling.resident == 'A' else Bj} x {K}, "
+                           f"{tiling.panel_depth} deep" if tiling.resident else "none",
             "dram_bytes_per_stream": per_stream,
             "compulsory_dram_bytes": sum(s.bytes for s in [*stream_list.values(), *extra]),
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),

@@ -298,7 +298,7 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
     trips = space.trips()
     parallel = parallel_loop(order[:-1] if reduction else order, trips, target.compute_tiles)
     body, streams = _body(graph, ops, space, depth)
-    per_stream = traffic(streams, order, trips, parallel)
+    per_stream = traffic(streams, order, trips)
     work = epilogue_work(graph, ops)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
@@ -320,11 +320,12 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
     )
 
 
-def traffic(streams: list[Stream], order: tuple[str, ...], trips: dict[str, int], parallel) -> dict[str, int]:
+def traffic(streams: list[Stream], order: tuple[str, ...], trips: dict[str, int],
+            within: dict[str, str] | None = None) -> dict[str, int]:
     """Exact DRAM bytes per tensor (a tensor two operands read is two streams)."""
     out: dict[str, int] = {}
     for s in streams:
-        out[s.name] = out.get(s.name, 0) + stream_traffic(s, order, trips, parallel)
+        out[s.name] = out.get(s.name, 0) + stream_traffic(s, order, trips, within)
     return out
 
 

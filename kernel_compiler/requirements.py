@@ -51,9 +51,17 @@ def _level_fits(sizes: list[int], level: Level) -> bool:
     return True
 
 
-def fits(buffers: list[Buffer], target: Target) -> bool:
-    """Whether the buffers fit one compute tile's share of the target's banks at every level."""
+def fits(buffers: list[Buffer], target: Target, shared_l3: list[int] | None = None) -> bool:
+    """Whether the buffers fit one compute tile's share of the target's banks at every level.
+    With `shared_l3`, L3 buffers one copy of which serves every compute tile, L3 is packed whole:
+    those once and the others once per compute tile."""
     levels = {"L3": target.l3, "L2": target.l2, "L1": target.l1}
+    if shared_l3:
+        whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
+        l3 = [b for lvl, b in buffers if lvl == "L3"] * target.compute_tiles + shared_l3
+        if not _level_fits(l3, whole):
+            return False
+        del levels["L3"]
     return all(_level_fits([b for lvl, b in buffers if lvl == name], level) for name, level in levels.items())
 
 

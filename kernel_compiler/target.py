@@ -39,13 +39,14 @@ def load_target(config: str, accelerator: str | None = None) -> Target:
     except ConfigError as e:
         raise CompileError(str(e)) from None
     tiles = m.compute.tiles
-    # L3 and L2 are shared: each compute tile plans with its share of the banks.
+    # L3 and L2 are shared: each compute tile plans with its share of the banks. The L3 tiles
+    # are one address space, interleaved across them: one bank, a share of its bytes.
     return Target(
         name=m.name,
         rows=m.compute.rows,
         cols=m.compute.cols,
         compute_tiles=tiles,
-        l3=Level(max(1, m.l3.count // tiles), m.l3.bytes),
+        l3=Level(1, m.l3.count * m.l3.bytes // tiles),
         l2=Level(max(1, m.l2.count // tiles), m.l2.bytes),
         l1=Level(m.l1.count, m.l1.bytes),
         dataflows=m.compute.dataflows,

@@ -32,6 +32,18 @@ class MatmulTiling:
     L1_Ki: int  # K depth of the A and B slices the streamers keep in L1: the whole Tk here
     loop_order: tuple[str, ...]  # outermost first, trip-1 loops dropped
     parallel: Parallel
+    # the operand whose panel (a block of its tiles, all of K) stays in L3 while the other streams
+    # past it in panels of one tile (all of K): "A" (loops bi, tj, ti, tk), "B" (bj, ti, tj, tk),
+    # or None (ti, tj, tk or tj, ti, tk: every L3 tile is an L2 tile)
+    resident: str | None = None
+    per_block: int = 1  # the resident panel's tiles
+    panel_depth: int = 1  # buffers of the resident panel in L3 (2: the next loads while this is read)
+
+    @property
+    def within(self) -> dict[str, str]:
+        """The loop over tiles in each block -> its loop over blocks (those that run)."""
+        pair = {"A": ("ti", "bi"), "B": ("tj", "bj")}.get(self.resident)
+        return {pair[0]: pair[1]} if pair and pair[1] in self.loop_order else {}
 
 
 def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
@@ -64,23 +76,25 @@ def parallel_loop(loop_order: tuple[str, ...], trips: dict[str, int], compute_ti
 
 
 def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int],
-                   parallel: Parallel) -> int:
+                   within: dict[str, str] | None = None) -> int:
     """Exact bytes a stream moves: the whole tensor once per iteration of every loop at or
-    outside its placement that does not index it (each such iteration reloads all tiles), and
-    once per compute tile when it sits outside the parallel loop (every tile runs it)."""
-    depth = placement(stream, loop_order)
+    outside its placement that does not index it (each such iteration reloads all tiles). A loop
+    within blocks counts its steps over all blocks, so its loop over blocks (`within`: tile loop
+    -> block loop) adds nothing when both run there. A load outside the parallel loop is shared by
+    the compute tiles (`Kernel.shared_moves`) and a result is indexed by the parallel loop, so
+    no stream moves more for running on several tiles."""
+    live = loop_order[: placement(stream, loop_order) + 1]
+    blocks = {(within or {}).get(v) for v in live}
     repeats = 1
-    for var in loop_order[: depth + 1]:
-        if var not in stream.loop_vars:
+    for var in live:
+        if var not in stream.loop_vars and var not in blocks:
             repeats *= trips[var]
-    if parallel.loop is not None and depth < loop_order.index(parallel.loop):
-        repeats *= parallel.workers
     return stream.bytes * repeats
 
 
 def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int],
-                 parallel: Parallel) -> int:
-    return sum(stream_traffic(s, loop_order, trips, parallel) for s in streams)
+                 within: dict[str, str] | None = None) -> int:
+    return sum(stream_traffic(s, loop_order, trips, within) for s in streams)
 
 
 def _round_down(x: float, s: int) -> int:
@@ -140,13 +154,16 @@ class MatmulProblem:
     epilogue: tuple[tuple[int, bool, bool], ...] | None = None
 
 
-def streams(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Stream]:
+def streams(p: MatmulProblem, t: MatmulTiling) -> list[Stream]:
+    """Each operand's and the result's stream through external memory: its L3 tile's loops."""
     batch_size = math.prod(p.batch_trips)
     a_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.a_batch)
     b_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.b_batch)
+    a_loops, b_loops = (((PANEL_LOOPS[t.resident]["A"],), (PANEL_LOOPS[t.resident]["B"],)) if t.resident
+                        else (("ti", "tk"), ("tk", "tj")))
     out = [
-        Stream("A", (*p.a_batch, "ti", "tk"), a_b * p.M * p.K * p.elem_a),
-        Stream("B", (*p.b_batch, "tk", "tj"), b_b * p.K * p.N * p.elem_b),
+        Stream("A", (*p.a_batch, *a_loops), a_b * p.M * p.K * p.elem_a),
+        Stream("B", (*p.b_batch, *b_loops), b_b * p.K * p.N * p.elem_b),
     ]
     if p.cin_batch is not None:
         c_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.cin_batch)
@@ -158,23 +175,61 @@ def streams(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Stream]:
     return out
 
 
-def _loop_orders(p: MatmulProblem, trips: dict[str, int]) -> list[tuple[str, ...]]:
-    """Output-stationary orders (K innermost, so partial sums never leave the tile)."""
-    orders = [(*p.batch, "ti", "tj", "tk"), (*p.batch, "tj", "ti", "tk")]
-    return [tuple(v for v in order if trips[v] > 1) for order in orders]
+def trips_of(p: MatmulProblem, Ti: int, Tj: int, Tk: int, per_block: int = 1) -> dict[str, int]:
+    trips = dict(zip(p.batch, p.batch_trips))
+    trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
+    trips.update(bi=math.ceil(trips["ti"] / per_block), bj=math.ceil(trips["tj"] / per_block))
+    return trips
 
 
-def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Buffer]:
+ORDERS = {  # outermost first, after the batch loops; K innermost, so partial sums never leave the array
+    None: [("ti", "tj", "tk"), ("tj", "ti", "tk")],
+    "A": [("bi", "tj", "ti", "tk")],
+    "B": [("bj", "ti", "tj", "tk")],
+}
+
+
+# the loop each operand's panel is loaded at, by resident operand
+PANEL_LOOPS = {"A": {"A": "bi", "B": "tj"}, "B": {"A": "ti", "B": "bj"}}
+
+
+def _outside_parallel(loop: str, t: MatmulTiling) -> bool:
+    """Whether a load into L3 at `loop` (one that does not run: before all loops) sits outside
+    the parallel loop, so that one copy serves every compute tile (`Kernel.shared_moves`)."""
+    if t.parallel.loop is None:
+        return False
+    at = t.loop_order.index(loop) if loop in t.loop_order else -1
+    return at < t.loop_order.index(t.parallel.loop)
+
+
+def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[int]]:
     """What the tiles are sized by: the kernel body's buffers as (level, bytes), each at its
-    largest. A and B tiles `depth` deep at L3, L2 and L1; a whole tile of Cin at L3 and L2; the
-    accumulators' tile drained to L2 and, unless an epilogue takes it there, on to L3; each
-    epilogue operand's tile (a bias row one row high) `depth` deep at L3 and L2, and the final
-    result's at both. The body double-buffers only loads that repeat and holds C in its own
+    largest, and apart the L3 buffers one copy of which serves every compute tile (a resident
+    panel, and a streamed panel loaded outside the parallel loop). L3 holds the operands' L3 tiles:
+    A and B tiles `depth` deep, or the resident panel `panel_depth` deep and the streamed one's
+    panels `depth` deep. L2 and L1 hold A and B tiles `depth` deep; L3 and L2 a whole tile of Cin;
+    the accumulators' tile drains to L2 and, unless an epilogue takes it there, on to L3; each
+    epilogue operand's tile (a bias row one row high) sits `depth` deep at L3 and L2, and the
+    final result's at both. The body double-buffers only loads that repeat and holds C in its own
     dtype, never wider than the accumulators', so it needs no more than this; the kernel's
     requirements are its buffers exactly (`requirements.body_buffers`)."""
+    Ti, Tj, Tk = t.Ti, t.Tj, t.Tk
     a, b = Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth
+    out = [(level, tile) for level in ("L2", "L1") for tile in (a, b)]
+    shared: list[int] = []
+    if t.resident is None:
+        out += [("L3", a), ("L3", b)]
+    else:
+        rows, cols = (min(p.M, Ti * t.per_block), min(p.N, Tj)) if t.resident == "A" else \
+            (min(p.M, Ti), min(p.N, Tj * t.per_block))
+        panels = {"A": rows * p.K * p.elem_a, "B": p.K * cols * p.elem_b}
+        for operand, loop in PANEL_LOOPS[t.resident].items():
+            size = panels[operand] * (t.panel_depth if operand == t.resident else p.depth)
+            if _outside_parallel(loop, t):
+                shared.append(size)
+            else:
+                out.append(("L3", size))
     acc = Ti * Tj * p.elem_acc
-    out = [(level, tile) for level in ("L3", "L2", "L1") for tile in (a, b)]
     out += [("L2", acc)] if p.epilogue is not None else [("L3", acc), ("L2", acc)]
     if p.cin_batch is not None:
         out += [("L3", Ti * Tj * p.elem_cin), ("L2", Ti * Tj * p.elem_cin)]
@@ -183,28 +238,97 @@ def tile_buffers(p: MatmulProblem, Ti: int, Tj: int, Tk: int) -> list[Buffer]:
             operand = (Ti if rows else 1) * (Tj if cols else 1) * elem * p.depth
             out += [("L3", operand), ("L2", operand)]
         out += [("L3", Ti * Tj * p.elem_c), ("L2", Ti * Tj * p.elem_c)]
-    return out
+    return out, shared
+
+
+def _panel_blocks(tiles: int, workers: int) -> list[int]:
+    """Panel sizes worth trying, in tiles, smallest first: each count of blocks from one tile per
+    panel up to one panel of the whole operand, as few tiles as that count needs; a multiple of
+    `workers` when the compute tiles share a panel's tiles."""
+    sizes = {math.ceil(tiles / blocks) for blocks in range(1, tiles + 1)}
+    if workers > 1:
+        sizes = {min(tiles, math.ceil(n / workers) * workers) for n in sizes}
+    return sorted(sizes)
+
+
+def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
+    """The feasible tilings with these tiles, as (tiling, trips): each order without a resident
+    panel, and for each resident operand, panel buffering depth and parallel loop the largest
+    panel that fits (a larger panel never moves more)."""
+    # L2 and L1 hold the same tiles whichever operand is resident: when they do not fit, none does
+    on_l2_l1 = [b for b in tile_buffers(p, MatmulTiling(Ti, Tj, Tk, Tk, (), Parallel(None, 1)))[0] if b[0] != "L3"]
+    if not fits(on_l2_l1, target):
+        return
+    for order in ORDERS[None]:
+        trips = trips_of(p, Ti, Tj, Tk)
+        order = tuple(v for v in (*p.batch, *order) if trips[v] > 1)
+        t = MatmulTiling(Ti, Tj, Tk, Tk, order, parallel_loop(order, trips, target.compute_tiles))
+        private, shared = tile_buffers(p, t)
+        if fits(private, target, shared):
+            yield t, trips
+    for resident, (order,) in ((r, ORDERS[r]) for r in ("A", "B")):
+        inner, outer = ("ti", "tj") if resident == "A" else ("tj", "ti")
+        tiles = trips_of(p, Ti, Tj, Tk)[inner]
+        for panel_depth in ((2, 1) if p.depth == 2 else (1,)):
+            # the compute tiles deal out the panel's tiles (sharing both panels) or the other
+            # operand's panels
+            for parallel_on, workers in ((inner, target.compute_tiles), (outer, 1)):
+                def tiling(per_block: int) -> tuple[MatmulTiling, dict[str, int]]:
+                    trips = trips_of(p, Ti, Tj, Tk, per_block)
+                    loops = tuple(v for v in (*p.batch, *order) if trips[v] > 1)
+                    runs = min(trips[parallel_on], per_block) if parallel_on == inner else trips[parallel_on]
+                    parallel = Parallel(parallel_on, max(1, min(target.compute_tiles, runs))) \
+                        if parallel_on in loops else parallel_loop(loops, trips, target.compute_tiles)
+                    return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth), trips
+
+                def fitting(per_block: int) -> bool:
+                    private, shared = tile_buffers(p, tiling(per_block)[0])
+                    return fits(private, target, shared)
+
+                sizes = _panel_blocks(tiles, workers)
+                low, high = 0, len(sizes)  # the largest fitting size: fits shrinks with the panel
+                while low < high:
+                    mid = (low + high) // 2
+                    if fitting(sizes[mid]):
+                        low = mid + 1
+                    else:
+                        high = mid
+                if low:
+                    yield tiling(sizes[low - 1])
+
+
+# a resident panel is loaded whole before the array starts on it: worth it only when that first
+# load is a small part of the kernel's traffic (the rest streams while the array computes)
+PANEL_SHARE = 16
+
+
+def first_panels(p: MatmulProblem, t: MatmulTiling) -> int:
+    """Bytes of the first panel of each operand: what must arrive before the first compute."""
+    rows = min(p.M, t.Ti * (t.per_block if t.resident == "A" else 1))
+    cols = min(p.N, t.Tj * (t.per_block if t.resident == "B" else 1))
+    return rows * p.K * p.elem_a + p.K * cols * p.elem_b
 
 
 def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
-    """The feasible tiling with least exact DRAM traffic; ties go to fewer, larger tiles."""
-    s = min(target.rows, target.cols)
+    """The feasible tiling with least exact DRAM traffic, a resident panel only where its first
+    load is at most 1/PANEL_SHARE of that traffic; ties go to fewer, larger tiles, then to a
+    double-buffered resident panel, then to larger panels."""
     best: tuple[tuple, MatmulTiling] | None = None
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
-            for Tk in reversed(_candidates(p.K, s)):
-                if not fits(tile_buffers(p, Ti, Tj, Tk), target):
-                    continue
-                trips = dict(zip(p.batch, p.batch_trips))
-                trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
-                for order in _loop_orders(p, trips):
-                    parallel = parallel_loop(order, trips, target.compute_tiles)
-                    dram = dram_traffic(streams(p, Ti, Tj, Tk), order, trips, parallel)
+            for Tk in reversed(_candidates(p.K, min(target.rows, target.cols))):
+                found = False
+                for t, trips in _tilings(p, target, Ti, Tj, Tk):
+                    found = True
+                    dram = dram_traffic(streams(p, t), t.loop_order, trips, t.within)
+                    if t.resident is not None and PANEL_SHARE * first_panels(p, t) > dram:
+                        continue
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
-                    key = (dram, tiles, -Ti * Tj, order)
+                    key = (dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, t.loop_order)
                     if best is None or key < best[0]:
-                        best = (key, MatmulTiling(Ti, Tj, Tk, Tk, order, parallel))
-                break  # the largest Tk that fits this (Ti, Tj) is the one worth having
+                        best = (key, t)
+                if found:
+                    break  # the largest Tk that fits this (Ti, Tj) is the one worth having
     if best is None:
         raise ValueError("no tile of the array size fits the target's memories")
     return best[1]

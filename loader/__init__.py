@@ -1,23 +1,20 @@
 """The loader: binds a `.kpu` object to one machine, simulates it and executes it."""
 
-from .binding import BindError, Binding, BoundBuffer, bind_greedy, estimate_makespan
-from .buffers import Buffer, StreamReq, kernel_demands
-from .inputs import InputError, generated, program_inputs
-from .run import LoadError, RunResult, bind_program, check_fits, check_outputs, execute, program_tasks, simulate
+from dfx.lazy import lazy_exports
 
-__all__ = [
-    "BindError", "Binding", "BoundBuffer", "bind_greedy", "estimate_makespan",
-    "Buffer", "StreamReq", "kernel_demands",
-    "InputError", "generated", "program_inputs",
-    "LoadError", "RunResult", "bind_program", "check_fits", "check_outputs", "execute", "program_tasks", "simulate",
-    "bind_cpsat",
-]
+# name -> the module that defines it. Each is imported on first use only, so `kpu-loader --help`
+# and a run whose bindings are cached never pay for OR-Tools, and --help not for numpy either.
+_EXPORTS = {
+    "BindError": "binding", "Binding": "binding", "BoundBuffer": "binding", "bind_greedy": "binding",
+    "estimate_makespan": "binding",
+    "Buffer": "buffers", "StreamReq": "buffers", "kernel_demands": "buffers",
+    "InputError": "inputs", "generated": "inputs", "program_inputs": "inputs",
+    "LoadError": "run", "RunResult": "run", "bind_program": "run", "check_fits": "run", "check_outputs": "run",
+    "execute": "run", "program_tasks": "run", "simulate": "run",
+    "bind_cpsat": "bind",
+    "bind_cached": "cache", "cache_dir": "cache",
+}
 
+__all__ = list(_EXPORTS)
 
-def __getattr__(name: str):
-    # CP-SAT (OR-Tools, with pandas behind it) costs a third of a second to import: only on use.
-    if name == "bind_cpsat":
-        from .bind import bind_cpsat
-
-        return bind_cpsat
-    raise AttributeError(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -72,9 +72,11 @@ def l2_port_op(op: DataMove) -> int | None:
 
 
 def level_banks(machine: Machine, level: str) -> tuple[int, int]:
-    """(banks or tiles one worker may choose from, bytes each). L1 buffers are per compute tile."""
+    """(banks one worker may choose from, bytes each). L1 buffers are per compute tile. The L3
+    tiles are one address space, interleaved line by line across them, so a buffer (a resident
+    panel) may spread over all of them: one bank of all their bytes."""
     if level == "L3":
-        return machine.l3.count, machine.l3.bytes
+        return 1, machine.l3.count * machine.l3.bytes
     if level == "L2":
         return machine.l2.count, machine.l2.bytes
     return machine.l1.count, machine.l1.bytes
@@ -83,20 +85,23 @@ def level_banks(machine: Machine, level: str) -> tuple[int, int]:
 def op_runs(kernel: Kernel, op) -> int:
     """How many times a body op runs in the whole kernel."""
     anchor, after = op.after or op.at, op.after is not None
-    n = 1
+    live = []
     for loop in kernel.tile_loops:
         if anchor is None or (after and loop.induction_var == anchor):
             break
-        n *= loop.trip_count
+        live.append(loop)
         if loop.induction_var == anchor:
             break
-    return n
+    # a loop within blocks counts its steps over all of them: its loop over blocks adds none
+    blocks = {loop.within for loop in live}
+    return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
 
 
 def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list[Buffer], list[StreamReq]]:
     g = program.graph
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
+    shared = kernel.shared_moves() if workers > 1 else set()
     for op in kernel.body:
         # a view names bytes already in external memory: no buffer, no engine
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
@@ -107,11 +112,13 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
         tile_bytes = math.prod(dst.tile_shape) * itemsize(g.tensors[dst.tensor].dtype)
         depth = op.depth if isinstance(op, DataMove) else 1
         runs = op_runs(kernel, op)
-        for w in range(workers):
+        # a shared move is worker 0's, its one buffer read by every worker
+        copies = 1 if op.op_id in shared else workers
+        for w in range(copies):
             if dst.level in ON_CHIP:
                 buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, depth, 0, len(kernel.body)))
             if isinstance(op, DataMove):
                 streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
-                                         op.source.level, dst.level, tile_bytes, max(1, runs // workers),
+                                         op.source.level, dst.level, tile_bytes, max(1, runs // copies),
                                          l2_port_op(op)))
     return buffers, streams

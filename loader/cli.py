@@ -96,6 +96,8 @@ def load(
     ops: int = typer.Option(20, "--ops", min=0, max=MAX_SHOWN_OPS, help="Scheduled ops shown by --dry-run"),
     timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
     binder: str = typer.Option("cp-sat", "--binder", help="cp-sat | greedy"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the binding cache "
+                                  "($KPU_CACHE_DIR, else $XDG_CACHE_HOME/kpu or ~/.cache/kpu)"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),
 ) -> None:
     """Bind OBJECT.kpu to a machine, simulate it cycle by cycle, and compute its outputs."""
@@ -105,9 +107,10 @@ def load(
     from dfx import ObjectFileError, OutputError, OutputFiles, fail, read
     from hardware import ConfigError, load_machine, trace_json
 
-    from .binding import BindError, bind_greedy
+    from .binding import BindError
     from .budget import advise, estimate
-    from .execute import ExecutionError
+    from .cache import bind_cached
+    from .execution import ExecutionError
     from .inputs import InputError, program_inputs, read_input
     from .outputs import claim_outputs, stage_array
     from .report import dry_run_view, print_check, print_dry_run, print_profile, shown, summary
@@ -144,13 +147,13 @@ def load(
             machine = load_machine(config, accelerator)
             given = dict(read_input(spec, program) for spec in input or [])
             check_fits(program, machine, object_file)
-            if binder == "cp-sat":
-                from .bind import bind_cpsat as bind_fn
-            else:
-                bind_fn = bind_greedy
-            bindings = bind_program(program, machine, object_file, bind_fn)
+            bindings, cache_use = bind_cached(program, machine, object_file, accelerator, binder,
+                                              lambda: bind_program(program, machine, object_file, _binder(binder)),
+                                              use_cache=not no_cache)
         except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError) as e:
             fail(str(e))
+        if cache_use.warning is not None:
+            print(f"warning: {cache_use.warning}", file=sys.stderr)
 
         budget = estimate(program, bindings)
         if not (dry_run or timing_only):
@@ -199,14 +202,18 @@ def load(
 
     if dry_run:
         view = dry_run_view(program, bindings, result.sim, ops)
+        view["binding_cache"] = cache_use.state
         if json_out:
             sys.stdout.write(orjson.dumps(view).decode() + "\n")
         else:
             print_dry_run(view, console)
+            console.print(cache_use.line(), markup=False, highlight=False, soft_wrap=True)
         return
     s = summary(result, program, object_file, machine, {n: str(p) for n, p in output_paths.items()})
+    s["binding_cache"] = cache_use.state
     if profile:
         print_profile(s, console)
+        console.print(cache_use.line(), markup=False, highlight=False, soft_wrap=True)
     if check:
         print_check(s, console)
     if json_out:
@@ -216,6 +223,18 @@ def load(
                       f"{s['utilization']:.1%} array utilization")
     if check and not result.check_passed:
         raise typer.Exit(1)
+
+
+def _binder(name: str):
+    """The binder's function. CP-SAT's module imports OR-Tools, so only a run that binds (no
+    cached bindings) loads it."""
+    if name == "cp-sat":
+        from .bind import bind_cpsat
+
+        return bind_cpsat
+    from .binding import bind_greedy
+
+    return bind_greedy
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import kernel_demands
-from .execute import COMPUTES, reference_op, run_kernel
+from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import workers_for
 from .tasks import DEP_WINDOW, TaskStream

@@ -41,7 +41,7 @@ def workers_for(kernel: Kernel, compute_tiles: int) -> int:
     """Compute tiles a kernel can use: at most one per iteration of its parallel loop."""
     for loop in kernel.tile_loops:
         if loop.parallel:
-            return max(1, min(compute_tiles, loop.trip_count))
+            return max(1, min(compute_tiles, loop.trip_count, loop.per_block or loop.trip_count))
     return 1
 
 
@@ -52,10 +52,9 @@ def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) 
     def level(d: int) -> Iterator[tuple[BodyOp, dict]]:
         loop = loops[d]
         var = loop.induction_var
+        iterations = loop.steps(env)
         if loop.parallel:
-            iterations = range(loop.start + worker * loop.step, loop.end, workers * loop.step)
-        else:
-            iterations = range(loop.start, loop.end, loop.step)
+            iterations = iterations[worker::workers]
         ops_at = place.at[var]
         for value in iterations:
             env[var] = value
@@ -74,16 +73,32 @@ def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) 
 
 
 def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
+    """A shared move (`Kernel.shared_moves`) runs once for all workers, as worker 0's: each
+    worker that reaches it waits there until every worker has, so none is still reading the
+    copy before it (every reader of a shared tile sits inside the loop the move sits at)."""
     place = placement(kernel)
+    shared = kernel.shared_moves() if workers > 1 else set()
     streams = [(w, _worker_stream(kernel, place, w, workers)) for w in range(workers)]
+    waiting: dict[int, tuple[BodyOp, dict]] = {}  # worker -> the shared move it reached
     while streams:
         live = []
         for w, stream in streams:
-            step = next(stream, None)
-            if step is not None:
+            if w in waiting:
                 live.append((w, stream))
+                continue
+            step = next(stream, None)
+            if step is None:
+                continue
+            live.append((w, stream))
+            if step[0].op_id in shared:
+                waiting[w] = step
+            else:
                 yield w, step[0], step[1]
         streams = live
+        if waiting and len(waiting) == len(streams):
+            op, env = waiting[min(waiting)]
+            yield 0, op, env
+            waiting.clear()
 
 
 def table_values(ref: TileRef, g: Graph) -> list[int] | None:

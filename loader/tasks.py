@@ -24,7 +24,7 @@ from dfx import Barrier, Compute, DataMove, Kernel, Program, itemsize
 from hardware import Task
 
 from .binding import Binding
-from .execute import compute_ops
+from .execution import compute_ops
 from .buffers import engine_kind, l2_port_op
 from .relocate import Occupancy, place_of
 from .schedule import accumulating, expand, move_slices, readers, region_elements, table_values, tile_slices
@@ -56,12 +56,13 @@ class TaskStream:
         ends: dict[tuple[int, int], frozenset[int]] = {}
         l2_bank = _l2_banks(kernel, binding)
         previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
+        shared = kernel.shared_moves()  # worker 0's, read by every worker
         for worker, op, env in expand(kernel, workers):
             tid = self.next_id
             self.next_id += 1
             deps = set()
             for d in op.depends_on:
-                key = (worker, d)
+                key = (0 if d in shared else worker, d)
                 if key in last:
                     deps.add(last[key])
                     # this op reads the buffer `d` filled: remember it for d's next overwrite
@@ -73,9 +74,10 @@ class TaskStream:
             if fresh:
                 n = instance.get((worker, op.op_id), 0) + 1
                 instance[worker, op.op_id] = n
-                old = reader.pop((worker, op.op_id, n - depth.get(op.op_id, 1)), None)
-                if old is not None:
-                    deps.add(old)
+                for w in (range(workers) if op.op_id in shared else (worker,)):
+                    old = reader.pop((w, op.op_id, n - depth.get(op.op_id, 1)), None)
+                    if old is not None:
+                        deps.add(old)
                 if n <= depth.get(op.op_id, 1):  # a first fill of each slot of the buffer
                     deps.update(previous_users.get((worker, op.op_id), ()))
             if isinstance(op, Barrier):
@@ -126,7 +128,7 @@ class TaskStream:
             ends[worker, op.op_id] = frozenset((tid,))
             yield task
         self.finished[kernel.name] = ends
-        self._occupy(kernel, binding, last)
+        self._occupy(kernel, binding, last, shared)
 
     def _barrier_deps(self, barrier: Barrier, ends: dict, workers: int) -> set[int]:
         """The last instance of each op the barrier waits for, on every compute tile of its kernel
@@ -141,13 +143,15 @@ class TaskStream:
                 {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
                 for bb in binding.buffers}
 
-    def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int]) -> None:
+    def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int], shared: set[int]) -> None:
         """This kernel's buffers hide the earlier ones they overlap: their last use is later. A
-        buffer's last use is the latest task of the move that fills it or of an op that reads it."""
+        buffer's last use is the latest task of the move that fills it or of an op that reads it
+        (a shared buffer's readers: on any worker)."""
         consumers = readers(kernel)
         for bb in binding.buffers:
             w, op_id = bb.buffer.worker, bb.buffer.op_id
-            uses = [last[w, o] for o in (op_id, *consumers[op_id]) if (w, o) in last]
+            users = range(binding.workers) if op_id in shared else (w,)
+            uses = [last[u, o] for u in users for o in (op_id, *consumers[op_id]) if (u, o) in last]
             if uses:
                 self.occupied.claim(bb, max(uses))
 

@@ -54,6 +54,16 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     return lines[0]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def binding_cache_dir(tmp_path_factory):
+    """The loader's binding cache of the whole session, in a temp dir: never the user's. Set in
+    os.environ, so the CLIs the tests start use it too."""
+    path = tmp_path_factory.mktemp("binding-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KPU_CACHE_DIR", str(path))
+        yield path
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> str:
     """The minimal config with 4 KB of L3 and 1 KB banks at L2 and L1."""

@@ -185,7 +185,7 @@ def unicode_accumulate(obj):
 
 
 @pytest.mark.parametrize("edit, fragments", [
-    (edit_end, ["kernel 'matmul_0' op 0", "along 'tk'", "do not cover"]),
+    (edit_end, ["kernel 'matmul_0' op ", "along 'tk'", "do not cover"]),
     (add_free_loop, ["kernel 'matmul_0' loop 'spin'", "indexes no tile dimension"]),
     (widen_tile, ["kernel 'matmul_0' op 0", "tiles of 1000000000 along '0' (1 trips)"]),
     (grow_tensor, ["tensor 'A'", "2^40 elements"]),

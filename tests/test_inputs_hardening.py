@@ -18,7 +18,7 @@ from numpy.lib import format as npy_format
 from conftest import assert_one_line_error, examples, gemm_dfg, run_cli
 from dfx import numpy_dtype, write
 from kernel_compiler import compile_graph, load_graph, load_target
-from loader.execute import reference_op
+from loader.execution import reference_op
 from loader.inputs import InputError, read_input
 from loader.run import check_outputs
 

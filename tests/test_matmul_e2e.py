@@ -78,7 +78,7 @@ def test_execution_reports_progress_in_tile_ops(gemm_file, tmp_path, monkeypatch
     program = read(obj)
     bindings = bind_program(program, load_machine(CONFIGS / "minimal.json"), str(obj))
     # the module, not the `execute` function the package exports under the same name
-    monkeypatch.setattr(importlib.import_module("loader.execute"), "PROGRESS_EVERY", 100)
+    monkeypatch.setattr(importlib.import_module("loader.execution"), "PROGRESS_EVERY", 100)
     calls = []
     values = execute(program, bindings, program_inputs(program, {}, 0), calls.append)
     total = sum(op_runs(k, op) for k in program.kernels for op in k.body)

@@ -238,8 +238,22 @@ def compute_reads_l2(obj):  # skips the L2 -> L1 hop of A
     compute["depends_on"][0] = move(k, "x", "L3", "L2")["op_id"]
 
 
+def square_chain() -> dict:
+    """h0 = x W0, z1 = h0 W1 for standard: matmul_1's rows and columns are both 2 tiles of 128,
+    each operand tile loaded at tk."""
+    g = Graph("chain")
+    for name, shape, role in [("x", (256, 256), "input"), ("W0", (256, 1024), "input"),
+                              ("h0", (256, 1024), "intermediate"), ("W1", (1024, 256), "input"),
+                              ("z1", (256, 256), "output")]:
+        g.tensors[name] = Tensor(name, shape, "f32", role)
+    g.ops += [Op("mm0", "MATMUL", ["x", "W0"], ["h0"], {}, "test"), Op("mm1", "MATMUL", ["h0", "W1"], ["z1"], {}, "test")]
+    return orjson.loads(dumps(compile_graph(g, "chain.dfg", load_target(str(CONFIGS / "standard.json")))))
+
+
 def matmul_1_with_rows_by_tj(obj):
-    """matmul_1's rows and columns are both 2 tiles of 128: tj can step h0's rows as well."""
+    """matmul_1 of the square chain, which replaces `obj`: tj can step h0's rows as well."""
+    obj.clear()
+    obj.update(square_chain())
     k = obj["body"]["kernels"][1]
     trips = {l["induction_var"]: l["end"] for l in k["tile_loops"]}
     assert trips["ti"] == trips["tj"] and k["tiling"]["Ti"] == k["tiling"]["Tj"], k["tiling"]

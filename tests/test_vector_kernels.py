@@ -148,9 +148,10 @@ def test_check_names_a_faulty_intermediate_kernel(tmp_path):
     from conftest import run_cli
     from dfx.objfile import _digest
 
-    g = graph_of([("MATMUL", ["a", "w"], {}), ("ADD", ["t0", "bias"], {}), ("MATMUL", ["t1", "w"], {}),
+    g = graph_of([("MATMUL", ["a", "w"], {}), ("ADD", ["t0", "bias"], {}), ("MATMUL", ["t1", "w2"], {}),
                   ("SIGMOID", ["t2"], {})],
-                 {"a": ((256, 256), "f32"), "w": ((256, 256), "f32"), "bias": ((256,), "f32")})
+                 {"a": ((256, 256), "f32"), "w": ((256, 1024), "f32"), "bias": ((1024,), "f32"),
+                  "w2": ((1024, 256), "f32")})
     obj = tmp_path / "chain.kpu"
     obj.write_bytes(dumps(compile_graph(g, "chain.dfg", load_target(STANDARD), fuse=False)))
     assert run_cli("loader", obj, "--config", STANDARD, "--check").returncode == 0

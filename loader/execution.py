@@ -33,14 +33,17 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
         memory[name] = np.zeros(t.shape, numpy_dtype(t.dtype))
     computes = compute_ops(kernel, g)
     accs = accumulation_dtypes(kernel, g)
-    # (worker, tensor, level) -> the tile held there
+    # (worker, tensor, level) -> the tile held there; a shared move's tile is worker 0's
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
+    # the region of its tensor each tile a move made holds: a panel, whose tiles later moves read
+    regions: dict[tuple[int, str, str], tuple[slice, ...]] = {}
+    shared = {(op.destination.tensor, op.destination.level) for op in kernel.body if op.op_id in kernel.shared_moves()}
     for worker, op, env in expand(kernel, workers):
         done += 1
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, memory, g, accs, computes)
+            _run_op(op, env, worker, tiles, regions, memory, g, accs, computes, shared)
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -51,15 +54,17 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     return done
 
 
-def _run_op(op, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g, accs: dict[int, np.dtype],
-            computes: dict) -> None:
+def _run_op(op, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
+            accs: dict[int, np.dtype], computes: dict, shared: set[tuple[str, str]]) -> None:
     if isinstance(op, DataMove):
-        _move(op, env, worker, tiles, memory, g)
+        _move(op, env, worker, tiles, regions, memory, g, shared)
     elif isinstance(op, Compute):
+        regions.pop((worker, op.output.tensor, op.output.level), None)
         _compute(op, env, worker, tiles, accs[op.op_id], computes[op.op_id])
 
 
-def _move(op: DataMove, env: dict, worker: int, tiles: dict, memory: dict[str, np.ndarray], g) -> None:
+def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
+          shared: set[tuple[str, str]]) -> None:
     """Copy the positions of the tile inside both tensors (kernel.py). An on-chip tile is held
     whole: what the source does not cover there is the move's fill."""
     src, dst = op.source, op.destination
@@ -71,8 +76,9 @@ def _move(op: DataMove, env: dict, worker: int, tiles: dict, memory: dict[str, n
     if src.level == "EXTERNAL":
         tile = memory[src.tensor][src_part]
     else:
-        tile = tiles[worker, src.tensor, src.level]
-        held = tile_slices(src, src_shape, env)
+        key = (0 if (src.tensor, src.level) in shared else worker, src.tensor, src.level)
+        tile = tiles[key]
+        held = regions.get(key) or tile_slices(src, src_shape, env)
         if src_part != held:  # a whole tile passes as held: a transposed one keeps its layout
             tile = tile[_within(src_part, held)]
     if op.permutation is not None:
@@ -89,6 +95,7 @@ def _move(op: DataMove, env: dict, worker: int, tiles: dict, memory: dict[str, n
         full[_within(dst_part, whole)] = tile
         tile = full
     tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2) if op.transpose else tile
+    regions[worker, dst.tensor, dst.level] = whole
 
 
 def _within(part: tuple[slice, ...], region: tuple[slice, ...]) -> tuple[slice, ...]:
