@@ -33,17 +33,19 @@ Memory is O(dep_window), however long the input:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
+from operator import attrgetter
 
 from .machine import Machine
 from .task import UNIT_PREFIX, Task
 from .units import COMPUTE_MODELS, MOVE_MODELS, SYNC_MODELS
 
 TRACE_PID = 1  # every trace slice belongs to one process: the KPU
-PROGRESS_EVERY = 4096  # completions between progress callbacks (a power of two: masked below)
+PROGRESS_EVERY = 4096  # completions between progress callbacks
+COSTS_KEPT = 1 << 12  # durations remembered per unit kind: bounded memory however varied the tasks
 
 
 @dataclass(slots=True)
@@ -87,26 +89,29 @@ class _Queue(deque):
 
 
 class _Engine:
-    """One engine: a queue per stream, the candidates among their heads, and the running task."""
+    """One engine: the candidates among its streams' queue heads, and the running task."""
 
-    __slots__ = ("name", "tid", "stats", "queues", "cands", "running", "cost", "tail", "compute",
-                 "moves", "channel", "held", "moved")
+    __slots__ = ("name", "tid", "stats", "cands", "running", "cost", "timing", "costs", "tail",
+                 "compute", "moves", "channel", "held", "moved")
 
-    def __init__(self, name, tid, model, role, channel):
+    def __init__(self, name, tid, model, role, channel, costs):
         self.name = name
         self.tid = tid  # trace track
         self.stats = UnitStats()
-        self.queues: dict[int, _Queue] = {}  # stream -> its queue
         # Heads whose deps are done, not started: a heap of (ready cycle, task id, queue).
         self.cands: list[tuple[int, int, _Queue]] = []
         self.running: _Queue | None = None  # the queue whose head runs or holds the engine
         self.cost = model.cycles
+        # The fields of a task its duration depends on, and the durations timed so far by those
+        # (one dict per unit kind): a program repeats a few tile shapes over and over.
+        self.timing = attrgetter(*model.timed_by) if model.timed_by else lambda task: ()
+        self.costs: dict = costs
         self.tail = model.tail_cycles
         self.compute = model if role == "compute" else None  # compute engines: the model, for its work
         self.moves = role == "move"  # engines that move bytes between levels
         self.channel = channel  # DMA engines: the home channel, for tasks that name none
-        self.held = None  # the resource its running task releases on completion
-        self.moved: dict[tuple[str, str], int] = {}
+        self.held = None  # the port its running task holds, released when it completes
+        self.moved: defaultdict[tuple[str, str], int] = defaultdict(int)
 
 
 class _Resource:
@@ -151,10 +156,11 @@ class Simulator:
         track = len(channels)
         for unit, model_cls, count, role in kinds:
             model = model_cls(mc)
+            costs = {}
             engines[unit] = {}
             for e in range(count):
                 home = channels[e % len(channels)] if unit == "dma" else None
-                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, role, home)
+                engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, role, home, costs)
                 track += 1
         banks = [_Resource(f"l2bank{b}", mc.l2_bank_ports) for b in range(mc.l2.count)]
         return channels, engines, banks
@@ -172,107 +178,55 @@ class Simulator:
         first_index: dict[int, int] = {}  # task id -> program position, for the first tasks
         phases: dict[int, PhaseSpan] = {}
 
-        heap: list[tuple[int, int, object]] = []  # (cycle, key, engine | resource)
+        # (cycle, task id, its engine's completion | its DMA channel's release). A release comes
+        # the DMA's latency tail before its task's end, so no two entries tie and the heap never
+        # compares the objects.
+        heap: list[tuple[int, int, _Engine | _Resource]] = []
         in_flight = self._in_flight = set()  # ids read but not finished
-        recent = self._recent = deque()  # the last `window` ids read, oldest first
+        recent = self._recent = deque(maxlen=window)  # the last `window` ids read, oldest first
+        queues: dict[tuple[str, int, int], _Queue] = {}  # (unit, engine, stream) -> its queue
         dep_waiters: dict[int, list[_Queue]] = {}  # unfinished task id -> queues whose head needs it
         ready: list[_Queue] = []  # queues whose head task must be (re)examined now
         idle: list[_Engine] = []  # engines that may be idle with candidates: choose one now
         dirty: list[_Resource] = []  # resources with new waiters or freed ports
+        starting: list[_Engine] = []  # engines whose chosen task starts now (holding its port, if any)
         it = iter(tasks)
         now = admitted = done = 0
         last_id = None
         exhausted = False
-
-        def start(eng: _Engine, res: _Resource | None, now: int) -> None:
-            task = eng.running[0]
-            cycles = eng.cost(task)
-            end = now + cycles
-            nbytes = task.bytes
-            st = eng.stats
-            st.busy_cycles += cycles
-            st.tasks += 1
-            st.bytes += nbytes
-            span = phases.get(task.phase)
-            if span is None:  # tasks start in time order: the first seen starts the phase
-                span = phases[task.phase] = PhaseSpan(now, end)
-            elif end > span.end:
-                span.end = end
-            compute = eng.compute
-            if compute is not None:
-                span.macs += compute.macs(task)
-                if span.compute_start is None:
-                    span.compute_start = now
-            elif eng.moves:
-                key = (task.src_level, task.dst_level)
-                moved = eng.moved
-                moved[key] = moved.get(key, 0) + nbytes
-            if res is not None:
-                res.free -= 1
-                hold = cycles - eng.tail
-                rs = res.stats
-                rs.busy_cycles += hold
-                rs.tasks += 1
-                rs.bytes += nbytes
-                if eng.tail:
-                    # Keys are 2*id for releases, 2*id + 1 for completions: unique, so the heap
-                    # never compares payloads, and a release sorts before its own completion.
-                    heappush(heap, (now + hold, 2 * task.id, res))
-                else:
-                    eng.held = res
-            heappush(heap, (end, 2 * task.id + 1, eng))
-            if first_index:
-                i = first_index.pop(task.id, None)
-                if i is not None:
-                    first[i] = (task, now, end, eng.name)
-            if trace:
-                args = dict(task.args) if task.args else {}
-                args["task"] = task.id
-                args["stream"] = task.stream
-                if compute is not None:
-                    args.update(compute.trace_args(task))
-                elif eng.moves:
-                    args["bytes"] = nbytes
-                args["cycles"] = cycles
-                if res is not None:
-                    args["port"] = res.name
-                events.append({"name": task.label or eng.name, "ph": "X", "pid": TRACE_PID,
-                               "tid": eng.tid, "ts": now * us_per_cycle,
-                               "dur": cycles * us_per_cycle, "args": args})
+        report_at = PROGRESS_EVERY if progress is not None else -1  # the next count to report
 
         while True:
             # Read ahead: tasks join their engine's stream queue in program order.
-            while not exhausted and admitted - done < window:
-                task = next(it, None)
-                if task is None:
+            if not exhausted and admitted - done < window:
+                for task in it:
+                    tid = task.id
+                    if last_id is not None and tid <= last_id:
+                        raise ValueError(f"task {tid}: ids must increase in program order "
+                                         f"(after task {last_id})")
+                    last_id = tid
+                    if task.deps:
+                        oldest = recent[0] if recent else tid  # nothing read yet: no dep can be valid
+                        for d in task.deps:
+                            if not oldest <= d < tid:
+                                raise ValueError(f"task {tid}: dep {d} is not one of the {window} tasks "
+                                                 f"before it (dep_window)")
+                    key = (task.unit, task.engine, task.stream)
+                    q = queues.get(key)
+                    if q is None:
+                        q = queues[key] = _Queue(_engine(task, engines))
+                    if not q:
+                        ready.append(q)
+                    q.append(task)
+                    in_flight.add(tid)
+                    recent.append(tid)
+                    if admitted < record_first:
+                        first_index[tid] = admitted
+                    admitted += 1
+                    if admitted - done == window:
+                        break
+                else:
                     exhausted = True
-                    break
-                tid = task.id
-                if last_id is not None and tid <= last_id:
-                    raise ValueError(f"task {tid}: ids must increase in program order "
-                                     f"(after task {last_id})")
-                last_id = tid
-                for d in task.deps:
-                    if not (recent and recent[0] <= d < tid):
-                        raise ValueError(f"task {tid}: dep {d} is not one of the {window} tasks "
-                                         f"before it (dep_window)")
-                kind = engines.get(task.unit)
-                eng = kind.get(task.engine) if kind is not None else None
-                if eng is None:
-                    raise ValueError(_no_engine(task, engines))
-                q = eng.queues.get(task.stream)
-                if q is None:
-                    q = eng.queues[task.stream] = _Queue(eng)
-                if not q:
-                    ready.append(q)
-                q.append(task)
-                in_flight.add(tid)
-                recent.append(tid)
-                if len(recent) > window:
-                    recent.popleft()
-                if admitted < record_first:
-                    first_index[tid] = admitted
-                admitted += 1
 
             # Examine stream heads: wait on an unfinished dep, or become a candidate of the engine.
             for q in ready:
@@ -294,9 +248,12 @@ class Simulator:
                     continue  # listed twice
                 q = eng.running = heappop(eng.cands)[2]
                 task = q[0]
-                res = _resource(task, eng, channels, banks)
+                if task.dram_channel is None and task.l2_bank is None:
+                    res = eng.channel
+                else:
+                    res = _resource(task, channels, banks)
                 if res is None:
-                    start(eng, None, now)
+                    starting.append(eng)
                 else:
                     heappush(res.waiters, (now, task.id, eng))
                     dirty.append(res)
@@ -306,16 +263,65 @@ class Simulator:
             for res in dirty:
                 waiters = res.waiters
                 while res.free and waiters:
-                    start(heappop(waiters)[2], res, now)
+                    res.free -= 1
+                    eng = heappop(waiters)[2]
+                    eng.held = res
+                    starting.append(eng)
             dirty.clear()
+
+            # Start the chosen tasks: time them, count their work, and schedule their end.
+            for eng in starting:
+                task = eng.running[0]
+                timing = eng.timing(task)
+                cycles = eng.costs.get(timing)
+                if cycles is None:
+                    cycles = eng.cost(task)
+                    if len(eng.costs) < COSTS_KEPT:
+                        eng.costs[timing] = cycles
+                end = now + cycles
+                nbytes = task.bytes
+                st = eng.stats
+                st.busy_cycles += cycles
+                st.tasks += 1
+                st.bytes += nbytes
+                span = phases.get(task.phase)
+                if span is None:  # tasks start in time order: the first seen starts the phase
+                    span = phases[task.phase] = PhaseSpan(now, end)
+                elif end > span.end:
+                    span.end = end
+                compute = eng.compute
+                if compute is not None:
+                    span.macs += compute.macs(task)
+                    if span.compute_start is None:
+                        span.compute_start = now
+                elif eng.moves:
+                    eng.moved[task.src_level, task.dst_level] += nbytes
+                res = eng.held
+                if res is not None:
+                    hold = cycles - eng.tail
+                    rs = res.stats
+                    rs.busy_cycles += hold
+                    rs.tasks += 1
+                    rs.bytes += nbytes
+                    if eng.tail:  # the port is free for the latency tail: released by its own event
+                        heappush(heap, (now + hold, task.id, res))
+                        eng.held = None
+                heappush(heap, (end, task.id, eng))
+                if first_index:
+                    i = first_index.pop(task.id, None)
+                    if i is not None:
+                        first[i] = (task, now, end, eng.name)
+                if trace:
+                    events.append(_slice(task, eng, res, cycles, now, us_per_cycle))
+            starting.clear()
 
             if not heap:
                 break
             # Advance to the next event time and apply everything that happens then.
             now = heap[0][0]
             while heap and heap[0][0] == now:
-                _, key, obj = heappop(heap)
-                if not key & 1:  # a DMA's channel release, before its latency tail ends
+                _, _, obj = heappop(heap)
+                if type(obj) is _Resource:  # a DMA's channel release, before its latency tail
                     obj.free += 1
                     dirty.append(obj)
                     continue
@@ -337,8 +343,9 @@ class Simulator:
                     res.free += 1
                     dirty.append(res)
                 done += 1
-                if progress is not None and not done & (PROGRESS_EVERY - 1):
+                if done == report_at:
                     progress(done)
+                    report_at += PROGRESS_EVERY
 
         if admitted != done:  # unreachable unless the model above is broken
             raise RuntimeError(f"simulation stalled with {admitted - done} tasks unfinished")
@@ -365,24 +372,44 @@ class Simulator:
         return SimResult(cycles, units, bytes_moved, macs, events, first, phases)
 
 
-def _resource(task: Task, eng: _Engine, channels: list[_Resource],
-              banks: list[_Resource]) -> _Resource | None:
-    """The shared resource a task holds while it transfers: at most one."""
+def _slice(task: Task, eng: _Engine, res: _Resource | None, cycles: int, now: int,
+           us_per_cycle: float) -> dict:
+    """A started task's trace event: a slice on its engine's track."""
+    args = dict(task.args) if task.args else {}
+    args["task"] = task.id
+    args["stream"] = task.stream
+    if eng.compute is not None:
+        args.update(eng.compute.trace_args(task))
+    elif eng.moves:
+        args["bytes"] = task.bytes
+    args["cycles"] = cycles
+    if res is not None:
+        args["port"] = res.name
+    return {"name": task.label or eng.name, "ph": "X", "pid": TRACE_PID, "tid": eng.tid,
+            "ts": now * us_per_cycle, "dur": cycles * us_per_cycle, "args": args}
+
+
+def _resource(task: Task, channels: list[_Resource], banks: list[_Resource]) -> _Resource:
+    """The shared resource a task that names a DRAM channel or an L2 bank holds while it transfers."""
     ch, bank = task.dram_channel, task.l2_bank
-    if ch is None and bank is None:
-        return eng.channel
-    if ch is not None and bank is not None:
+    if bank is None:
+        pool, index, what = channels, ch, "DRAM channel"
+    elif ch is None:
+        pool, index, what = banks, bank, "L2 bank"
+    else:
         raise ValueError(f"task {task.id}: names both DRAM channel {ch} and L2 bank {bank}; "
                          f"a task uses at most one shared resource")
-    pool, index, what = (channels, ch, "DRAM channel") if ch is not None else (banks, bank,
-                                                                                "L2 bank")
-    if not 0 <= index < len(pool):
-        raise ValueError(f"task {task.id}: no {what} {index}; the machine has {len(pool)}")
-    return pool[index]
+    if 0 <= index < len(pool):
+        return pool[index]
+    raise ValueError(f"task {task.id}: no {what} {index}; the machine has {len(pool)}")
 
 
-def _no_engine(task: Task, engines: dict[str, dict[int, _Engine]]) -> str:
-    if task.unit not in engines:
-        return f"task {task.id}: unknown unit {task.unit!r} (expected one of {', '.join(engines)})"
-    return (f"task {task.id}: no {task.unit} engine {task.engine}; the machine has "
-            f"{len(engines[task.unit])}")
+def _engine(task: Task, engines: dict[str, dict[int, _Engine]]) -> _Engine:
+    """The engine a task runs on; ValueError if the machine has none such."""
+    kind = engines.get(task.unit)
+    if kind is None:
+        raise ValueError(f"task {task.id}: unknown unit {task.unit!r} (expected one of {', '.join(engines)})")
+    eng = kind.get(task.engine)
+    if eng is None:
+        raise ValueError(f"task {task.id}: no {task.unit} engine {task.engine}; the machine has {len(kind)}")
+    return eng

@@ -1,10 +1,11 @@
 """Timing models of the KPU's units: each turns a task into a duration in cycles.
 
-Every model has `cycles(task) -> int` and `tail_cycles`: the trailing part of a task during which
-it no longer holds its shared resource (DRAM channel or L2 bank port), so the simulator can free
-that resource early. A compute model also has `macs(task) -> int`, the multiply-accumulates the
-reports count against the arrays' peak, and `trace_args(task) -> dict`, the work it shows in the
-trace.
+Every model has `cycles(task) -> int`; `timed_by`, the Task fields those cycles depend on (the
+simulator reuses the cycles it timed for the same values of them); and `tail_cycles`: the
+trailing part of a task during which it no longer holds its shared resource (DRAM channel or L2
+bank port), so the simulator can free that resource early. A compute model also has
+`macs(task) -> int`, the multiply-accumulates the reports count against the arrays' peak, and
+`trace_args(task) -> dict`, the work it shows in the trace.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from ..task import Task
 
 class BarrierModel:
     __slots__ = ("tail_cycles",)
+    timed_by = ()
 
     def __init__(self, machine: Machine):
         self.tail_cycles = 0

@@ -17,6 +17,7 @@ from .dram import DramChannel
 
 class DmaModel:
     __slots__ = ("tail_cycles", "_rate")
+    timed_by = ("bytes",)
 
     def __init__(self, machine: Machine):
         channel = DramChannel(machine)

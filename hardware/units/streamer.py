@@ -12,6 +12,7 @@ from .bandwidth import Bandwidth
 
 class StreamerModel:
     __slots__ = ("tail_cycles", "_rate")
+    timed_by = ("bytes",)
 
     def __init__(self, machine: Machine):
         self.tail_cycles = 0

@@ -32,6 +32,7 @@ def matmul_cycles(m: int, n: int, k: int, rows: int, cols: int, dataflow: str,
 
 class SystolicArrayModel:
     __slots__ = ("tail_cycles", "_rows", "_cols", "_dataflows")
+    timed_by = ("m", "n", "k", "dataflow", "drain")
 
     def __init__(self, machine: Machine):
         self.tail_cycles = 0

@@ -35,6 +35,7 @@ def vector_cycles(work: Iterable[tuple[str, int]], lanes: int,
 
 class VectorUnitModel:
     __slots__ = ("tail_cycles", "_lanes", "_cycles_per_element")
+    timed_by = ("vector_work",)
 
     def __init__(self, machine: Machine):
         self.tail_cycles = 0
