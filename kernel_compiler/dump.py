@@ -27,13 +27,16 @@ def _ref(r: TileRef) -> str:
 
 
 def dump_kernel(k: Kernel) -> str:
-    loops = " ".join(f"{l.induction_var}<{l.end}{'(par)' if l.parallel else ''}" for l in k.tile_loops)
+    loops = " ".join(f"{l.induction_var}<{l.end}{f'(by {l.per_block} within {l.within})' if l.within else ''}"
+                     f"{'(par)' if l.parallel else ''}" for l in k.tile_loops)
     tiles = " ".join(f"{key}={value}" for key, value in k.tiling.items())
     intensity = f", AI {k.hints['arithmetic_intensity']} FLOP/B" if "arithmetic_intensity" in k.hints else ""
     fused = f" + {', '.join(k.epilogue)}" if k.epilogue else ""
     lines = [f"kernel {k.name} ({k.op}{fused}, {k.dataflow}) tiles {tiles} loops: {loops or '(none)'}",
              f"  dram {k.hints['estimated_dram_bytes']} B (compulsory {k.hints['compulsory_dram_bytes']} B)"
              f"{intensity}, needs {k.requirements['bytes']}"]
+    if "l3_resident" in k.hints:
+        lines.append(f"  L3 resident: {k.hints['l3_resident']}")
     for op in k.body:
         place = f"after {op.after}" if op.after else f"at {op.at or '-'}"
         if isinstance(op, DataMove):

@@ -1,0 +1,92 @@
+"""Two-level matmul tiling end to end: a resident L3 panel with a loop within blocks, shared by the
+compute tiles, moves what the compiler counts, and computes the right numbers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS
+from dfx import Graph, Op, Tensor, dumps, loads
+from hardware import load_machine
+from kernel_compiler import compile_graph, load_target
+from loader import bind_greedy, bind_program, execute, simulate
+from loader.report import dram_bytes
+
+STANDARD = str(CONFIGS / "standard.json")
+
+# external-memory bytes (reads and writes) of each f32 GEMM M x N x K on standard, as
+# benchmarks/RESULTS.md ("Tiling: external-memory traffic") shows them
+PINNED_DRAM = {
+    (1024, 1024, 1024): 71_303_168,
+    (8192, 256, 256): 17_039_360,
+    (256, 8192, 256): 17_039_360,
+    (256, 256, 8192): 33_816_576,
+    (4096, 4096, 64): 71_303_168,
+}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> str:
+    """standard's array and engines with 32 KB of L3: panels of a few hundred rows, in blocks."""
+    config = json.loads((CONFIGS / "standard.json").read_text())
+    config["name"] = "small"
+    config["on_chip_memory"] = {"l3": {"tile_count": 2, "tile_capacity_kb": 16},
+                                "l2": {"bank_count": 8, "bank_capacity_kb": 8},
+                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 4}}
+    path = tmp_path_factory.mktemp("configs") / "small.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def gemm(M: int, N: int, K: int, batch: tuple[int, ...] = (), transpose_b: bool = False) -> Graph:
+    g = Graph("gemm")
+    g.tensors["A"] = Tensor("A", (*batch, M, K), "f32", "input")
+    g.tensors["B"] = Tensor("B", (N, K) if transpose_b else (K, N), "f32", "input")
+    g.tensors["C"] = Tensor("C", (*batch, M, N), "f32", "output")
+    g.ops.append(Op("mm", "MATMUL", ["A", "B"], ["C"], {"transpose_b": True} if transpose_b else {}, "test"))
+    return g
+
+
+def compiled(graph: Graph, config: str):
+    """The program as the loader reads it (so the validator sees the loops within blocks)."""
+    return loads(dumps(compile_graph(graph, "gemm.dfg", load_target(config))))
+
+
+@pytest.mark.parametrize("shape", PINNED_DRAM, ids=lambda s: "x".join(map(str, s)))
+def test_external_memory_bytes_are_pinned_and_counted_by_the_compiler(shape):
+    program = compiled(gemm(*shape), STANDARD)
+    machine = load_machine(STANDARD)
+    sim = simulate(program, machine, bind_program(program, machine, "gemm.kpu", bind_greedy))
+    moved = sum(dram_bytes(sim).values())
+    assert moved == PINNED_DRAM[shape]
+    assert moved == program.kernels[0].hints["estimated_dram_bytes"]
+
+
+@pytest.mark.parametrize("M, N, K, batch, transpose_b, resident", [
+    (300, 500, 40, (), False, "A"),
+    (500, 300, 40, (), False, "B"),
+    (300, 500, 40, (), True, "A"),
+    (300, 500, 40, (2,), False, "A"),
+])
+def test_resident_panel_in_blocks_computes_the_product(small, M, N, K, batch, transpose_b, resident):
+    program = compiled(gemm(M, N, K, batch, transpose_b), small)
+    kernel = program.kernels[0]
+    blocks = {"A": "bi", "B": "bj"}[resident]
+    within = [loop for loop in kernel.tile_loops if loop.within == blocks]
+    # a panel in blocks of several tiles, the last block short, shared by both compute tiles
+    assert within and within[0].trip_count % within[0].per_block != 0, kernel.tile_loops
+    assert kernel.shared_moves() and kernel.hints["compute_tiles"] == 2
+    machine = load_machine(small)
+    bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
+    assert bindings[0].workers == 2
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, program.graph.tensors["A"].shape).astype(np.float32)
+    b = rng.uniform(-1, 1, program.graph.tensors["B"].shape).astype(np.float32)
+    c = execute(program, bindings, {"A": a, "B": b})["C"]
+    want = a.astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    sim = simulate(program, machine, bindings)
+    assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"]
