@@ -445,6 +445,10 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if isinstance(op, DataMove) and op.depends_on[0] != w.op_id:
                 return op_place, f"must depend first on op {w.op_id}, which fills the {ref.tensor} tile it moves"
             made = _written(w)
+            whole = (made.tile_indices, made.tile_shape, made.offset) == (ref.tile_indices, ref.tile_shape, ref.offset)
+            if not whole and transposed[w.op_id]:
+                return (op_place, f"reads part of the {ref.tensor} tile at {ref.level} that op {w.op_id} holds "
+                        f"transposed; only a tile held as laid out can be read in parts")
             if not _held(made, ref, loops, g.tensors[ref.tensor].shape):
                 return (op_place, f"reads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, op {w.op_id} writes "
                         f"tiles {_tile(made)}")

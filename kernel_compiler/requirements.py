@@ -38,10 +38,11 @@ def body_buffers(body: list, graph: Graph) -> list[Buffer]:
     return out
 
 
-def _level_fits(sizes: list[int], level: Level) -> bool:
-    """First-fit decreasing of buffers into the level's banks (the binder does it exactly)."""
+def _level_fits(sizes: list[int], level: Level, line: int) -> bool:
+    """First-fit decreasing of buffers, each in whole lines of `line` bytes as the binder places
+    them, into the level's banks (the binder does it exactly)."""
     free = [level.bank_bytes] * level.banks
-    for size in sorted(sizes, reverse=True):
+    for size in sorted((-(-s // line) * line for s in sizes), reverse=True):
         for i, room in enumerate(free):
             if size <= room:
                 free[i] -= size
@@ -59,10 +60,11 @@ def fits(buffers: list[Buffer], target: Target, shared_l3: list[int] | None = No
     if shared_l3:
         whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
         l3 = [b for lvl, b in buffers if lvl == "L3"] * target.compute_tiles + shared_l3
-        if not _level_fits(l3, whole):
+        if not _level_fits(l3, whole, target.line_bytes):
             return False
         del levels["L3"]
-    return all(_level_fits([b for lvl, b in buffers if lvl == name], level) for name, level in levels.items())
+    return all(_level_fits([b for lvl, b in buffers if lvl == name], level, target.line_bytes)
+               for name, level in levels.items())
 
 
 def requirements(buffers: list[Buffer]) -> dict:

@@ -29,6 +29,7 @@ class Target:
     l2: Level
     l1: Level
     dataflows: tuple[str, ...]
+    line_bytes: int = 1  # the binder starts every buffer on a line: each takes whole lines
 
 
 def load_target(config: str, accelerator: str | None = None) -> Target:
@@ -50,4 +51,5 @@ def load_target(config: str, accelerator: str | None = None) -> Target:
         l2=Level(max(1, m.l2.count // tiles), m.l2.bytes),
         l1=Level(m.l1.count, m.l1.bytes),
         dataflows=m.compute.dataflows,
+        line_bytes=m.line_bytes,
     )

@@ -193,13 +193,10 @@ ORDERS = {  # outermost first, after the batch loops; K innermost, so partial su
 PANEL_LOOPS = {"A": {"A": "bi", "B": "tj"}, "B": {"A": "ti", "B": "bj"}}
 
 
-def _outside_parallel(loop: str, t: MatmulTiling) -> bool:
-    """Whether a load into L3 at `loop` (one that does not run: before all loops) sits outside
-    the parallel loop, so that one copy serves every compute tile (`Kernel.shared_moves`)."""
-    if t.parallel.loop is None:
-        return False
-    at = t.loop_order.index(loop) if loop in t.loop_order else -1
-    return at < t.loop_order.index(t.parallel.loop)
+def _outside_parallel(stream: Stream, t: MatmulTiling) -> bool:
+    """Whether a stream's load into L3 sits outside the parallel loop (or before all loops), so
+    that one copy serves every compute tile (`Kernel.shared_moves`)."""
+    return t.parallel.loop is not None and placement(stream, t.loop_order) < t.loop_order.index(t.parallel.loop)
 
 
 def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[int]]:
@@ -223,9 +220,9 @@ def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[
         rows, cols = (min(p.M, Ti * t.per_block), min(p.N, Tj)) if t.resident == "A" else \
             (min(p.M, Ti), min(p.N, Tj * t.per_block))
         panels = {"A": rows * p.K * p.elem_a, "B": p.K * cols * p.elem_b}
-        for operand, loop in PANEL_LOOPS[t.resident].items():
-            size = panels[operand] * (t.panel_depth if operand == t.resident else p.depth)
-            if _outside_parallel(loop, t):
+        for stream in streams(p, t)[:2]:
+            size = panels[stream.name] * (t.panel_depth if stream.name == t.resident else p.depth)
+            if _outside_parallel(stream, t):
                 shared.append(size)
             else:
                 out.append(("L3", size))
@@ -254,7 +251,7 @@ def _panel_blocks(tiles: int, workers: int) -> list[int]:
 def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
     """The feasible tilings with these tiles, as (tiling, trips): each order without a resident
     panel, and for each resident operand, panel buffering depth and parallel loop the largest
-    panel that fits (a larger panel never moves more)."""
+    panel that fits and is worth its wait (a larger panel never moves more)."""
     # L2 and L1 hold the same tiles whichever operand is resident: when they do not fit, none does
     on_l2_l1 = [b for b in tile_buffers(p, MatmulTiling(Ti, Tj, Tk, Tk, (), Parallel(None, 1)))[0] if b[0] != "L3"]
     if not fits(on_l2_l1, target):
@@ -282,11 +279,14 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
                     return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth), trips
 
                 def fitting(per_block: int) -> bool:
-                    private, shared = tile_buffers(p, tiling(per_block)[0])
-                    return fits(private, target, shared)
+                    t, trips = tiling(per_block)
+                    private, shared = tile_buffers(p, t)
+                    return fits(private, target, shared) and worth_waiting_for(p, t, trips)
 
                 sizes = _panel_blocks(tiles, workers)
-                low, high = 0, len(sizes)  # the largest fitting size: fits shrinks with the panel
+                # the largest size that fits and is worth its wait: a larger panel takes more room
+                # and keeps the array waiting longer, and moves fewer bytes
+                low, high = 0, len(sizes)
                 while low < high:
                     mid = (low + high) // 2
                     if fitting(sizes[mid]):
@@ -297,23 +297,36 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
                     yield tiling(sizes[low - 1])
 
 
-# a resident panel is loaded whole before the array starts on it: worth it only when that first
-# load is a small part of the kernel's traffic (the rest streams while the array computes)
+# the array waits for a resident panel's loads that nothing else overlaps: a panel is worth it
+# only when those are at most 1/PANEL_SHARE of the kernel's traffic (the rest streams while the
+# array computes)
 PANEL_SHARE = 16
 
 
-def first_panels(p: MatmulProblem, t: MatmulTiling) -> int:
-    """Bytes of the first panel of each operand: what must arrive before the first compute."""
+def worth_waiting_for(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> bool:
+    """Whether the bytes the array waits for are few enough: each operand's first panel, and with
+    a one-deep resident panel every later one too (its next load starts when its last reader is
+    done)."""
+    every = streams(p, t)  # A, B, ...
     rows = min(p.M, t.Ti * (t.per_block if t.resident == "A" else 1))
     cols = min(p.N, t.Tj * (t.per_block if t.resident == "B" else 1))
-    return rows * p.K * p.elem_a + p.K * cols * p.elem_b
+    waited = rows * p.K * p.elem_a + p.K * cols * p.elem_b
+    if t.panel_depth == 1:
+        waited += stream_traffic(every[0 if t.resident == "A" else 1], t.loop_order, trips, t.within)
+    return PANEL_SHARE * waited <= dram_traffic(every, t.loop_order, trips, t.within)
+
+
+# a resident panel may not shrink the L2 tiles below 1/TILE_SHRINK of the area they have without
+# one: smaller tiles are read from L3 more often, and the BlockMovers, not DRAM, become the limit
+TILE_SHRINK = 2
 
 
 def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
-    """The feasible tiling with least exact DRAM traffic, a resident panel only where its first
-    load is at most 1/PANEL_SHARE of that traffic; ties go to fewer, larger tiles, then to a
-    double-buffered resident panel, then to larger panels."""
-    best: tuple[tuple, MatmulTiling] | None = None
+    """The feasible tiling with least exact DRAM traffic, a resident panel only where the array
+    waits for little of it (`worth_waiting_for`) and its tiles stay within TILE_SHRINK of the
+    area they have without one; ties go to fewer, larger tiles, then to a double-buffered
+    resident panel, then to larger panels."""
+    best: dict[bool, tuple[tuple, MatmulTiling]] = {}  # with a resident panel or not -> the best
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, min(target.rows, target.cols))):
@@ -321,14 +334,17 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
                 for t, trips in _tilings(p, target, Ti, Tj, Tk):
                     found = True
                     dram = dram_traffic(streams(p, t), t.loop_order, trips, t.within)
-                    if t.resident is not None and PANEL_SHARE * first_panels(p, t) > dram:
-                        continue
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
                     key = (dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, t.loop_order)
-                    if best is None or key < best[0]:
-                        best = (key, t)
+                    panel = t.resident is not None
+                    if panel not in best or key < best[panel][0]:
+                        best[panel] = (key, t)
                 if found:
                     break  # the largest Tk that fits this (Ti, Tj) is the one worth having
-    if best is None:
+    if not best:
         raise ValueError("no tile of the array size fits the target's memories")
-    return best[1]
+    plain, panel = best.get(False), best.get(True)
+    if panel is None or (plain is not None and (plain[0] <= panel[0] or TILE_SHRINK * panel[1].Ti * panel[1].Tj
+                                                < plain[1].Ti * plain[1].Tj)):
+        return plain[1]
+    return panel[1]

@@ -274,10 +274,10 @@ def _shortfall(kernel: str, buffers: list[Buffer], machine: Machine, where: str,
         need = sum(buffers[i].bytes for i in pool.members)
         short = need - int(s.BestObjectiveBound())
         if short > 0:
-            unit = UNIT_NAME[pool.level]
+            unit = UNIT_NAME[pool.level][1]
             whose = f" of compute tile {pool.owner}" if pool.owner >= 0 else ""
             return BindError(f"{where}: kernel '{kernel}' needs {_kib(need)} of {pool.level}{whose} packed into "
-                             f"{_kib(pool.size)} {unit}s, config '{machine.name}' has {pool.count} "
+                             f"{_kib(pool.size)} {unit}, config '{machine.name}' has {pool.count} "
                              f"({_kib(short)} short)")
     return BindError(f"{where}: kernel '{kernel}': no binding exists on config '{machine.name}'")
 

@@ -42,7 +42,9 @@ class Binding:
     notes: list[str] = field(default_factory=list)
 
 
-UNIT_NAME = {"L3": "L3 tile", "L2": "L2 bank", "L1": "L1 buffer"}  # one bank of each level
+# one bank of each level, and several; L3's tiles are one address space (buffers.level_banks)
+UNIT_NAME = {"L3": ("L3 (its tiles interleaved as one)",) * 2, "L2": ("L2 bank", "L2 banks"),
+             "L1": ("L1 buffer", "L1 buffers")}
 
 
 def _kib(n: int) -> str:
@@ -56,11 +58,11 @@ def check_capacity(kernel: str, buffers: list[Buffer], machine: Machine, where: 
         if not mine:
             continue
         count, size = level_banks(machine, level)
-        unit = UNIT_NAME[level]
+        one, many = UNIT_NAME[level]
         biggest = max(b.bytes for b in mine)
         if biggest > size:
-            raise BindError(f"{where}: kernel '{kernel}' needs {_kib(biggest)} in one {unit}, "
-                            f"config '{machine.name}' has {_kib(size)} {unit}s")
+            raise BindError(f"{where}: kernel '{kernel}' needs {_kib(biggest)} in one {one}, "
+                            f"config '{machine.name}' has {_kib(size)} {many}")
         workers = max(b.worker for b in mine) + 1
         need = sum(b.bytes for b in mine) // (workers if level == "L1" else 1)
         have = count * size

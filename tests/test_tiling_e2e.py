@@ -66,10 +66,10 @@ def test_external_memory_bytes_are_pinned_and_counted_by_the_compiler(shape):
 
 
 @pytest.mark.parametrize("M, N, K, batch, transpose_b, resident", [
-    (300, 500, 40, (), False, "A"),
-    (500, 300, 40, (), False, "B"),
-    (300, 500, 40, (), True, "A"),
-    (300, 500, 40, (2,), False, "A"),
+    (200, 200, 40, (), False, "A"),
+    (200, 412, 40, (), False, "B"),
+    (200, 200, 40, (), True, "A"),
+    (200, 200, 40, (2,), False, "A"),
 ])
 def test_resident_panel_in_blocks_computes_the_product(small, M, N, K, batch, transpose_b, resident):
     program = compiled(gemm(M, N, K, batch, transpose_b), small)
@@ -90,3 +90,20 @@ def test_resident_panel_in_blocks_computes_the_product(small, M, N, K, batch, tr
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
     sim = simulate(program, machine, bindings)
     assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"]
+
+
+def test_a_tile_held_transposed_is_never_read_in_parts(small):
+    """A panel loaded transposed into L3 and its tiles moved out transposed again would cancel
+    the swaps tile by tile but slice the panel along the wrong axes: the reader refuses it."""
+    import orjson
+
+    from dfx import ObjectFileError
+    from dfx.objfile import _digest
+
+    doc = orjson.loads(dumps(compile_graph(gemm(200, 200, 40), "gemm.dfg", load_target(small))))
+    for op in doc["body"]["kernels"][0]["body"]:
+        if op["type"] == "DATA_MOVE" and op["source"]["tensor"] == "A" and op["destination"]["level"] in ("L3", "L2"):
+            op["transpose"] = True
+    doc["sha256"] = _digest(doc["body"])
+    with pytest.raises(ObjectFileError, match="reads part of the A tile at L3 that op 0 holds transposed"):
+        loads(orjson.dumps(doc))
