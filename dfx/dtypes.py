@@ -2,22 +2,50 @@
 
 from __future__ import annotations
 
-import ml_dtypes
+from collections.abc import Iterator, Mapping
+from functools import cache
+
 import numpy as np
 
-# name -> numpy dtype; `f8` is float8 e4m3 (the domain_flow `.dfg` meaning)
-NUMPY_DTYPES: dict[str, np.dtype] = {
+DTYPES = ("f64", "f32", "f16", "bf16", "f8", "i32", "i16", "i8", "u8")
+
+_NUMPY_OWN = {
     "f64": np.dtype(np.float64),
     "f32": np.dtype(np.float32),
     "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
-    "f8": np.dtype(ml_dtypes.float8_e4m3fn),
     "i32": np.dtype(np.int32),
     "i16": np.dtype(np.int16),
     "i8": np.dtype(np.int8),
     "u8": np.dtype(np.uint8),
 }
-DTYPES = tuple(NUMPY_DTYPES)
+# name -> the ml_dtypes type; `f8` is float8 e4m3 (the domain_flow `.dfg` meaning)
+_ML_DTYPES = {"bf16": "bfloat16", "f8": "float8_e4m3fn"}
+
+
+@cache
+def _ml_dtype(name: str) -> np.dtype:
+    # imported on first need: most programs have no bf16 or f8 tensor, and it lengthens start-up
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, _ML_DTYPES[name]))
+
+
+class _NumpyDtypes(Mapping[str, np.dtype]):
+    """name -> numpy dtype, in the order of DTYPES; bf16 and f8 load ml_dtypes when first asked for."""
+
+    def __getitem__(self, name: str) -> np.dtype:
+        if name in _ML_DTYPES:
+            return _ml_dtype(name)
+        return _NUMPY_OWN[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(DTYPES)
+
+    def __len__(self) -> int:
+        return len(DTYPES)
+
+
+NUMPY_DTYPES = _NumpyDtypes()
 
 # Other spellings the frontends meet (kpu-sim JSON, ONNX-style names).
 ALIASES = {
@@ -29,7 +57,7 @@ ALIASES = {
 def canonical(name: str) -> str:
     """The DFX dtype name for `name`, or KeyError."""
     name = ALIASES.get(name, name)
-    if name not in NUMPY_DTYPES:
+    if name not in DTYPES:
         raise KeyError(name)
     return name
 
@@ -66,7 +94,9 @@ def tolerance(dtype: str) -> tuple[float, float]:
 
 def dtype_of(array: np.ndarray) -> str:
     """The DFX dtype name of a numpy array."""
-    for name, dt in NUMPY_DTYPES.items():
-        if array.dtype == dt:
+    # ml_dtypes' types are numpy's kind V (raw bytes): only such an array needs them loaded
+    names = _ML_DTYPES if array.dtype.kind == "V" else _NUMPY_OWN
+    for name in names:
+        if array.dtype == NUMPY_DTYPES[name]:
             return name
     raise KeyError(str(array.dtype))

@@ -22,6 +22,7 @@ from .graph import INT64_MAX, Graph, Op, Tensor
 from .kernel import Barrier, Compute, DataMove, IndexTable, Kernel, TileLoop, TileRef
 from .output_files import OutputFiles
 from .program import Program
+from .schema import Check, compile_schema
 from .validate import validate_program
 
 FORMAT = "kpu-object"
@@ -92,15 +93,30 @@ def schema() -> dict[str, Any]:
     return json.loads(resources.files("dfx").joinpath("kpu-object.schema.json").read_text())
 
 
-def _schema_error(where: str, obj: dict[str, Any]) -> None:
-    import jsonschema  # only the reader pays for it
+@cache
+def _conforms() -> Check:
+    """Whether an object conforms to the schema, decided as strict_validator() would."""
+    return compile_schema(schema())
+
+
+@cache
+def strict_validator() -> Any:
+    """jsonschema's validator of the schema, which words a refusal; only a refused object's run
+    imports jsonschema."""
+    import jsonschema
 
     # JSON Schema counts 24.0 as an integer; a tile extent or loop bound must be a real int
     checker = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool))
-    strict = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)
-    validator = strict(schema())
-    error = jsonschema.exceptions.best_match(validator.iter_errors(obj))
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=checker)(schema())
+
+
+def _schema_error(where: str, obj: dict[str, Any]) -> None:
+    if _conforms()(obj):
+        return
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(strict_validator().iter_errors(obj))
     if error is not None:
         place = "/".join(str(p) for p in error.absolute_path) or "(top level)"
         raise ObjectFileError(f"{where}: {place}: {error.message.splitlines()[0]}")

@@ -125,10 +125,9 @@ import reprlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
-
-import yaml
 
 from hardware.machine import (
     DATAFLOWS,
@@ -810,53 +809,57 @@ def _check_json_depth(text: str, source: str) -> None:
             depth -= 1
 
 
-class _ConfigLoader(yaml.SafeLoader):
+@cache
+def _yaml_loader() -> type:
     """PyYAML's safe loader (no Python tags), refusing also what a config never needs and a
-    hostile file could abuse, each as a YAML error at its line."""
+    hostile file could abuse, each as a YAML error at its line. Built (and PyYAML imported) on
+    the first YAML config: a run with a JSON config does without both."""
+    import yaml
 
-    _depth = 0  # collections open around the node being composed
+    class ConfigLoader(yaml.SafeLoader):
+        _depth = 0  # collections open around the node being composed
 
-    def compose_node(self, parent: Any, index: Any) -> yaml.Node:
-        event = self.peek_event()
-        if event.anchor is not None:  # set on anchors and aliases alike
-            # a few hundred bytes of nested aliases expand to billions of values ("billion laughs")
-            raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed",
-                                              event.start_mark)
-        if self._depth == MAX_DEPTH and not isinstance(event, yaml.ScalarEvent):
-            raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                              event.start_mark)
-        self._depth += 1
-        node = super().compose_node(parent, index)
-        self._depth -= 1
-        return node
+        def compose_node(self, parent: Any, index: Any) -> yaml.Node:
+            event = self.peek_event()
+            if event.anchor is not None:  # set on anchors and aliases alike
+                # a few hundred bytes of nested aliases expand to billions of values ("billion laughs")
+                raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed",
+                                                  event.start_mark)
+            if self._depth == MAX_DEPTH and not isinstance(event, yaml.ScalarEvent):
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                  event.start_mark)
+            self._depth += 1
+            node = super().compose_node(parent, index)
+            self._depth -= 1
+            return node
 
-    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
-        try:
-            return super().construct_object(node, deep)
-        except yaml.YAMLError:
-            raise
-        except Exception:  # PyYAML's constructors raise plain errors on `!!int ""`, `2001-13-45`...
-            kind = node.tag.rsplit(":", 1)[-1]
-            raise yaml.constructor.ConstructorError(None, None, f"{_show(node.value)} is not a valid {kind}",
-                                                    node.start_mark) from None
+        def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except yaml.YAMLError:
+                raise
+            except Exception:  # PyYAML's constructors raise plain errors on `!!int ""`, `2001-13-45`...
+                kind = node.tag.rsplit(":", 1)[-1]
+                raise yaml.constructor.ConstructorError(None, None, f"{_show(node.value)} is not a valid {kind}",
+                                                        node.start_mark) from None
 
-    def construct_yaml_int(self, node: yaml.Node) -> int | _Unreadable:
-        literal = self.construct_scalar(node)
-        return _long_int(literal) if len(literal) > MAX_INT_CHARS else super().construct_yaml_int(node)
+        def construct_yaml_int(self, node: yaml.Node) -> int | _Unreadable:
+            literal = self.construct_scalar(node)
+            return _long_int(literal) if len(literal) > MAX_INT_CHARS else super().construct_yaml_int(node)
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        mapping = super().construct_mapping(node, deep)
-        seen = set()
-        for key_node, _ in node.value:  # a YAML mapping keeps the last of a key given twice
-            key = self.construct_object(key_node)  # already built: this returns it
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"the key {_show(key)} is given twice",
-                                                        key_node.start_mark)
-            seen.add(key)
-        return mapping
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            mapping = super().construct_mapping(node, deep)
+            seen = set()
+            for key_node, _ in node.value:  # a YAML mapping keeps the last of a key given twice
+                key = self.construct_object(key_node)  # already built: this returns it
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {_show(key)} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return mapping
 
-
-_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
+    ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
+    return ConfigLoader
 
 
 def _parse(text: str, suffix: str, source: str) -> Any:
@@ -866,8 +869,10 @@ def _parse(text: str, suffix: str, source: str) -> Any:
             return json.loads(text, parse_int=_json_int, object_pairs_hook=_json_object)
         except json.JSONDecodeError as e:
             _fail(source, f"line {e.lineno}, column {e.colno}", f"invalid JSON: {e.msg}")
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_ConfigLoader)
+        return yaml.load(text, Loader=_yaml_loader())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""

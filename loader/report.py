@@ -1,13 +1,10 @@
 """What a run reports: the summary dict behind `--json`, and the rich views of `--profile`
-and `--dry-run` (printed on stderr, so stdout stays clean for `--json`)."""
+and `--dry-run` (printed on stderr, so stdout stays clean for `--json`). rich is imported by the
+functions that print: the summary needs none of it."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from dfx import Barrier, Program, itemsize
 from hardware import UNIT_PREFIX, HostLink, Machine, PhaseSpan, SimResult
@@ -16,6 +13,9 @@ from hardware.units.bandwidth import Bandwidth
 from .binding import Binding
 from .buffers import engine_kind
 from .run import RunResult
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def dram_bytes(sim: SimResult) -> dict[str, int]:
@@ -105,6 +105,8 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
 def shown(name: str) -> str:
     """A name from the user's graph as one line of plain text: control characters escaped,
     rich markup neutralised, very long names cut."""
+    from rich.markup import escape
+
     text = name if name.isprintable() else repr(name)[1:-1]
     return escape(text if len(text) <= 80 else text[:77] + "...")
 
@@ -117,6 +119,8 @@ def _si(n: float) -> str:
 
 
 def print_profile(s: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
     console.print(f"[bold]{shown(s['object'])}[/] on [bold]{shown(s['config'])}[/]: {s['cycles']:,} cycles "
                   f"({s['seconds'] * 1e6:,.2f} µs)")
     console.print(f"MACs {s['macs']:,}: achieved {s['macs'] / max(1, s['cycles']):,.1f} of peak "
@@ -203,6 +207,8 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
 
 
 def print_dry_run(view: dict[str, Any], console: Console) -> None:
+    from rich.table import Table
+
     for b in view["bindings"]:
         console.print(f"kernel [bold]{b['kernel']}[/]: bound by {b['method']} on {b['compute_tiles']} compute "
                       f"tile(s), estimated makespan {b['makespan_estimate']:,} cycles")

@@ -1,5 +1,6 @@
-"""The CLIs stay light: --help of either loads neither OR-Tools, the simulator nor numpy, and the
-loader imports the solver only when it binds."""
+"""The CLIs stay light: --help of either loads neither OR-Tools, the simulator nor numpy, the
+loader imports the solver only when it binds, and a run on a valid f32 object and a JSON config
+loads none of jsonschema (it words refusals), ml_dtypes (bf16 and f8) and PyYAML."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+
+from conftest import CONFIGS, gemm_dfg, run_cli
 
 HEAVY = ("ortools", "onnxruntime", "pandas", "numpy", "hardware.simulator")
 
@@ -35,3 +38,20 @@ def test_loader_imports_the_solver_only_when_binding():
     code = "import sys\nimport loader, loader.cli\n" + _heavy_modules()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_a_valid_object_with_a_json_config_runs_without_jsonschema_ml_dtypes_or_yaml(tmp_path):
+    (tmp_path / "g.dfg").write_text(gemm_dfg(64, 64, 64))
+    assert run_cli("compiler", tmp_path / "g.dfg", "-o", tmp_path / "g.kpu").returncode == 0
+    args = [str(tmp_path / "g.kpu"), "--config", str(CONFIGS / "standard.json"), "--check", "--binder", "greedy"]
+    unused = ("jsonschema", "ml_dtypes", "yaml")
+    code = (
+        "import sys\n"
+        "from loader.cli import main\n"
+        f"sys.argv = ['kpu-loader', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {unused!r}))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
