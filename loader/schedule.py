@@ -45,31 +45,37 @@ def workers_for(kernel: Kernel, compute_tiles: int) -> int:
     return 1
 
 
-def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) -> Iterator[tuple[BodyOp, dict]]:
+def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
+    """One worker's ops in program order, as (worker, op, env) with `env` one dict updated in place.
+    The loop nest runs in this one frame (a stack of its loops' step iterators), not a generator
+    per level, and each op's tuple is made once, not per step: a kernel has many more steps
+    than ops."""
     loops = kernel.tile_loops
     env: dict[str, int] = {}
+    step = {op.op_id: (worker, op, env) for op in kernel.body}
+    names = [loop.induction_var for loop in loops]
+    ops_at = [tuple(step[op.op_id] for op in place.at[var]) for var in names]
+    ops_after = [tuple(step[op.op_id] for op in place.after[var]) for var in names]
 
-    def level(d: int) -> Iterator[tuple[BodyOp, dict]]:
-        loop = loops[d]
-        var = loop.induction_var
-        iterations = loop.steps(env)
-        if loop.parallel:
-            iterations = iterations[worker::workers]
-        ops_at = place.at[var]
-        for value in iterations:
-            env[var] = value
-            for op in ops_at:
-                yield op, env
-            if d + 1 < len(loops):
-                yield from level(d + 1)
-        env.pop(var, None)
-        for op in place.after[var]:
-            yield op, env
+    def steps(d: int) -> Iterator[int]:
+        values = loops[d].steps(env)
+        return iter(values[worker::workers] if loops[d].parallel else values)
 
     for op in place.before:
-        yield op, env
-    if loops:
-        yield from level(0)
+        yield step[op.op_id]
+    running = [steps(0)] if loops else []  # the step iterators of the loops entered, outermost first
+    while running:
+        d = len(running) - 1
+        value = next(running[d], None)
+        if value is None:  # loop d is done
+            running.pop()
+            env.pop(names[d], None)
+            yield from ops_after[d]
+            continue
+        env[names[d]] = value
+        yield from ops_at[d]
+        if d + 1 < len(loops):
+            running.append(steps(d + 1))
 
 
 def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
@@ -78,26 +84,24 @@ def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
     copy before it (every reader of a shared tile sits inside the loop the move sits at)."""
     place = placement(kernel)
     shared = kernel.shared_moves() if workers > 1 else set()
-    streams = [(w, _worker_stream(kernel, place, w, workers)) for w in range(workers)]
-    waiting: dict[int, tuple[BodyOp, dict]] = {}  # worker -> the shared move it reached
-    while streams:
-        live = []
-        for w, stream in streams:
-            if w in waiting:
-                live.append((w, stream))
-                continue
+    running = [_worker_stream(kernel, place, w, workers) for w in range(workers)]
+    waiting: dict[int, tuple[Iterator, tuple[int, BodyOp, dict]]] = {}  # worker -> its stream, the shared move it reached
+    while running:
+        going = []
+        for stream in running:  # one op of each worker not waiting, in worker order
             step = next(stream, None)
             if step is None:
                 continue
-            live.append((w, stream))
-            if step[0].op_id in shared:
-                waiting[w] = step
+            if step[1].op_id in shared:
+                waiting[step[0]] = (stream, step)
             else:
-                yield w, step[0], step[1]
-        streams = live
-        if waiting and len(waiting) == len(streams):
-            op, env = waiting[min(waiting)]
+                going.append(stream)
+                yield step
+        running = going
+        if waiting and not running:  # every worker has reached the shared move
+            _, op, env = waiting[min(waiting)][1]
             yield 0, op, env
+            running = [waiting[w][0] for w in sorted(waiting)]
             waiting.clear()
 
 
@@ -154,13 +158,87 @@ def region_elements(region: tuple[slice, ...]) -> int:
     return n
 
 
-def accumulating(op: Compute, env: dict[str, int]) -> bool:
-    """Evaluate a compute's `accumulate` expression: "false", "true" or "<var> > 0"."""
+def loop_ranges(kernel: Kernel) -> dict[str, tuple[int, int]]:
+    """Bounds on the value each loop variable reads as anywhere in the kernel: its loop's steps,
+    or 0 (an unset variable's value) outside that loop."""
+    out: dict[str, tuple[int, int]] = {}
+    for loop in kernel.tile_loops:
+        if loop.within is None:
+            steps = range(loop.start, loop.end, loop.step)
+            low, high = (min(steps[0], steps[-1]), max(steps[0], steps[-1])) if steps else (0, 0)
+        else:  # a block's steps start at its block's number times per_block and stop before `end`
+            block_low, block_high = out[loop.within]
+            low, high = min(block_low * loop.per_block, block_high * loop.per_block), loop.end - 1
+        out[loop.induction_var] = (min(low, 0), max(high, 0))
+    return out
+
+
+def whole_move_bounds(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple[int, ...]) -> list[tuple[str, int, int]] | None:
+    """Where a move copies its whole destination tile: (loop variable, low, high) bounds on the
+    tile indices within which `move_slices` gives that tile in both tensors. None where the
+    geometry is not that plain (a window, a table, a permutation): ask `move_slices` each time."""
+    src, dst = op.source, op.destination
+    if op.permutation is not None or any(r.offset is not None or r.table is not None for r in (src, dst)):
+        return None
+    refs = ((src, src_shape), (dst, dst_shape))
+    if any(not len(r.tile_indices) == len(r.tile_shape) == len(shape) == len(dst_shape) for r, shape in refs):
+        return None
+    if any(extent <= 0 for r in (src, dst) for extent in r.tile_shape):
+        return None
+    # along dim j both tiles start at their index times their own extent, and the copy is as long
+    # as the destination tile
+    return [(ref.tile_indices[j], 0, (shape[j] - extent) // ref.tile_shape[j])
+            for j, extent in enumerate(dst.tile_shape) for ref, shape in refs]
+
+
+def whole_tile_bounds(ref: TileRef, shape: tuple[int, ...]) -> list[tuple[str, int, int]] | None:
+    """As `whole_move_bounds`, for `tile_slices`: where it gives the whole tile."""
+    if ref.offset is not None or ref.table is not None or not len(ref.tile_indices) == len(ref.tile_shape) == len(shape):
+        return None
+    if any(extent <= 0 for extent in ref.tile_shape):
+        return None
+    return [(index, 0, (dim - extent) // extent) for index, extent, dim in zip(ref.tile_indices, ref.tile_shape, shape)]
+
+
+def unchecked_bounds(bounds: list[tuple[str, int, int]], ranges: dict[str, tuple[int, int]]) -> tuple[tuple[str, int, int], ...]:
+    """Of `bounds`, one per variable (the tightest), those the loops' ranges (`loop_ranges`) do
+    not already keep; a name that is no loop variable reads as 0."""
+    tightest: dict[str, tuple[int, int]] = {}
+    for var, low, high in bounds:
+        was_low, was_high = tightest.get(var, (low, high))
+        tightest[var] = (max(low, was_low), min(high, was_high))
+    unchecked = []
+    for var, (low, high) in tightest.items():
+        least, most = ranges.get(var, (0, 0))
+        if not low <= least <= most <= high:
+            unchecked.append((var, low, high))
+    return tuple(unchecked)
+
+
+def within_bounds(bounds: tuple[tuple[str, int, int], ...], env: dict[str, int]) -> bool:
+    """Whether the loop values `env` keep every (variable, low, high) bound."""
+    for var, low, high in bounds:
+        if not low <= env.get(var, 0) <= high:
+            return False
+    return True
+
+
+def accumulate_rule(op: Compute) -> bool | tuple[str, int]:
+    """A compute's `accumulate` expression parsed: "false", "true", or "<var> > <n>" as (var, n)."""
     expr = op.accumulate.strip()
     if expr in ("false", "true"):
         return expr == "true"
     var, _, rest = expr.partition(">")
-    return env.get(var.strip(), 0) > int(rest.strip() or 0)
+    return var.strip(), int(rest.strip() or 0)
+
+
+def accumulating(op: Compute, env: dict[str, int]) -> bool:
+    """Evaluate a compute's `accumulate` expression at these loop values."""
+    rule = accumulate_rule(op)
+    if isinstance(rule, bool):
+        return rule
+    var, bound = rule
+    return env.get(var, 0) > bound
 
 
 def readers(kernel: Kernel) -> dict[int, list[int]]:

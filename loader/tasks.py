@@ -14,20 +14,28 @@ Dependencies of a task:
   buffers do not.
 A DMA engine moves data through the external memory channel it is wired to (engine i to
 channel i mod channels, as the simulator does), so balancing DMA engines balances channels.
+
+A kernel runs each body op many times over, so what does not depend on the loop values (keys,
+engines, labels, the bytes of a whole tile, the shape of a compute's tiles) is worked out once
+per op and worker (`_Plan`); an instance only checks whether its tile is whole, and measures
+the tile only where it is not (an edge tile, a window, a table, a permutation).
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from typing import Iterator
 
-from dfx import Barrier, Compute, DataMove, Kernel, Program, itemsize
+from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Kernel, Program, TileRef, itemsize
 from hardware import Task
 
 from .binding import Binding
 from .execution import compute_ops
 from .buffers import engine_kind, l2_port_op
 from .relocate import Occupancy, place_of
-from .schedule import accumulating, expand, move_slices, readers, region_elements, table_values, tile_slices
+from .schedule import (accumulate_rule, expand, loop_ranges, move_slices, readers, region_elements, table_values,
+                       tile_slices, unchecked_bounds, whole_move_bounds, whole_tile_bounds, within_bounds)
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
 
@@ -45,97 +53,50 @@ class TaskStream:
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
-        g = self.program.graph
-        workers = binding.workers
-        last: dict[tuple[int, int], int] = {}  # (worker, op_id) -> id of its latest instance
-        instance: dict[tuple[int, int], int] = {}  # (worker, op_id) -> instances so far
-        reader: dict[tuple[int, int, int], int] = {}  # (worker, op_id, instance) -> latest reader id
-        depth = {op.op_id: op.depth for op in kernel.body if isinstance(op, DataMove)}
-        ends_of = {l.induction_var: l.end - 1 for l in kernel.tile_loops}  # each loop's last step
-        computes = compute_ops(kernel, g)
-        ends: dict[tuple[int, int], frozenset[int]] = {}
-        l2_bank = _l2_banks(kernel, binding)
-        previous_users = self._previous_users(binding)  # (worker, op_id) -> ids its buffer waits for
         shared = kernel.shared_moves()  # worker 0's, read by every worker
-        for worker, op, env in expand(kernel, workers):
+        plans = _plans(_KernelFacts(kernel, self.program.graph, binding, shared, phase,
+                                    self._previous_users(binding)))
+        for worker, op, env in expand(kernel, binding.workers):
+            plan = plans[worker][op.op_id]
             tid = self.next_id
             self.next_id += 1
             deps = set()
-            for d in op.depends_on:
-                key = (0 if d in shared else worker, d)
-                if key in last:
-                    deps.add(last[key])
-                    # this op reads the buffer `d` filled: remember it for d's next overwrite
-                    reader[worker, d, instance.get(key, 0)] = tid
-                else:  # an op that ran no task: what it waited on
-                    deps.update(ends.get(key, ()))
+            for dep in plan.deps:
+                if dep.last is not None:
+                    deps.add(dep.last)
+                    # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
+                    dep.readers[worker][dep.instances] = tid
+                elif dep.skipped is not None:  # an op that ran no task: what it waited on
+                    deps.update(dep.skipped[1])
+            if plan.fresh_while is None:
+                fresh = plan.fresh
+            else:  # a compute that adds into its last instance's result once `var > n`
+                var, n = plan.fresh_while
+                fresh = env.get(var, 0) <= n
             # a new instance of a buffer waits for the readers of the one `depth` back
-            fresh = not (isinstance(op, Compute) and accumulating(op, env))
             if fresh:
-                n = instance.get((worker, op.op_id), 0) + 1
-                instance[worker, op.op_id] = n
-                for w in (range(workers) if op.op_id in shared else (worker,)):
-                    old = reader.pop((w, op.op_id, n - depth.get(op.op_id, 1)), None)
+                plan.instances += 1
+                for by_instance in plan.readers.values():
+                    old = by_instance.pop(plan.instances - plan.depth, None)
                     if old is not None:
                         deps.add(old)
-                if n <= depth.get(op.op_id, 1):  # a first fill of each slot of the buffer
-                    deps.update(previous_users.get((worker, op.op_id), ()))
+                if plan.instances <= plan.depth:  # a first fill of each slot of the buffer
+                    deps.update(plan.first_fill_waits)
             if isinstance(op, Barrier):
-                deps.update(self._barrier_deps(op, ends, workers))
-            window = tuple(sorted(d for d in deps if tid - d < DEP_WINDOW))
-            if isinstance(op, DataMove):
-                src, dst = op.source, op.destination
-                if op.move_type == "VIEW":  # nothing moves: the view is ready when its source is
-                    ends[worker, op.op_id] = frozenset(deps)
-                    continue
-                kind = engine_kind(src.level, dst.level)
-                tensor = g.tensors[dst.tensor]
-                # the bytes copied; a fill costs no external-memory bytes
-                _, part = move_slices(op, g.tensors[src.tensor].shape, tensor.shape, env, table_values(src, g))
-                nbytes = region_elements(part) * itemsize(tensor.dtype)
-                if not nbytes:  # a window's tile wholly outside its tensor: no task
-                    ends[worker, op.op_id] = frozenset(deps)
-                    continue
-                engine = binding.engines[op.op_id, worker]
-                # one queue per op across kernels: a later kernel's move waits behind the earlier kernel's
-                task = Task(tid, kind, engine, window, stream=op.op_id,
-                            bytes=nbytes, src_level=src.level, dst_level=dst.level,
-                            l2_bank=l2_bank.get((op.op_id, worker)),
-                            transpose=op.transpose or op.permutation is not None, phase=phase,
-                            label=f"{dst.tensor} {src.level}->{dst.level}",
-                            args={v: env[v] for v in dst.tile_indices if v in env})
-            elif isinstance(op, Compute):
-                shapes = [_tile_shape(r, g, env) for r in op.inputs]
-                label = f"{op.compute_type} {op.output.tensor}"
-                # the loop the compute accumulates over, if any: its tiles add into one result
-                over = op.accumulate.partition(">")[0].strip() if ">" in op.accumulate else None
-                args = {v: env[v] for v in [*op.output.tile_indices, over] if v in env}
-                opdef, attrs = computes[op.op_id]
-                if opdef.tile_mnk is not None:  # the registry says the array runs it
-                    mm, n, k = opdef.tile_mnk(shapes, attrs)
-                    # the accumulators drain on the last step of that loop
-                    drain = over is None or env[over] == ends_of[over]
-                    task = Task(tid, "array", worker, window, m=mm, n=n, k=k, dataflow=kernel.dataflow,
-                                drain=drain, phase=phase, label=label, args=args)
-                else:  # the vector unit beside it, for the elements of each op class
-                    work = opdef.vector_work(shapes, _tile_shape(op.output, g, env), attrs)
-                    task = Task(tid, "vector", worker, window, vector_work=tuple(sorted(work.items())),
-                                phase=phase, label=label, args=args)
-            else:  # a barrier: passed on this compute tile when what it waits for has finished
-                task = Task(tid, "barrier", worker, window, stream=op.op_id, phase=phase,
-                            label=f"BARRIER {op.kernel or kernel.name} {op.wait_for}")
-            last[worker, op.op_id] = tid
-            ends[worker, op.op_id] = frozenset((tid,))
+                done = self.finished[op.kernel] if op.kernel is not None else _ends(plans)
+                deps.update(_waited_for(op, done))
+            window = sorted(deps)
+            if window and tid - window[0] >= DEP_WINDOW:  # the oldest is beyond the simulator's read-ahead
+                window = [d for d in window if tid - d < DEP_WINDOW]
+            task = plan.task(tid, tuple(window), env)
+            if task is None:  # the op ran no task: who waits on it waits on what it waited on
+                plan.skipped = (tid, frozenset(deps))
+                continue
+            plan.last = tid
             yield task
-        self.finished[kernel.name] = ends
+        self.finished[kernel.name] = _ends(plans)
+        last = {p.key: p.last for by_op in plans for p in by_op.values() if p.last is not None}
         self._occupy(kernel, binding, last, shared)
-
-    def _barrier_deps(self, barrier: Barrier, ends: dict, workers: int) -> set[int]:
-        """The last instance of each op the barrier waits for, on every compute tile of its kernel
-        (this one's so far, or an earlier kernel's)."""
-        done = self.finished[barrier.kernel] if barrier.kernel is not None else ends
-        waited = set(barrier.wait_for)
-        return {t for (_, op_id), tasks in done.items() if op_id in waited for t in tasks}
 
     def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes."""
@@ -156,8 +117,241 @@ class TaskStream:
                 self.occupied.claim(bb, max(uses))
 
 
-def _tile_shape(ref, g, env) -> tuple[int, ...]:
-    return tuple(s.stop - s.start for s in tile_slices(ref, g.tensors[ref.tensor].shape, env))
+def _ends(plans: list[dict[int, _Plan]]) -> dict[tuple[int, int], frozenset[int]]:
+    """(worker, op_id) -> the tasks whose end is its latest instance ending, so far: that
+    instance's task, or what it waited on if it ran none."""
+    ends = {}
+    for by_op in plans:
+        for p in by_op.values():
+            if p.skipped is not None and (p.last is None or p.skipped[0] > p.last):
+                ends[p.key] = p.skipped[1]
+            elif p.last is not None:
+                ends[p.key] = frozenset((p.last,))
+    return ends
+
+
+def _waited_for(barrier: Barrier, done: dict[tuple[int, int], frozenset[int]]) -> set[int]:
+    """The last instance of each op the barrier waits for, on every compute tile of its kernel
+    (`done`: that kernel's `_ends`, so far if it is this one)."""
+    waited = set(barrier.wait_for)
+    return {t for (_, op_id), tasks in done.items() if op_id in waited for t in tasks}
+
+
+@dataclass
+class _KernelFacts:
+    """What the plans of one kernel's ops are made from."""
+
+    kernel: Kernel
+    g: Graph
+    binding: Binding
+    shared: set[int]
+    phase: int
+    previous_users: dict[tuple[int, int], set[int]]  # (worker, op_id) -> ids its first fills wait for
+    ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
+    last_step: dict[str, int] = field(init=False)  # each loop's last step
+    computes: dict = field(init=False)  # `compute_ops`
+    l2_banks: dict[tuple[int, int], int] = field(init=False)  # `_l2_banks`
+
+    def __post_init__(self):
+        self.ranges = loop_ranges(self.kernel)
+        self.last_step = {l.induction_var: l.end - 1 for l in self.kernel.tile_loops}
+        self.computes = compute_ops(self.kernel, self.g)
+        self.l2_banks = _l2_banks(self.kernel, self.binding)
+
+
+def _plans(facts: _KernelFacts) -> list[dict[int, _Plan]]:
+    """worker -> op_id -> its plan, for the ops that worker issues (a shared move: worker 0 only)."""
+    out = []
+    for worker in range(facts.binding.workers):
+        plans = {}
+        for op in facts.kernel.body:
+            if worker and op.op_id in facts.shared:
+                continue
+            if isinstance(op, DataMove):
+                cls = _ViewPlan if op.move_type == "VIEW" else _MovePlan
+            elif isinstance(op, Compute):
+                # the registry says whether the array runs it, else the vector unit
+                cls = _ArrayPlan if facts.computes[op.op_id][0].tile_mnk is not None else _VectorPlan
+            else:
+                cls = _BarrierPlan
+            plans[op.op_id] = cls(op, worker, facts)
+        out.append(plans)
+    for worker, plans in enumerate(out):
+        for op in facts.kernel.body:
+            if op.op_id in plans:  # a shared move is worker 0's: every worker reads its instances
+                plans[op.op_id].deps = tuple(out[0 if d in facts.shared else worker][d] for d in op.depends_on)
+    return out
+
+
+def _running(kernel: Kernel, op: BodyOp) -> set[str]:
+    """The loop variables set while `op` runs: those of the loops around its place."""
+    order = [l.induction_var for l in kernel.tile_loops]
+    anchor = op.after or op.at
+    if anchor is None:
+        return set()
+    return set(order[:order.index(anchor) + (op.after is None)])
+
+
+class _Plan:
+    """One body op on one worker: what all its instances share, and where they have got to.
+    `task` makes an instance's task from its id, deps and loop values, or None where the
+    instance runs none."""
+
+    __slots__ = ("op", "op_id", "worker", "key", "deps", "depth", "first_fill_waits", "fresh", "fresh_while",
+                 "phase", "label", "whole", "last", "skipped", "instances", "readers")
+
+    def __init__(self, op: BodyOp, worker: int, facts: _KernelFacts):
+        self.op, self.op_id, self.worker = op, op.op_id, worker
+        self.key = (worker, op.op_id)
+        self.deps: tuple[_Plan, ...] = ()  # the plans of the ops it depends on, linked by `_plans`
+        self.depth = op.depth if isinstance(op, DataMove) else 1
+        self.first_fill_waits = facts.previous_users.get(self.key, ())
+        # each instance is a new one of its buffer, except a compute's that accumulate into the last
+        rule = accumulate_rule(op) if isinstance(op, Compute) else False
+        self.fresh = rule is False
+        self.fresh_while = None if isinstance(rule, bool) else rule  # (var, n): new while var <= n
+        self.phase = facts.phase
+        self.label = ""
+        # bounds on the loop values within which its tiles are whole (`unchecked_bounds`); None:
+        # no such bounds are known, every instance measures its tiles
+        self.whole: tuple[tuple[str, int, int], ...] | None = None
+        self.last: int | None = None  # id of its latest task
+        self.skipped: tuple[int, frozenset[int]] | None = None  # (id, deps) of its latest instance that ran no task
+        self.instances = 0  # of its buffer, so far
+        # worker -> instance -> id of its latest reader there (a shared move's: on every worker)
+        workers = range(facts.binding.workers) if op.op_id in facts.shared else (worker,)
+        self.readers: dict[int, dict[int, int]] = {w: {} for w in workers}
+
+    def task(self, tid: int, deps: tuple[int, ...], env: dict[str, int]) -> Task | None:
+        raise NotImplementedError
+
+
+class _ViewPlan(_Plan):
+    """Nothing moves: the view is ready when its source is."""
+
+    __slots__ = ()
+
+    def task(self, tid, deps, env):
+        return None
+
+
+class _MovePlan(_Plan):
+    __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "transpose", "args", "bytes", "src_shape",
+                 "dst_shape", "table", "itemsize")
+
+    def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
+        super().__init__(op, worker, facts)
+        g = facts.g
+        src, dst = op.source, op.destination
+        self.unit = engine_kind(src.level, dst.level)
+        self.src_level, self.dst_level = src.level, dst.level
+        self.engine = facts.binding.engines[op.op_id, worker]
+        self.l2_bank = facts.l2_banks.get((op.op_id, worker))
+        self.transpose = op.transpose or op.permutation is not None
+        self.label = f"{dst.tensor} {src.level}->{dst.level}"
+        running = _running(facts.kernel, op)
+        self.args = tuple(v for v in dst.tile_indices if v in running)
+        self.src_shape, self.dst_shape = g.tensors[src.tensor].shape, g.tensors[dst.tensor].shape
+        self.table = table_values(src, g)
+        self.itemsize = itemsize(g.tensors[dst.tensor].dtype)  # a fill costs no external-memory bytes
+        self.bytes = math.prod(dst.tile_shape) * self.itemsize  # of a whole tile
+        bounds = whole_move_bounds(op, self.src_shape, self.dst_shape)
+        self.whole = None if bounds is None else unchecked_bounds(bounds, facts.ranges)
+
+    def task(self, tid, deps, env):
+        if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):
+            nbytes = self.bytes
+        else:
+            _, part = move_slices(self.op, self.src_shape, self.dst_shape, env, self.table)
+            nbytes = region_elements(part) * self.itemsize
+        if not nbytes:  # a window's tile wholly outside its tensor: no task
+            return None
+        args = {}  # a loop, not a comprehension: no function made per task
+        for v in self.args:
+            args[v] = env[v]
+        # Task's fields in order: most tasks are moves, and keywords would cost more than the task.
+        # Its stream is the op: one queue per op across kernels, a later kernel's move waits
+        # behind the earlier kernel's
+        return Task(tid, self.unit, self.engine, deps, self.op_id, self.phase, self.label, args,
+                    nbytes, self.src_level, self.dst_level, self.l2_bank, self.transpose)
+
+
+class _ComputePlan(_Plan):
+    """Its tile shapes are its tiles' (`refs`) where those are whole."""
+
+    __slots__ = ("opdef", "attrs", "over", "args", "tensors")
+
+    def __init__(self, op: Compute, worker: int, facts: _KernelFacts, refs: list[TileRef]):
+        super().__init__(op, worker, facts)
+        self.opdef, self.attrs = facts.computes[op.op_id]
+        self.label = f"{op.compute_type} {op.output.tensor}"
+        # the loop the compute accumulates over, if any: its tiles add into one result
+        self.over = op.accumulate.partition(">")[0].strip() if ">" in op.accumulate else None
+        running = _running(facts.kernel, op)
+        self.args = tuple(v for v in [*op.output.tile_indices, self.over] if v in running)
+        self.tensors = facts.g.tensors
+        bounds = [whole_tile_bounds(r, self.tensors[r.tensor].shape) for r in refs]
+        if None not in bounds:
+            self.whole = unchecked_bounds([b for ref_bounds in bounds for b in ref_bounds], facts.ranges)
+
+    def shape(self, ref: TileRef, env: dict[str, int]) -> tuple[int, ...]:
+        return tuple(s.stop - s.start for s in tile_slices(ref, self.tensors[ref.tensor].shape, env))
+
+
+class _ArrayPlan(_ComputePlan):
+    __slots__ = ("mnk", "over_last", "dataflow")
+
+    def __init__(self, op: Compute, worker: int, facts: _KernelFacts):
+        super().__init__(op, worker, facts, op.inputs)
+        if self.whole is not None:
+            self.mnk = self.opdef.tile_mnk([tuple(r.tile_shape) for r in op.inputs], self.attrs)
+        self.over_last = facts.last_step.get(self.over)
+        self.dataflow = facts.kernel.dataflow
+
+    def task(self, tid, deps, env):
+        if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):
+            m, n, k = self.mnk
+        else:
+            m, n, k = self.opdef.tile_mnk([self.shape(r, env) for r in self.op.inputs], self.attrs)
+        # the accumulators drain on the last step of that loop
+        drain = self.over is None or env[self.over] == self.over_last
+        return Task(tid, "array", self.worker, deps, m=m, n=n, k=k, dataflow=self.dataflow, drain=drain,
+                    phase=self.phase, label=self.label, args={v: env[v] for v in self.args})
+
+
+class _VectorPlan(_ComputePlan):
+    """The vector unit beside the array, for the elements of each op class."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, op: Compute, worker: int, facts: _KernelFacts):
+        super().__init__(op, worker, facts, [*op.inputs, op.output])
+        if self.whole is not None:
+            self.work = self._work([tuple(r.tile_shape) for r in op.inputs], tuple(op.output.tile_shape))
+
+    def _work(self, shapes: list[tuple[int, ...]], out_shape: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
+        return tuple(sorted(self.opdef.vector_work(shapes, out_shape, self.attrs).items()))
+
+    def task(self, tid, deps, env):
+        if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):
+            work = self.work
+        else:
+            work = self._work([self.shape(r, env) for r in self.op.inputs], self.shape(self.op.output, env))
+        return Task(tid, "vector", self.worker, deps, vector_work=work, phase=self.phase, label=self.label,
+                    args={v: env[v] for v in self.args})
+
+
+class _BarrierPlan(_Plan):
+    """Passed on this compute tile when what it waits for has finished."""
+
+    __slots__ = ()
+
+    def __init__(self, op: Barrier, worker: int, facts: _KernelFacts):
+        super().__init__(op, worker, facts)
+        self.label = f"BARRIER {op.kernel or facts.kernel.name} {op.wait_for}"
+
+    def task(self, tid, deps, env):
+        return Task(tid, "barrier", self.worker, deps, stream=self.op_id, phase=self.phase, label=self.label)
 
 
 def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
