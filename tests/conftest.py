@@ -64,17 +64,23 @@ def binding_cache_dir(tmp_path_factory):
         yield path
 
 
+def shrunk_config(tmp_path_factory, base: str, name: str, l3: tuple[int, int], l2: tuple[int, int],
+                  l1: tuple[int, int]) -> str:
+    """A shipped config with other on-chip memories, each (count, KB), written under `name`."""
+    config = json.loads((CONFIGS / f"{base}.json").read_text())
+    config["name"] = name
+    config["on_chip_memory"] = {"l3": {"tile_count": l3[0], "tile_capacity_kb": l3[1]},
+                                "l2": {"bank_count": l2[0], "bank_capacity_kb": l2[1]},
+                                "l1": {"buffer_count": l1[0], "buffer_capacity_kb": l1[1]}}
+    path = tmp_path_factory.mktemp("configs") / f"{name}.json"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> str:
     """The minimal config with 4 KB of L3 and 1 KB banks at L2 and L1."""
-    config = json.loads((CONFIGS / "minimal.json").read_text())
-    config["name"] = "tiny"
-    config["on_chip_memory"] = {"l3": {"tile_count": 1, "tile_capacity_kb": 4},
-                                "l2": {"bank_count": 4, "bank_capacity_kb": 1},
-                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 1}}
-    path = tmp_path_factory.mktemp("configs") / "tiny.json"
-    path.write_text(json.dumps(config))
-    return str(path)
+    return shrunk_config(tmp_path_factory, "minimal", "tiny", (1, 4), (4, 1), (4, 1))
 
 
 def config_error(tmp_path: Path, document: dict) -> str:

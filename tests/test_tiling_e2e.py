@@ -3,12 +3,10 @@ compute tiles, moves what the compiler counts, and computes the right numbers.""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from conftest import CONFIGS
+from conftest import CONFIGS, shrunk_config
 from dfx import Graph, Op, Tensor, dumps, loads
 from hardware import load_machine
 from kernel_compiler import compile_graph, load_target
@@ -31,14 +29,7 @@ PINNED_DRAM = {
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> str:
     """standard's array and engines with 32 KB of L3: panels of a few hundred rows, in blocks."""
-    config = json.loads((CONFIGS / "standard.json").read_text())
-    config["name"] = "small"
-    config["on_chip_memory"] = {"l3": {"tile_count": 2, "tile_capacity_kb": 16},
-                                "l2": {"bank_count": 8, "bank_capacity_kb": 8},
-                                "l1": {"buffer_count": 4, "buffer_capacity_kb": 4}}
-    path = tmp_path_factory.mktemp("configs") / "small.json"
-    path.write_text(json.dumps(config))
-    return str(path)
+    return shrunk_config(tmp_path_factory, "standard", "small", (2, 16), (8, 8), (4, 4))
 
 
 def gemm(M: int, N: int, K: int, batch: tuple[int, ...] = (), transpose_b: bool = False) -> Graph:
