@@ -123,8 +123,8 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     # each operand's tile at each level: (loop, extent) along M or N, and along K. In L3 a panel
     # (all of K) when one operand is resident: its block of tiles, the other's single tiles
     Bi, Bj = min(M, Ti * tiling.per_block), min(N, Tj * tiling.per_block)
-    l3_rows = {"A": ("bi", Bi), "B": ("ti", min(Ti, M))}.get(tiling.resident, ("ti", min(Ti, M)))
-    l3_cols = {"A": ("tj", min(Tj, N)), "B": ("bj", Bj)}.get(tiling.resident, ("tj", min(Tj, N)))
+    l3_rows = ("bi", Bi) if tiling.resident == "A" else ("ti", min(Ti, M))
+    l3_cols = ("bj", Bj) if tiling.resident == "B" else ("tj", min(Tj, N))
     l3_k = ("0", K) if tiling.resident else ("tk", min(Tk, K))
     k = ("tk", min(Tk, K))
 
