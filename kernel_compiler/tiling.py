@@ -8,6 +8,8 @@ subject to every buffer (tile x buffering depth) fitting the target's banks at L
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from dataclasses import dataclass
 
@@ -263,38 +265,38 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
         private, shared = tile_buffers(p, t)
         if fits(private, target, shared):
             yield t, trips
-    for resident, (order,) in ((r, ORDERS[r]) for r in ("A", "B")):
+    for resident in ("A", "B"):
         inner, outer = ("ti", "tj") if resident == "A" else ("tj", "ti")
         tiles = trips_of(p, Ti, Tj, Tk)[inner]
         for panel_depth in ((2, 1) if p.depth == 2 else (1,)):
             # the compute tiles deal out the panel's tiles (sharing both panels) or the other
             # operand's panels
             for parallel_on, workers in ((inner, target.compute_tiles), (outer, 1)):
-                def tiling(per_block: int) -> tuple[MatmulTiling, dict[str, int]]:
-                    trips = trips_of(p, Ti, Tj, Tk, per_block)
-                    loops = tuple(v for v in (*p.batch, *order) if trips[v] > 1)
-                    runs = min(trips[parallel_on], per_block) if parallel_on == inner else trips[parallel_on]
-                    parallel = Parallel(parallel_on, max(1, min(target.compute_tiles, runs))) \
-                        if parallel_on in loops else parallel_loop(loops, trips, target.compute_tiles)
-                    return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth), trips
-
-                def fitting(per_block: int) -> bool:
-                    t, trips = tiling(per_block)
-                    private, shared = tile_buffers(p, t)
-                    return fits(private, target, shared) and worth_waiting_for(p, t, trips)
-
+                make = functools.partial(_resident_tiling, p, target, Ti, Tj, Tk, resident, panel_depth, parallel_on)
                 sizes = _panel_blocks(tiles, workers)
                 # the largest size that fits and is worth its wait: a larger panel takes more room
                 # and keeps the array waiting longer, and moves fewer bytes
-                low, high = 0, len(sizes)
-                while low < high:
-                    mid = (low + high) // 2
-                    if fitting(sizes[mid]):
-                        low = mid + 1
-                    else:
-                        high = mid
-                if low:
-                    yield tiling(sizes[low - 1])
+                n = bisect.bisect_left(sizes, True, key=lambda size: not _acceptable(p, target, *make(size)))
+                if n:
+                    yield make(sizes[n - 1])
+
+
+def _resident_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int, resident: str, panel_depth: int,
+                     parallel_on: str, per_block: int) -> tuple[MatmulTiling, dict[str, int]]:
+    """The tiling with `resident`'s panel of `per_block` tiles, the compute tiles dealing out the
+    steps of loop `parallel_on` (a loop within blocks: those of one block), and its trips."""
+    trips = trips_of(p, Ti, Tj, Tk, per_block)
+    loops = tuple(v for v in (*p.batch, *ORDERS[resident][0]) if trips[v] > 1)
+    inner = "ti" if resident == "A" else "tj"
+    runs = min(trips[parallel_on], per_block) if parallel_on == inner else trips[parallel_on]
+    parallel = Parallel(parallel_on, max(1, min(target.compute_tiles, runs))) \
+        if parallel_on in loops else parallel_loop(loops, trips, target.compute_tiles)
+    return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth), trips
+
+
+def _acceptable(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
+    private, shared = tile_buffers(p, t)
+    return fits(private, target, shared) and worth_waiting_for(p, t, trips)
 
 
 # the array waits for a resident panel's loads that nothing else overlaps: a panel is worth it

@@ -101,7 +101,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
     g = program.graph
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
-    shared = kernel.shared_moves() if workers > 1 else set()
+    shared = kernel.shared_moves()
     for op in kernel.body:
         # a view names bytes already in external memory: no buffer, no engine
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):

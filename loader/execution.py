@@ -37,7 +37,8 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     tiles: dict[tuple[int, str, str], np.ndarray] = {}
     # the region of its tensor each tile a move made holds: a panel, whose tiles later moves read
     regions: dict[tuple[int, str, str], tuple[slice, ...]] = {}
-    shared = {(op.destination.tensor, op.destination.level) for op in kernel.body if op.op_id in kernel.shared_moves()}
+    shared_moves = kernel.shared_moves()
+    shared = {(op.destination.tensor, op.destination.level) for op in kernel.body if op.op_id in shared_moves}
     for worker, op, env in expand(kernel, workers):
         done += 1
         if progress is not None and done % PROGRESS_EVERY == 0:

@@ -83,7 +83,7 @@ def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
     worker that reaches it waits there until every worker has, so none is still reading the
     copy before it (every reader of a shared tile sits inside the loop the move sits at)."""
     place = placement(kernel)
-    shared = kernel.shared_moves() if workers > 1 else set()
+    shared = kernel.shared_moves()
     running = [_worker_stream(kernel, place, w, workers) for w in range(workers)]
     waiting: dict[int, tuple[Iterator, tuple[int, BodyOp, dict]]] = {}  # worker -> its stream, the shared move it reached
     while running:
