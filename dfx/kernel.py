@@ -65,6 +65,18 @@ class TileRef:
     # operand at minus its position, PAD's operand at minus its padding before)
     offset: list[int] | None = None
     table: IndexTable | None = None  # one dim through a table: a move's source in external memory
+    # per dim, the distance between the starts of consecutive tiles (None: their extents). Tiles
+    # closer than their extent overlap: the input rows of a sliding window, each band with its halo
+    step: list[int] | None = None
+    # per dim, [before, after]: an on-chip tile holds its part of the tensor padded so, the
+    # padding written by the fill of the move that makes it (a convolution's zero border, which
+    # external memory never holds)
+    padding: list[list[int]] | None = None
+
+    @property
+    def windowed(self) -> bool:
+        """Whether its tiles are a window on the tensor rather than its plain grid of tiles."""
+        return self.offset is not None or self.step is not None or self.padding is not None
 
 
 @dataclass

@@ -176,7 +176,9 @@ def _tile_ref(d: dict[str, Any]) -> TileRef:
     table = d.get("table")
     return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]),
                    offset=list(d["offset"]) if "offset" in d else None,
-                   table=IndexTable(table["dim"], table["op"], table["attr"]) if table is not None else None)
+                   table=IndexTable(table["dim"], table["op"], table["attr"]) if table is not None else None,
+                   step=list(d["step"]) if "step" in d else None,
+                   padding=[list(p) for p in d["padding"]] if "padding" in d else None)
 
 
 def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:

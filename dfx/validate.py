@@ -182,13 +182,16 @@ def validate_program(program: Program, where: str) -> None:
                 t = g.tensors.get(ref.tensor)
                 if t is None:
                     fail(op_place, f"unknown tensor '{ref.tensor}'")
-                if len(ref.tile_indices) != len(t.shape) or len(ref.tile_shape) != len(t.shape) \
-                        or len(ref.offset or t.shape) != len(t.shape):
-                    fail(op_place, f"tile of '{ref.tensor}' has {len(ref.tile_indices)} indices, "
-                         f"{len(ref.tile_shape)} extents and {len(ref.offset or t.shape)} offsets for a "
+                counts = [len(ref.tile_indices), len(ref.tile_shape), len(ref.offset or t.shape),
+                          len(ref.step or t.shape), len(ref.padding or t.shape)]
+                if counts != [len(t.shape)] * 5:
+                    fail(op_place, f"tile of '{ref.tensor}' has {counts[0]} indices, {counts[1]} extents, "
+                         f"{counts[2]} offsets, {counts[3]} steps and {counts[4]} paddings for a "
                          f"rank-{len(t.shape)} tensor")
-                if (ref.offset is not None or ref.table is not None) and not isinstance(op, DataMove):
-                    fail(op_place, f"tile of '{ref.tensor}' has an offset or a table, which only a data move's may")
+                if (ref.table is not None and not isinstance(op, DataMove)) \
+                        or (ref.windowed and isinstance(op, Compute) and ref is op.output):
+                    fail(op_place, f"tile of '{ref.tensor}' has a window or a table, which only a data move's "
+                         f"may (and a compute's operand, read as a move left it)")
                 table = _table(ref, t.shape, g) if ref.table is not None else []
                 if isinstance(table, str):
                     fail(op_place, table)
@@ -268,21 +271,36 @@ def _held(made: TileRef, ref: TileRef, loops: dict[str, TileLoop], shape: tuple[
     """Whether tile `ref` lies inside tile `made` at every step: the same tile, or along each
     dim the same tiles, a tile of a block `made` holds (its loop runs within `made`'s, whose
     tiles are its blocks) or any tile of a dim `made` holds whole."""
-    if (made.tile_indices, made.tile_shape, made.offset) == (ref.tile_indices, ref.tile_shape, ref.offset):
+    if _geometry(made) == _geometry(ref):
         return True
-    if made.offset is not None or ref.offset is not None:
-        return False
-    for index, extent, outer, outer_extent, dim in zip(ref.tile_indices, ref.tile_shape, made.tile_indices,
-                                                       made.tile_shape, shape):
-        if outer == "0" and outer_extent >= dim:
+    for axis, (index, extent, outer, outer_extent, dim) in enumerate(zip(ref.tile_indices, ref.tile_shape,
+                                                                         made.tile_indices, made.tile_shape, shape)):
+        if _dim_geometry(made, axis) == _dim_geometry(ref, axis):
             continue
-        if (index, extent) == (outer, outer_extent):
+        if _dim_windowed(made, axis) or _dim_windowed(ref, axis):
+            return False
+        if outer == "0" and outer_extent >= dim:
             continue
         loop = loops.get(index)
         if loop is not None and loop.within == outer and extent * loop.per_block == outer_extent:
             continue
         return False
     return True
+
+
+def _dim_geometry(ref: TileRef, axis: int) -> tuple:
+    """How the tiles of `ref` lie along `axis`: index, extent, offset, step and padding."""
+    return (ref.tile_indices[axis], ref.tile_shape[axis], ref.offset[axis] if ref.offset else 0,
+            ref.step[axis] if ref.step else ref.tile_shape[axis], tuple(ref.padding[axis]) if ref.padding else (0, 0))
+
+
+def _dim_windowed(ref: TileRef, axis: int) -> bool:
+    _, extent, offset, step, padding = _dim_geometry(ref, axis)
+    return offset != 0 or step != extent or padding != (0, 0)
+
+
+def _geometry(ref: TileRef) -> tuple:
+    return tuple(_dim_geometry(ref, axis) for axis in range(len(ref.tile_indices)))
 
 
 def _position(op: BodyOp, order: list[str]) -> tuple[int, int]:
@@ -339,7 +357,7 @@ def _move_made(op: BodyOp) -> tuple | int:
         return op.op_id
     def geometry(r: TileRef) -> tuple:
         table = (r.table.dim, r.table.op, r.table.attr) if r.table is not None else None
-        return r.tensor, r.level, tuple(r.tile_indices), tuple(r.tile_shape), r.offset and tuple(r.offset), table
+        return r.tensor, r.level, _geometry(r), table
 
     return (geometry(op.source), geometry(op.destination), op.at, op.after, op.transpose,
             tuple(op.permutation or ()), op.fill)
@@ -347,7 +365,9 @@ def _move_made(op: BodyOp) -> tuple | int:
 
 def _tile(ref: TileRef) -> str:
     offset = f" from {ref.offset}" if ref.offset is not None else ""
-    return f"{ref.tile_indices} of {ref.tile_shape}{offset}"
+    step = f" by {ref.step}" if ref.step is not None else ""
+    padding = f" padded {ref.padding}" if ref.padding is not None else ""
+    return f"{ref.tile_indices} of {ref.tile_shape}{offset}{step}{padding}"
 
 
 def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, str] | None:
@@ -387,12 +407,14 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
         op_place = f"{place} op {op.op_id}"
         scope, _ = _position(op, order)
         for ref in _refs(op):
-            for index, size in zip(ref.tile_indices, ref.tile_shape):
+            for axis, (index, size) in enumerate(zip(ref.tile_indices, ref.tile_shape)):
                 if index == "0":
                     continue
                 if index not in order[:scope]:  # its value there would be 0: every run the first tile
                     return (op_place, f"indexes its tile of '{ref.tensor}' by loop '{index}', which does not run "
                             f"where the op is placed ({_shown(op)})")
+                if _dim_windowed(ref, axis):  # a band is as large as its window needs (`_band_problem`)
+                    continue
                 first = extent.setdefault(index, (size, ref.tensor))
                 if first[0] != size:
                     return (op_place, f"steps tiles of {size} of '{ref.tensor}' along loop '{index}', which steps "
@@ -413,10 +435,10 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 return op_place, f"writes '{dst.tensor}' to external memory, which is none of the kernel's results"
             if src.tensor != dst.tensor and not layout:
                 return op_place, f"moves '{src.tensor}' into '{dst.tensor}'; only a layout kernel's moves change tensor"
-            if not layout and any(r.offset is not None or r.table is not None for r in (src, dst)):
-                return op_place, "takes a window or an index table, which only a layout kernel's moves do"
-            if src.tensor == dst.tensor and src.offset != dst.offset:
-                return (op_place, f"moves the window of '{src.tensor}' from {src.offset} to {dst.offset}; a move "
+            if not layout and any(r.table is not None for r in (src, dst)):
+                return op_place, "takes an index table, which only a layout kernel's moves do"
+            if src.tensor == dst.tensor and (src.offset, src.step, src.padding) != (dst.offset, dst.step, dst.padding):
+                return (op_place, f"moves the tiles of '{src.tensor}' from {_tile(src)} to {_tile(dst)}; a move "
                         f"within a tensor keeps its tiles where they are")
     for name in k.outputs:
         if not any(isinstance(op, DataMove) and op.destination.level == "EXTERNAL" and op.destination.tensor == name
@@ -445,7 +467,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if isinstance(op, DataMove) and op.depends_on[0] != w.op_id:
                 return op_place, f"must depend first on op {w.op_id}, which fills the {ref.tensor} tile it moves"
             made = _written(w)
-            whole = (made.tile_indices, made.tile_shape, made.offset) == (ref.tile_indices, ref.tile_shape, ref.offset)
+            whole = _geometry(made) == _geometry(ref)
             if not whole and transposed[w.op_id]:
                 return (op_place, f"reads part of the {ref.tensor} tile at {ref.level} that op {w.op_id} holds "
                         f"transposed; only a tile held as laid out can be read in parts")
@@ -551,7 +573,21 @@ def _operand_problem(op: Compute, d: OpDef, attrs: dict, g: Graph) -> str | None
                 for j, dim in enumerate(shape)]
 
     runs: list[list[int | None]] = [aligned(s) for s in shapes]
-    if d.tile_mnk is not None:  # MATMUL: C[..., m, n] += A[..., m, k] B[..., k, n]
+    for i, ref in enumerate(op.inputs):
+        for axis in range(len(ref.tile_indices)):
+            if _dim_windowed(ref, axis) and not (d.windows is not None and i == 0 and axis in (1, 2)):
+                return (f"reads '{ref.tensor}' through a window along dim {axis}; only a sliding-window op's "
+                        f"input is read so, along H and W")
+    if d.windows is not None:
+        problem = _band_problem(op, d.windows(attrs, shapes))
+        if problem:
+            return problem
+    if d.operand_dims is not None:
+        runs = d.operand_dims(shapes, attrs)
+        if d.tile_mnk is not None and op.inputs[0].tile_indices[-1] != op.inputs[1].tile_indices[-1]:
+            return (f"steps the contracted channels of '{op.inputs[0].tensor}' and '{op.inputs[1].tensor}' by "
+                    f"different loops ('{op.inputs[0].tile_indices[-1]}', '{op.inputs[1].tile_indices[-1]}')")
+    elif d.tile_mnk is not None:  # MATMUL: C[..., m, n] += A[..., m, k] B[..., k, n]
         a, b = shapes[0], shapes[1]
         n_axis, k_axis = (len(b) - 2, len(b) - 1) if attrs.get("transpose_b") else (len(b) - 1, len(b) - 2)
         runs[0] = aligned(a[:-2], len(out) - 2) + [len(out) - 2, None]
@@ -576,6 +612,21 @@ def _operand_problem(op: Compute, d: OpDef, attrs: dict, g: Graph) -> str | None
     return None
 
 
+def _band_problem(op: Compute, hw) -> str | None:
+    """Why the first operand's tiles are not, along H and W, the bands of input with their halo
+    and padding that the result's tiles need (None if they are)."""
+    band, result = op.inputs[0], op.output
+    for axis, window in zip((1, 2), hw):
+        extent, step, offset = window.band(result.tile_shape[axis])
+        want = (result.tile_indices[axis], extent, offset, step, (window.before, window.after))
+        if _dim_geometry(band, axis) != want:
+            _, got_extent, got_offset, got_step, got_padding = _dim_geometry(band, axis)
+            return (f"reads '{band.tensor}' along dim {axis} in tiles of {got_extent} by {got_step} from "
+                    f"{got_offset} padded {list(got_padding)}; result tiles of {result.tile_shape[axis]} need "
+                    f"{extent} by {step} from {offset} padded {[window.before, window.after]}")
+    return None
+
+
 def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]) -> tuple[str | None, bool]:
     """Why the tiles of `ref` along `axis` do not fit dimension `dim` of their tensor (None if
     they do), and whether that bounds the trips of the loop indexing them."""
@@ -587,6 +638,14 @@ def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]
             return None, True
         return (f"tiles of {extent} at offset {start} along '{index}' ({trips} trips) do not step one by one "
                 f"through the {len(table)} entries of table '{ref.table.attr}'"), False
+    step = ref.step[axis] if ref.step is not None else extent
+    before, after = ref.padding[axis] if ref.padding is not None else (0, 0)
+    if step != extent or before or after:
+        # a sliding window's bands: each starts inside the tensor as padded
+        if trips >= 1 and -before <= start and start + (trips - 1) * step < dim + after:
+            return None, True
+        return (f"bands of {extent} by {step} from offset {start} along '{index}' ({trips} trips) do not all start "
+                f"inside dimension {dim} of '{ref.tensor}' padded by [{before}, {after}]"), False
     if ref.offset is None:
         # the tiles must cover the dimension exactly: trips = ceil(dim / extent), no tile wholly
         # outside it and none larger than the dimension

@@ -290,10 +290,12 @@ def b_transposed(obj):  # MATMUL without transpose_b would multiply by B's tiles
     move(first(obj), "W0", "L3", "L2")["transpose"] = True
 
 
-def window_in_a_matmul(obj):  # the tile one column to the right, all the way to L1
-    for m in (move(first(obj), "x", "L3", "L2"), move(first(obj), "x", "EXTERNAL", "L3")):
+def window_in_a_matmul(obj):  # the tile one column to the right, all the way into the array
+    for m in (move(first(obj), "x", "L2", "L1"), move(first(obj), "x", "L3", "L2"),
+              move(first(obj), "x", "EXTERNAL", "L3")):
         for end in ("source", "destination"):
             m[end]["offset"] = [0, 1]
+    next(o for o in first(obj)["body"] if o["type"] == "COMPUTE")["inputs"][0]["offset"] = [0, 1]
 
 
 def vector_dataflow(obj):
@@ -335,7 +337,7 @@ def one_operand_matmul(obj):  # the registry's reference would index a missing o
     (store_into_an_intermediate, ["writes 'y2' to external memory, which is none of the kernel's results"]),
     (skip_a_level, ["moves EXTERNAL -> L2, which no engine does"]),
     (b_transposed, ["reads W0 at L1 transposed, but MATMUL", "takes it as laid out"]),
-    (window_in_a_matmul, ["takes a window or an index table, which only a layout kernel's moves do"]),
+    (window_in_a_matmul, ["reads 'x' through a window along dim 1; only a sliding-window op's input is read so"]),
     (vector_dataflow, ["kernel 'matmul_0' op", "runs MATMUL_TILE on the array, but the kernel's dataflow 'vector'"]),
     (moves_dataflow, ["is a COMPUTE in a kernel of dataflow 'moves'"]),
     (unknown_epilogue_op, ["graph op", "unknown op 'FOO'"]),
@@ -353,7 +355,7 @@ def test_validator_refuses_accumulating_a_softmax(softmax):
     loop = first(obj)["tile_loops"][0]["induction_var"]
     the_compute(first(obj))["accumulate"] = f"{loop} > 0"  # ran, each row tile replacing the last
     refused(obj, f"accumulates over loop '{loop}', but SOFTMAX cannot add to a partial result",
-            "only MATMUL, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_SUM can")
+            "only CONV2D, MATMUL, REDUCE_MAX, REDUCE_MIN, REDUCE_PROD, REDUCE_SUM can")
 
 
 def test_validator_refuses_a_dataflow_its_computes_do_not_have(softmax):

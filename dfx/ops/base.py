@@ -47,7 +47,7 @@ class OpDef:
     reference: Callable[[list[np.ndarray], dict[str, Any], list[str]], list[np.ndarray]]
     compute_type: str  # the tile-level COMPUTE it lowers to
     doc: str
-    family: str  # contraction | map | reduction | layout
+    family: str  # contraction | map | reduction | window | layout
     # attribute name -> default, REQUIRED when the graph must give it
     attrs: dict[str, Any] = field(default_factory=dict, hash=False)
     # the tile COMPUTE's meaning, for ops that compute: (input tiles, partial result or None when
@@ -73,6 +73,14 @@ class OpDef:
     # modulo 2^32); `predicate`, the result is a truth value, 0 or 1 whatever its dtype
     exact: bool = False
     predicate: bool = False
+    # for the validator, where the op's operands do not simply align right on its result (numpy
+    # broadcasting): (input shapes, attrs) -> per operand, per dim, the result dim it runs along
+    # (None: contracted or taken whole)
+    operand_dims: Callable[[list[Shape], dict[str, Any]], list[list[int | None]]] | None = None
+    # sliding-window ops (window.py): (attrs, input shapes) -> the H and W windows of the first
+    # operand, and the value of its padding, by dtype (None: zero)
+    windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
+    window_fill: Callable[[str], int | float] | None = None
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """`attrs` with defaults filled and values in canonical form; ShapeError for an unknown
@@ -236,6 +244,12 @@ def _number(name: str, value: Any) -> int | float:
     return int(value) if _is_int(value) else float(value)
 
 
+def _positive(name: str, value: Any) -> int:
+    if not _is_int(value) or value < 1:
+        raise _fail(name, "an integer >= 1", value)
+    return int(value)
+
+
 def _epsilon(name: str, value: Any) -> float:
     if not _is_number(value) or not value >= 0:
         raise _fail(name, "a number >= 0", value)
@@ -288,4 +302,10 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "min": _number,
     "max": _number,
     "dtype": _choice(*DTYPES),
+    "stride": lambda name, value: _ints(name, value, low=1),  # per spatial dim
+    "dilation": lambda name, value: _ints(name, value, low=1),
+    "kernel": lambda name, value: _ints(name, value, low=1),  # a pooling window's extent per spatial dim
+    "groups": lambda name, value: _positive(name, value),
+    "layout": _choice("NHWC", "NCHW"),
+    "count_include_pad": _bool,
 }
