@@ -10,20 +10,30 @@ from dfx.graph import INT64_MAX
 
 from .errors import CompileError
 from .fuse import fusion_groups
+from .lower_conv import lower_conv
 from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
+from .lower_window import lower_window
 from .passes import canonicalise, split_long_rows
 from .synchronise import synchronise
 from .target import Target
+
+
+def lower_contraction(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    """On the array: a sliding-window contraction (CONV2D) as an implicit GEMM, else a MATMUL."""
+    lowering = lower_conv if lookup(ops[0].op_type).windows is not None else lower_matmul
+    return lowering(graph, ops, name, target, dataflow)
+
 
 # the anchor's op family (the registry's) -> lowering of a group [anchor, *epilogue]; an op whose
 # family has none, or that computes without a tile meaning in the registry (LINEAR), parses and
 # checks but does not compile yet. Layout ops compute nothing: their kernels are data moves.
 LOWERINGS: dict[str, Callable[[Graph, list[Op], str, Target, str], Kernel]] = {
-    "contraction": lower_matmul,
+    "contraction": lower_contraction,
     "map": lower_vector_op,
     "reduction": lower_vector_op,
+    "window": lower_window,
     "layout": lower_layout,
 }
 

@@ -1,8 +1,8 @@
 """Fusion: group each op with the chain of map ops that follows it, so a bias, an activation or a
 residual add is applied to the result tile on chip instead of a DRAM round trip per op.
 
-A group is an anchor (a MATMUL, a map op, or a row op whose result has its operand's shape:
-SOFTMAX, LOG_SOFTMAX, LAYERNORM) and an epilogue: the map ops right after it in graph order,
+A group is an anchor (a contraction, a window op, a map op, or a row op whose result has its
+operand's shape: SOFTMAX, LOG_SOFTMAX, LAYERNORM) and an epilogue: the map ops right after it in graph order,
 each reading the group's running result. An op joins the epilogue when that result is read by it
 alone and is no graph output (so nothing else ever needs it in memory), and when its result has
 the running result's shape (an epilogue never grows the tile). Its other operands (a bias, a
@@ -37,7 +37,7 @@ def _anchors(op: Op, graph: Graph) -> bool:
     opdef = lookup(op.op_type)
     if opdef is None or opdef.tile is None or len(op.outputs) != 1:
         return False
-    if opdef.family in ("contraction", "map"):
+    if opdef.family in ("contraction", "map", "window"):
         return True
     return opdef.family == "reduction" and graph.tensors[op.inputs[0]].shape == graph.tensors[op.outputs[0]].shape
 

@@ -32,23 +32,30 @@ def _batch_indices(shape: tuple[int, ...], out_batch: tuple[int, ...]) -> list[s
     return ["0" if d == 1 and out_batch[offset + i] != 1 else f"b{offset + i}" for i, d in enumerate(shape)]
 
 
-def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
-    """The array's cycles for one matrix product in tiles, as the simulator counts them: each
-    result tile's K steps back to back, the accumulators drained after the last."""
-    def sizes(dim: int, tile: int) -> list[tuple[int, int]]:  # (extent, how many tiles have it)
-        return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
+def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
+    """Tiles of `dim` in tiles of `tile`: (extent, how many tiles have it)."""
+    return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
 
+
+def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
+                 target: Target, dataflow: str) -> int:
+    """The array's cycles for a product in tiles of these (extent, count) sizes, as the simulator
+    counts them: each result tile's K steps back to back, the accumulators drained after the last."""
     def cycles(m: int, n: int, k: int, drain: bool) -> int:
         return matmul_cycles(m, n, k, target.rows, target.cols, dataflow, drain)
 
-    k_sizes = sizes(K, Tk)
     last = k_sizes[-1][0]
     total = 0
-    for m, cm in sizes(M, Ti):
-        for n, cn in sizes(N, Tj):
+    for m, cm in m_sizes:
+        for n, cn in n_sizes:
             steps = sum(count * cycles(m, n, k, False) for k, count in k_sizes)
             total += cm * cn * (steps + cycles(m, n, last, True) - cycles(m, n, last, False))
     return total
+
+
+def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
+    """The array's cycles for one matrix product in tiles."""
+    return array_cycles(tile_sizes(M, Ti), tile_sizes(N, Tj), tile_sizes(K, Tk), target, dataflow)
 
 
 def choose_dataflow(requested: str, cycles, target: Target, where: str) -> str:

@@ -114,9 +114,9 @@ def table_values(ref: TileRef, g: Graph) -> list[int] | None:
 
 def tile_origin(ref: TileRef, shape: tuple[int, ...], env: dict[str, int],
                 table: list[int] | None = None) -> list[int]:
-    """Where the tile starts in each dim of its tensor: tile i at `offset + i * extent`, or along
-    a table's dim at the table's entry i (negative counts from the end)."""
-    origin = [env.get(index, 0) * extent for index, extent in zip(ref.tile_indices, ref.tile_shape)]
+    """Where the tile starts in each dim of its tensor: tile i at `offset + i * step` (the extent
+    unless given), or along a table's dim at the table's entry i (negative counts from the end)."""
+    origin = [env.get(index, 0) * step for index, step in zip(ref.tile_indices, ref.step or ref.tile_shape)]
     if ref.offset is not None:
         origin = [o + offset for o, offset in zip(origin, ref.offset)]
     if ref.table is not None:
@@ -127,10 +127,13 @@ def tile_origin(ref: TileRef, shape: tuple[int, ...], env: dict[str, int],
 
 def tile_slices(ref: TileRef, shape: tuple[int, ...], env: dict[str, int]) -> tuple[slice, ...]:
     """The region of the tensor a tile reference covers at these loop values: the tile clipped to
-    the tensor (edge tiles are partial, a window's tile may be empty). Not for a tile indexed
-    through a table (only a move's source in external memory is, read by `move_slices`)."""
-    return tuple(slice(min(max(o, 0), dim), min(max(o + extent, 0), dim))
-                 for o, extent, dim in zip(tile_origin(ref, shape, env), ref.tile_shape, shape))
+    the tensor, padded by the ref's padding (edge tiles are partial, a window's tile may be
+    empty). Not for a tile indexed through a table (only a move's source in external memory is,
+    read by `move_slices`)."""
+    padding = ref.padding or [(0, 0)] * len(shape)
+    return tuple(slice(min(max(o, -before), dim + after), min(max(o + extent, -before), dim + after))
+                 for o, extent, dim, (before, after) in zip(tile_origin(ref, shape, env), ref.tile_shape, shape,
+                                                           padding))
 
 
 def move_slices(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple[int, ...], env: dict[str, int],
@@ -178,7 +181,7 @@ def whole_move_bounds(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple
     tile indices within which `move_slices` gives that tile in both tensors. None where the
     geometry is not that plain (a window, a table, a permutation): ask `move_slices` each time."""
     src, dst = op.source, op.destination
-    if op.permutation is not None or any(r.offset is not None or r.table is not None for r in (src, dst)):
+    if op.permutation is not None or any(r.windowed or r.table is not None for r in (src, dst)):
         return None
     refs = ((src, src_shape), (dst, dst_shape))
     if any(not len(r.tile_indices) == len(r.tile_shape) == len(shape) == len(dst_shape) for r, shape in refs):
@@ -193,7 +196,7 @@ def whole_move_bounds(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple
 
 def whole_tile_bounds(ref: TileRef, shape: tuple[int, ...]) -> list[tuple[str, int, int]] | None:
     """As `whole_move_bounds`, for `tile_slices`: where it gives the whole tile."""
-    if ref.offset is not None or ref.table is not None or not len(ref.tile_indices) == len(ref.tile_shape) == len(shape):
+    if ref.windowed or ref.table is not None or not len(ref.tile_indices) == len(ref.tile_shape) == len(shape):
         return None
     if any(extent <= 0 for extent in ref.tile_shape):
         return None

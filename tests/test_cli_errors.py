@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from conftest import CONFIGS, DATA, assert_one_line_error, run_cli
 
@@ -33,10 +34,20 @@ def test_malformed_dfg_line_names_the_line(tmp_path):
     assert not out.exists()
 
 
-def test_op_without_lowering_names_op_and_node(tmp_path):
-    out = tmp_path / "m.kpu"
-    proc = run_cli("compiler", DATA / "dfg" / "dfg__mobilenet_v1.dfg", "-o", out)
-    assert_one_line_error(proc, "mobilenet_v1.dfg:64", "node 59", "'tosa.conv2d'", "CONV2D", "no lowering")
+ONE_CONV = (DATA / "dfg" / "tosa__oneLayerMLP.dfg").read_text()  # node 5: a 1x1 conv of [1,1,1,4] by [2,1,1,4]
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda t: t.replace("2x1x1x4xf32", "2x1x1x3xf32"), "input [1, 1, 1, 4] has 4 channels, weights [2, 1, 1, 3]"),
+    (lambda t: t.replace("2x1x1x4xf32", "2x3x3x4xf32"), "the window spans 3 elements, more than the 1 of input"),
+    (lambda t: t.replace("stride:array<i64: 1, 1>", "stride:array<i64: 0, 1>"),
+     "attribute 'stride' must be a list of integers >= 1, got [0, 1]"),
+], ids=["channels", "kernel_larger_than_input", "stride_0"])
+def test_bad_conv_names_the_node(tmp_path, edit, reason):
+    src, out = tmp_path / "conv.dfg", tmp_path / "conv.kpu"
+    src.write_text(edit(ONE_CONV))
+    proc = run_cli("compiler", src, "-o", out)
+    assert_one_line_error(proc, "conv.dfg:10", "node 5", "'tosa.conv2d'", reason)
     assert not out.exists()
 
 

@@ -111,7 +111,7 @@ def test_mobilenet_v1():
     assert [list(t.shape) for t in graph.outputs] == [[1, 1000]]
     assert any("dfg__mobilenet_v1.dfg:5: dynamic dimension '?' read as 1" in w for w in warnings)
     first_conv = graph.ops[0]
-    assert first_conv.attrs == {"dilation": [1, 1], "pad": [0, 1, 0, 1], "stride": [2, 2]}
+    assert first_conv.attrs == {"dilation": [1, 1], "padding": [[0, 1], [0, 1]], "stride": [2, 2]}
     clamp = graph.ops[1]
     assert clamp.attrs == {"min": 0.0, "max": 6.0}
 
@@ -165,7 +165,7 @@ def test_conv2d_attributes():
     graph, _ = load("tosa__oneLayerMLP_tosa.dfg")
     conv = next(op for op in graph.ops if op.op_type == "CONV2D")
     assert conv.attrs["stride"] == [1, 1]
-    assert conv.attrs["pad"] == [0, 0, 0, 0]
+    assert conv.attrs["padding"] == [[0, 0], [0, 0]]
     assert conv.attrs["dilation"] == [1, 1]
     assert [graph.tensors[t].shape for t in conv.inputs] == [(1, 1, 1, 4), (2, 1, 1, 4), (2,)]
 

@@ -22,8 +22,7 @@ DATA = Path(__file__).parent / "data" / "dfg"
 
 # Ops the frontends parse that the registry does not declare yet: they keep their name, shape
 # inference passes them by and the compiler says they have no lowering.
-NOT_YET_IN_REGISTRY = {"CONV2D", "CONV3D", "DEPTHWISE_CONV2D", "TRANSPOSE_CONV2D", "MAXPOOL2D", "AVGPOOL2D",
-                       "REDUCE_ALL", "ATAN", "BATCHNORM", "SPLIT", "ATTENTION"}
+NOT_YET_IN_REGISTRY = {"CONV3D", "TRANSPOSE_CONV2D", "REDUCE_ALL", "ATAN", "BATCHNORM", "SPLIT", "ATTENTION"}
 
 
 # ---- the tables ------------------------------------------------------------------------------
@@ -223,6 +222,18 @@ SPELLED = [
     ("gather",             "GATHER",     ["4x3xf32"],         "axis:0 : i64,indices:array<i64: 3, 0>", F23, "GATHER",
      {"axis": 0, "indices": [3, 0]}),
     ("tosa.matmul",        "MATMUL",     ["1x2x4xf32", "1x4x3xf32"], "",                       "1x2x3xf32", "MATMUL", {}),
+    ("tosa.conv2d",        "CONV2D",     ["1x5x5x2xf32", "3x3x3x2xf32", "3xf32"],
+     "dilation:array<i64: 1, 1>,pad:array<i64: 0, 1, 1, 0>,stride:array<i64: 2, 2>", "1x2x2x3xf32", "CONV2D",
+     {"dilation": [1, 1], "padding": [[0, 1], [1, 0]], "stride": [2, 2]}),
+    ("tosa.depthwise_conv2d", "DEPTHWISE_CONV2D", ["1x4x4x2xf32", "3x3x2x1xf32", "2xf32"],
+     "dilation:array<i64: 1, 1>,pad:array<i64: 1, 1, 1, 1>,stride:array<i64: 1, 1>", "1x4x4x2xf32",
+     "DEPTHWISE_CONV2D", {"dilation": [1, 1], "padding": [[1, 1], [1, 1]], "stride": [1, 1]}),
+    ("tosa.max_pool2d",    "MAXPOOL2D",  ["1x4x4x2xf32"],
+     "kernel:array<i64: 2, 2>,pad:array<i64: 0, 0, 0, 0>,stride:array<i64: 2, 2>", "1x2x2x2xf32", "MAXPOOL2D",
+     {"kernel": [2, 2], "padding": [[0, 0], [0, 0]], "stride": [2, 2]}),
+    ("tosa.avg_pool2d",    "AVGPOOL2D",  ["1x4x4x2xf32"],
+     "acc_type:f32,kernel:array<i64: 3, 3>,pad:array<i64: 1, 1, 1, 1>,stride:array<i64: 1, 1>", "1x4x4x2xf32",
+     "AVGPOOL2D", {"kernel": [3, 3], "padding": [[1, 1], [1, 1]], "stride": [1, 1]}),
     ("tosa.fully_connected", "FC",       ["2x4xf32", "3x4xf32", "3xf32"], "",                  F23, "LINEAR", {}),
     # the operator field alone, as the non-TOSA files spell ops
     ("linear",             "LINEAR",     ["2x4xf32", "3x4xf32"], "",                           F23, "LINEAR", {}),
@@ -394,7 +405,7 @@ def json_graph(op_type: str, inputs: list[list[int]], output: list[int], attrs: 
         ("GATHER", [[2, 3]], [2, 2], {"indices": [2, 0], "axis": 1}, "GATHER"),
         ("TANH", [[2, 3]], [2, 3], None, "TANH"),  # a registry name kpu-sim does not have
         ("CONV2D_DEPTHWISE", [[1, 4, 4, 2], [3, 3, 2, 1]], [1, 2, 2, 2], {"stride": [1, 1]}, "DEPTHWISE_CONV2D"),
-        ("MAXPOOL", [[1, 4, 4, 2]], [1, 2, 2, 2], None, "MAXPOOL2D"),
+        ("MAXPOOL", [[1, 4, 4, 2]], [1, 2, 2, 2], {"kernel": [2, 2], "stride": [2, 2]}, "MAXPOOL2D"),
     ],
 )
 def test_kpusim_json_spelling(op_type, inputs, output, attrs, registry_op):

@@ -61,6 +61,18 @@ def _pad(attrs: dict[str, Any], dtype: str) -> dict[str, Any]:
     return attrs
 
 
+def _window(attrs: dict[str, Any], dtype: str) -> dict[str, Any]:
+    # TOSA's pad is flat, [top, bottom, left, right]; its pools' accumulator type is the
+    # registry's rule (f32 for float)
+    attrs = {k: v for k, v in attrs.items() if k != "acc_type"}
+    flat = attrs.pop("pad", None)
+    if isinstance(flat, list) and len(flat) == 4:
+        attrs["padding"] = [flat[:2], flat[2:]]
+    elif flat is not None:
+        raise ShapeError(f"pad {flat!r} is not [top, bottom, left, right]")
+    return attrs
+
+
 def _cast(attrs: dict[str, Any], dtype: str) -> dict[str, Any]:
     return {"dtype": dtype, **attrs}  # TOSA's cast says its target type only in its result type
 
@@ -114,13 +126,13 @@ SPELLINGS = [
     DfgOp("MATMUL",          "MATMUL",           "tosa.matmul"),
     DfgOp("LINEAR",          "FC",               "tosa.fully_connected"),  # weights [out, in], bias [out]
     DfgOp("LINEAR",          "LINEAR",           None),
+    DfgOp("CONV2D",          "CONV2D",           "tosa.conv2d",              _window),
+    DfgOp("DEPTHWISE_CONV2D", "DEPTHWISE_CONV2D", "tosa.depthwise_conv2d",   _window),
+    DfgOp("MAXPOOL2D",       "MAXPOOL2D",        "tosa.max_pool2d",          _window),
+    DfgOp("AVGPOOL2D",       "AVGPOOL2D",        "tosa.avg_pool2d",          _window),
     # not in the registry yet
-    DfgOp("CONV2D",          "CONV2D",           "tosa.conv2d"),
     DfgOp("CONV3D",          "CONV3D",           "tosa.conv3d"),
-    DfgOp("DEPTHWISE_CONV2D", "DEPTHWISE_CONV2D", "tosa.depthwise_conv2d"),
     DfgOp("TRANSPOSE_CONV2D", "TRANSPOSE_CONV2D", "tosa.transpose_conv2d"),
-    DfgOp("MAXPOOL2D",       "MAXPOOL2D",        "tosa.max_pool2d"),
-    DfgOp("AVGPOOL2D",       "AVGPOOL2D",        "tosa.avg_pool2d"),
     DfgOp("REDUCE_ALL",      "REDUCE_ALL",       "tosa.reduce_all"),
     DfgOp("ATAN",            "ATAN",             None),
 ]

@@ -25,10 +25,9 @@ from ..errors import CompileError
 ALIASES: dict[str, str] = {
     "GEMM": "MATMUL", "FC": "LINEAR",
     "ELEMENTWISE_ADD": "ADD", "ELEMENTWISE_SUB": "SUB", "ELEMENTWISE_MUL": "MUL", "ELEMENTWISE_DIV": "DIV",
+    "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D", "MAXPOOL": "MAXPOOL2D", "AVGPOOL": "AVGPOOL2D",
     # not in the registry yet
-    "CONV2D": "CONV2D", "CONV2D_DEPTHWISE": "DEPTHWISE_CONV2D", "CONV3D": "CONV3D", "BATCHNORM": "BATCHNORM",
-    "MAXPOOL": "MAXPOOL2D", "MAXPOOL2D": "MAXPOOL2D", "AVGPOOL": "AVGPOOL2D", "AVGPOOL2D": "AVGPOOL2D",
-    "SPLIT": "SPLIT", "ATTENTION": "ATTENTION",
+    "CONV3D": "CONV3D", "BATCHNORM": "BATCHNORM", "SPLIT": "SPLIT", "ATTENTION": "ATTENTION",
 }
 SPELLINGS: dict[str, str] = {**{name: name for name in REGISTRY}, **ALIASES}
 # kpu-sim writes its GEMM attribute set (C = alpha * op(A) @ op(B) + beta * C) on GEMM and on

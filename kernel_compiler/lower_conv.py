@@ -1,0 +1,397 @@
+"""Lower a CONV2D (NHWC input, OHWI weights, one group) to a tiled DFX kernel: an implicit GEMM
+on the array, M = output positions, N = output channels, K = kh * kw * input channels.
+
+External memory never holds the im2col matrix. The input comes on chip in bands: the rows and
+columns an output tile needs, with their halo and their share of the zero border (a window
+`TileRef`: step, offset, padding). The DMA brings each band into L3 once; chunks of its channels
+go down to L1, and the array is fed the expanded rows from there (the tile COMPUTE reads every
+window of its band: the registry's CONV2D_TILE), so each input element crosses the external
+memory link once per band that holds it.
+
+Loops: b0 (images), th and tw (output tiles of R rows by C columns), tj (Tn output channels), tk
+(Tc input channels, innermost, so partial sums stay in the accumulators as MATMUL's K does).
+Two orders: positions outer (b0, th, tw, tj, tk), where a band holding all its channels in L3
+serves every tile of output channels; channels outer (tj, b0, th, tw, tk), where a channel
+tile's weights stay in L3 while the bands stream past. The weights sit in L3 whole where they
+fit (loaded once, one copy for every compute tile), else per channel tile, else per chunk.
+
+The tiling taken is the one with the fewest external-memory bytes among those whose array
+cycles per compute tile are within CYCLE_SLACK of the fewest, its buffers fitting the target.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+
+from .errors import CompileError
+from .lower_matmul import array_cycles, choose_dataflow, tile_sizes
+from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
+from .requirements import Buffer, body_buffers, fits, requirements
+from .target import Target
+from .tiling import Parallel, Stream, parallel_loop, placement
+
+ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
+WEIGHTS_IN_L3 = ("all", "tile", "chunk")  # all of them, a tile of output channels with every input one, a chunk
+CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes
+
+
+@dataclass(frozen=True)
+class ConvProblem:
+    N: int
+    H: int
+    W: int
+    Ci: int
+    OH: int
+    OW: int
+    Co: int
+    KH: int
+    KW: int
+    hw: tuple  # the H and W windows (dfx.ops.window.Window)
+    x_bytes: int  # per element: input, weights, bias (0: none), the conv's result, the kernel's result
+    w_bytes: int
+    bias_bytes: int
+    c_bytes: int
+    out_bytes: int
+    epilogue_operands: tuple[tuple[int, bool], ...]  # (bytes per element, varies along positions)
+    depth: int  # buffers of a load that repeats
+
+
+@dataclass(frozen=True)
+class ConvTiling:
+    R: int
+    C: int
+    Tn: int
+    Tc: int
+    order: str  # a key of ORDERS
+    band_channels: str  # "all": the L3 band holds every input channel; "chunk": Tc of them
+    weights: str  # one of WEIGHTS_IN_L3
+
+    def trips(self, p: ConvProblem) -> dict[str, int]:
+        return {"b0": p.N, "th": -(-p.OH // self.R), "tw": -(-p.OW // self.C), "tj": -(-p.Co // self.Tn),
+                "tk": -(-p.Ci // self.Tc)}
+
+    def loop_order(self, p: ConvProblem) -> tuple[str, ...]:
+        trips = self.trips(p)
+        return tuple(v for v in ORDERS[self.order] if trips[v] > 1)
+
+    def band(self, p: ConvProblem) -> tuple[int, int]:
+        return p.hw[0].band(self.R)[0], p.hw[1].band(self.C)[0]
+
+
+def band_elements(window, out_dim: int, out_tile: int, dim: int) -> int:
+    """Input elements inside the tensor summed over the bands of one spatial dim: what crosses
+    the external memory link for them, halo included."""
+    extent, step, offset = window.band(out_tile)
+    total = 0
+    for i in range(-(-out_dim // out_tile)):
+        start = offset + i * step
+        total += max(0, min(start + extent, dim) - max(start, 0))
+    return total
+
+
+def band_ref(tensor: str, level: str, indices: list[str], hw: tuple, R: int, C: int, channels: int) -> TileRef:
+    """The input bands that output tiles of R x C positions (and `channels` channels) need:
+    NHWC tiles of rows and columns with their halo, holding their share of the padding."""
+    (top, bottom), (left, right) = (hw[0].before, hw[0].after), (hw[1].before, hw[1].after)
+    return TileRef(tensor, level, indices, [1, hw[0].band(R)[0], hw[1].band(C)[0], channels],
+                   offset=[0, -top, -left, 0], step=[1, R * hw[0].stride, C * hw[1].stride, channels],
+                   padding=[[0, 0], [top, bottom], [left, right], [0, 0]] if any((top, bottom, left, right)) else None)
+
+
+def conv_streams(p: ConvProblem, t: ConvTiling) -> list[Stream]:
+    """The kernel's streams, each with the bytes of one sweep over its tiles."""
+    x_loops = ("b0", "th", "tw") + (("tk",) if t.band_channels == "chunk" else ())
+    halo = band_elements(p.hw[0], p.OH, t.R, p.H) * band_elements(p.hw[1], p.OW, t.C, p.W)
+    w_loops = {"all": (), "tile": ("tj",), "chunk": ("tj", "tk")}[t.weights]
+    positions = ("b0", "th", "tw", "tj")
+    out = [Stream("x", x_loops, p.N * halo * p.Ci * p.x_bytes),
+           Stream("w", w_loops, p.Co * p.KH * p.KW * p.Ci * p.w_bytes),
+           Stream("y", positions, p.N * p.OH * p.OW * p.Co * p.out_bytes)]
+    if p.bias_bytes:
+        out.append(Stream("bias", ("tj",), p.Co * p.bias_bytes))
+    for i, (size, along) in enumerate(p.epilogue_operands):
+        out.append(Stream(f"epilogue{i}", positions if along else ("tj",),
+                          (p.N * p.OH * p.OW if along else 1) * p.Co * size))
+    return out
+
+
+def _shared(stream: Stream, order: tuple[str, ...], parallel: Parallel) -> bool:
+    """A load into L3 placed outside the parallel loop: one copy serves every compute tile."""
+    at = placement(stream, order)
+    return at < 0 or (parallel.loop is not None and at < order.index(parallel.loop))
+
+
+def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
+    """One compute tile's buffers, as `_kernel` makes them, and the shared L3 ones."""
+    order = t.loop_order(p)
+    parallel = parallel_loop(order, t.trips(p), 1 << 30)
+    band_h, band_w = t.band(p)
+    out_tile = t.R * t.C * t.Tn
+
+    def depth(loops: tuple[str, ...]) -> int:  # a load that repeats is double-buffered
+        return p.depth if placement(Stream("", loops, 0), order) >= 0 else 1
+
+    buffers: list[Buffer] = [("L3", out_tile * p.out_bytes), ("L2", out_tile * p.c_bytes)]
+    shared: list[int] = []
+    chunks = {"x": (band_h * band_w * t.Tc * p.x_bytes, ("b0", "th", "tw", "tk")),
+              "w": (t.Tn * p.KH * p.KW * t.Tc * p.w_bytes, ("tj", "tk"))}
+    l3_tiles = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
+                "w": {"all": p.Co * p.KH * p.KW * p.Ci, "tile": t.Tn * p.KH * p.KW * p.Ci,
+                      "chunk": t.Tn * p.KH * p.KW * t.Tc}[t.weights] * p.w_bytes,
+                "bias": t.Tn * p.bias_bytes}
+    for s in conv_streams(p, t):
+        if s.name == "y":
+            continue
+        if s.name.startswith("epilogue"):
+            size, along = p.epilogue_operands[int(s.name[len("epilogue"):])]
+            tile = (out_tile if along else t.Tn) * size * depth(s.loop_vars)
+            buffers += [("L3", tile), ("L2", tile)]
+            continue
+        l3 = l3_tiles[s.name] * (1 if s.name == "bias" else depth(s.loop_vars))
+        if _shared(s, order, parallel):
+            shared.append(l3)
+        else:
+            buffers.append(("L3", l3))
+        if s.name == "bias":
+            buffers.append(("L2", l3_tiles["bias"]))
+        else:
+            size, loops = chunks[s.name]
+            buffers += [("L2", size * depth(loops)), ("L1", size * depth(loops))]
+    if p.epilogue_operands:
+        buffers.append(("L2", out_tile * p.out_bytes))  # the epilogue's result, before it leaves
+    return buffers, shared
+
+
+def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
+    buffers, shared = conv_buffers(p, t)
+    return fits(buffers, target, shared)
+
+
+def _splits(dim: int) -> list[int]:
+    """Tile extents to try along a channel dim: all of it, then the powers of two below it."""
+    return [dim] + [1 << j for j in range((dim - 1).bit_length() - 1, -1, -1)]
+
+
+def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
+    """Array cycles of the compute tile with the most tiles."""
+    m = [(r * c, cr * cc * p.N) for r, cr in tile_sizes(p.OH, t.R) for c, cc in tile_sizes(p.OW, t.C)]
+    k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
+    total = array_cycles(m, tile_sizes(p.Co, t.Tn), k, target, dataflow)
+    trips = t.trips(p)
+    parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
+    if parallel.loop is None:
+        return total
+    return total * -(-trips[parallel.loop] // parallel.workers) // trips[parallel.loop]
+
+
+def _candidates(p: ConvProblem, target: Target) -> list[ConvTiling]:
+    """For each way of holding the operands and each channel tiling, the tallest output tiles
+    that fit, as wide as fit, and those cut down to whole blocks of array rows."""
+    out = []
+    for order in ORDERS:
+        for band_channels in ("all", "chunk"):
+            for weights in WEIGHTS_IN_L3:
+                for Tn in _splits(p.Co):
+                    for Tc in _splits(p.Ci):
+                        if Tc == p.Ci and "chunk" in (band_channels, weights):
+                            continue  # with one chunk, a chunk is all the channels
+                        for C in sorted({-(-p.OW // 2 ** j) for j in range(p.OW.bit_length())}, reverse=True):
+                            def tiling(R: int) -> ConvTiling:
+                                return ConvTiling(R, C, Tn, Tc, order, band_channels, weights)
+                            # the largest R that fits (fitting shrinks with R)
+                            R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not _fits(p, tiling(r), target))
+                            if R == 0:
+                                continue
+                            out.append(tiling(R))
+                            aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
+                            if aligned is not None and aligned != R:
+                                out.append(tiling(aligned))
+                            break
+    return out
+
+
+def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...]) -> tuple[ConvTiling, str]:
+    """The tiling (and dataflow) with the fewest external-memory bytes among those within
+    CYCLE_SLACK of the fewest array cycles."""
+    scored = []
+    for t in _candidates(p, target):
+        order, trips = t.loop_order(p), t.trips(p)
+        dram = sum(traffic(conv_streams(p, t), order, trips).values())
+        for dataflow in dataflows:
+            scored.append((_cycles(p, t, target, dataflow), dram, dataflow, t))
+    if not scored:
+        raise ValueError("no tiling fits")
+    fewest = min(s[0] for s in scored)
+    cycles, dram, dataflow, t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
+                                    key=lambda s: (s[1], s[0], -s[3].R * s[3].C, s[2]))
+    return t, dataflow
+
+
+def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
+    """A CONV2D and its epilogue (applied on the vector unit to each result tile in L2)."""
+    op = ops[0]
+    where = op.source or op.name
+    opdef = lookup(op.op_type)
+    attrs = opdef.normalize_attrs(op.attrs)
+    if attrs["layout"] != "NHWC" or attrs["groups"] != 1:
+        raise CompileError(f"{where}: CONV2D with layout {attrs['layout']} and {attrs['groups']} groups reaches "
+                           f"the lowering; only NHWC with one group lowers (a compiler pass rewrites the others)")
+    x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    bias = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
+    c = graph.tensors[op.outputs[0]]
+    final = graph.tensors[ops[-1].outputs[0]]
+    if 0 in x.shape or 0 in w.shape:
+        raise CompileError(f"{where}: CONV2D of {list(x.shape)} by {list(w.shape)} has an empty dimension; "
+                           f"there is nothing to tile")
+    epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
+    hw = opdef.windows(attrs, [x.shape, w.shape])
+    N, H, W, Ci = x.shape
+    _, OH, OW, Co = c.shape
+    if dataflow != "auto":
+        dataflows = (choose_dataflow(dataflow, None, target, where),)
+    else:
+        dataflows = target.dataflows
+    tiling = None
+    for depth in (2, 1):  # double-buffer the loads where it fits
+        problem = ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
+                              itemsize(w.dtype), itemsize(bias.dtype) if bias else 0, itemsize(c.dtype),
+                              itemsize(final.dtype),
+                              tuple((itemsize(t.dtype), len(t.shape) >= 2 and math.prod(t.shape[:-1]) > 1)
+                                    for t in epi_operands), depth)
+        try:
+            tiling, chosen = choose_conv_tiling(problem, target, dataflows)
+            break
+        except ValueError:
+            continue
+    if tiling is None:
+        raise CompileError(f"{where}: no tiling of CONV2D {list(x.shape)} by {list(w.shape)} fits target "
+                           f"'{target.name}'")
+    return _kernel(graph, ops, name, target, problem, tiling, chosen)
+
+
+def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProblem, t: ConvTiling,
+            dataflow: str) -> Kernel:
+    op, epi = ops[0], ops[1:]
+    x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
+    bias = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
+    c = graph.tensors[op.outputs[0]]
+    order, trips = t.loop_order(p), t.trips(p)
+    parallel = parallel_loop(order, trips, target.compute_tiles)
+
+    def idx(*loops: str) -> list[str]:
+        return [v if v in order else "0" for v in loops]
+
+    band_h, band_w = t.band(p)
+
+    def x_ref(level: str, channels: str) -> TileRef:
+        return band_ref(x.name, level, idx("b0", "th", "tw", "tk" if channels == "chunk" else "0"), p.hw, t.R, t.C,
+                        p.Ci if channels == "all" else t.Tc)
+
+    def w_ref(level: str, held: str) -> TileRef:
+        if held == "all":
+            return TileRef(w.name, level, ["0"] * 4, list(w.shape))
+        channels = ("tk", t.Tc) if held == "chunk" else ("0", p.Ci)
+        return TileRef(w.name, level, idx("tj", "0", "0", channels[0]), [t.Tn, p.KH, p.KW, channels[1]])
+
+    def at(tile: TileRef) -> str | None:
+        """A move sits at the innermost loop indexing its destination tile (None: before all)."""
+        deepest = max((order.index(i) for i in tile.tile_indices if i in order), default=-1)
+        return order[deepest] if deepest >= 0 else None
+
+    body: list = []
+
+    def hops(refs: list[tuple[TileRef, TileRef]], fill: float | None, repeat: bool) -> int:
+        """Append the loads of one operand, hop by hop; the id of the last."""
+        prev: list[int] = []
+        for src, dst in refs:
+            place = at(dst)
+            body.append(DataMove(len(body), "LOAD", src, dst, at=place,
+                                 depth=p.depth if repeat and place is not None else 1, depends_on=prev, fill=fill))
+            prev = [len(body) - 1]
+        return prev[0]
+
+    # a move names its destination's tile at both ends: L3 -> L2 reads a chunk out of the L3 tile
+    x_l1 = hops([(x_ref("EXTERNAL", t.band_channels), x_ref("L3", t.band_channels)),
+                 (x_ref("L3", "chunk"), x_ref("L2", "chunk")),
+                 (x_ref("L2", "chunk"), x_ref("L1", "chunk"))], padding_fill(op, x.dtype, p.hw), True)
+    w_l1 = hops([(w_ref("EXTERNAL", t.weights), w_ref("L3", t.weights)),
+                 (w_ref("L3", "chunk"), w_ref("L2", "chunk")),
+                 (w_ref("L2", "chunk"), w_ref("L1", "chunk"))], None, True)
+    inputs = [x_ref("L1", "chunk"), w_ref("L1", "chunk")]
+    deps = [x_l1, w_l1]
+    if bias is not None:  # into the accumulators, as MATMUL's Cin: the first K step adds to it
+        along = bias.shape == (p.Co,) and p.Co > 1  # else one value for every channel
+
+        def b_ref(level: str) -> TileRef:
+            return TileRef(bias.name, level, idx("tj") if along else ["0"] * len(bias.shape),
+                           [t.Tn] if along else list(bias.shape))
+
+        deps.append(hops([(b_ref("EXTERNAL"), b_ref("L3")), (b_ref("L3"), b_ref("L2")),
+                          (b_ref("L2"), b_ref("REGISTER"))], None, False))
+        inputs.append(b_ref("REGISTER"))
+    inner = order[-1] if order else None
+    c_ref = lambda level: TileRef(c.name, level, idx("b0", "th", "tw", "tj"), [1, t.R, t.C, t.Tn])
+    compute = len(body)
+    body.append(Compute(compute, "CONV2D_TILE", inputs, c_ref("REGISTER"), at=inner,
+                        accumulate="tk > 0" if "tk" in order else "false", depends_on=deps))
+    store_place = {"after": "tk"} if "tk" in order else {"at": inner}
+    extra: list[Stream] = []
+    if epi:
+        loops = tuple(v if v in order else None for v in ("b0", "th", "tw", "tj"))
+        space = Space(c.shape, (1, t.R, t.C, t.Tn), loops)
+        body.append(DataMove(len(body), "STORE", c_ref("REGISTER"), c_ref("L2"), depends_on=[compute], **store_place))
+        last_name, last, extra = epilogue(body, graph, epi, c.name, "L2", len(body) - 1, space, order, p.depth,
+                                          store_place, level="L2")
+        store(body, last_name, list(range(4)), space, last, store_place, source="L2")
+    else:
+        prev = [compute]
+        for src, dst in (("REGISTER", "L2"), ("L2", "L3"), ("L3", "EXTERNAL")):
+            body.append(DataMove(len(body), "STORE", c_ref(src), c_ref(dst), depends_on=prev, **store_place))
+            prev = [len(body) - 1]
+
+    streams = conv_streams(p, t)
+    named = {"x": x.name, "w": w.name, "y": ops[-1].outputs[0], "bias": bias.name if bias else ""}
+    per_stream = traffic([Stream(named.get(s.name, s.name), s.loop_vars, s.bytes) for s in streams
+                          if not s.name.startswith("epilogue")] + extra, order, trips)
+    dram = sum(per_stream.values())
+    macs = p.N * p.OH * p.OW * p.Co * p.KH * p.KW * p.Ci
+    compulsory = (x.size * p.x_bytes + w.size * p.w_bytes + (bias.size * p.bias_bytes if bias else 0)
+                  + graph.tensors[ops[-1].outputs[0]].size * p.out_bytes + sum(s.bytes for s in extra))
+    return Kernel(
+        name=name, op="CONV2D", graph_op=op.name, dataflow=dataflow,
+        tiling={"R": t.R, "C": t.C, "Tn": t.Tn, "Tc": t.Tc, "band_rows": band_h, "band_cols": band_w,
+                **{f"num_tiles_{v}": n for v, n in trips.items()}},
+        tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
+        body=body,
+        requirements=requirements(body_buffers(body, graph)),
+        hints={
+            "macs": macs,
+            "implicit_gemm": {"M": p.N * p.OH * p.OW, "N": p.Co, "K": p.KH * p.KW * p.Ci},
+            "estimated_dram_bytes": dram,
+            "l3_resident": {"all": "all weights, shared", "tile": f"weights of {t.Tn} output channels",
+                            "chunk": "none"}[t.weights],
+            "dram_bytes_per_stream": per_stream,
+            "compulsory_dram_bytes": compulsory,
+            "estimated_compute_cycles": _cycles(p, t, target, dataflow),
+            "arithmetic_intensity": round(2 * macs / dram, 3),
+            **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
+            "target": target.name,
+            "compute_tiles": parallel.workers,
+        },
+        epilogue=[o.name for o in epi],
+        inputs=kernel_reads(ops),
+        outputs=list(ops[-1].outputs),
+    )
+
+
+def padding_fill(op: Op, dtype: str, hw: tuple) -> int | float | None:
+    """What the moves of an input band write where it holds padding: the registry's value for
+    the op (zero unless it says otherwise); None with no padding."""
+    if not any((hw[0].before, hw[0].after, hw[1].before, hw[1].after)):
+        return None
+    fill = lookup(op.op_type).window_fill
+    return 0 if fill is None else fill(dtype)
