@@ -1,15 +1,18 @@
 """Graph passes, each Graph -> Graph, as rule tables (STYLE.md items 2 and 3).
 
-`canonicalise` runs `PASSES` in order, each to its own fixed point: DECOMPOSE turns the ops the
-lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
-ops and activations they spell. `split_long_rows` runs after them (`compile.graph_passes`),
-since it needs the target: it takes apart the row ops whose rows do not fit a tile of it.
+`canonicalise` runs `PASSES` in order, each to its own fixed point: CONVOLUTION expands the
+sliding-window ops in forms the lowering does not take (NCHW, grouped, a mean over the inputs
+alone) into the ones it does, DECOMPOSE turns the ops the lowering does not take into
+primitives, then RECOGNISE turns chains of primitives into the row ops and activations they
+spell. `split_long_rows` runs after them (`compile.graph_passes`), since it needs the target: it
+takes apart the row ops whose rows do not fit a tile of it.
 """
 
 from __future__ import annotations
 
 from dfx import Graph
 
+from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .long_rows import split_long_rows
 from .recognise import RECOGNISE
@@ -17,6 +20,7 @@ from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
 PASSES: list[tuple[str, list[Rule]]] = [
+    ("convolution", CONVOLUTION),  # NCHW, grouped and pad-excluding window ops -> the forms the lowering takes
     ("decompose", DECOMPOSE),  # ops the lowering does not take -> primitives
     ("recognise", RECOGNISE),  # chains of primitives -> the row ops and activations they spell
 ]
@@ -29,5 +33,5 @@ def canonicalise(graph: Graph, warnings: list[str]) -> Graph:
     return graph
 
 
-__all__ = ["DECOMPOSE", "PASSES", "RECOGNISE", "Match", "Pat", "Rule", "canonicalise", "rewrite",
+__all__ = ["CONVOLUTION", "DECOMPOSE", "PASSES", "RECOGNISE", "Match", "Pat", "Rule", "canonicalise", "rewrite",
            "split_long_rows"]

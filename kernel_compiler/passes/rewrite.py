@@ -8,11 +8,15 @@ in either order; `Pat.any` tries alternatives in turn.
 Every op a pattern matches is replaced, so a match counts only when the chain is closed: each
 matched op other than the root has its result read by matched ops alone, and none is a graph
 output. The rule's fn then sees the `Match` and returns the one op that computes the root's
-result instead, or None to decline (a constant without a known value, two different axes). The
-engine keeps the graph consistent: the new op must have the root's result shape by the
-registry's shape rule and reads no tensor the match removes; it takes the root's place (so the
-ops stay in topological order), the root's name and source (so messages still point at the
-model file), and tensors only the removed ops used go, unless they are graph inputs or outputs.
+result instead, or None to decline (a constant without a known value, two different axes). An
+expansion (one op in a form the lowering does not take, computed by several it does) first adds
+the ops that compute new intermediates (`Match.op`) and the constants they read
+(`Match.constant`), under new names and with the root's source; they go ahead of the returned
+op, and away again if the rule declines after all. The engine keeps the graph consistent: the
+new op must have the root's result shape by the registry's shape rule, and neither it nor an
+added op reads a tensor the match removes; it takes the root's place (so the ops stay in
+topological order), the root's name and source (so messages still point at the model file), and
+tensors only the removed ops used go, unless they are graph inputs or outputs.
 
 Rule sets are lists of rules and combine with `+`; `rewrite` applies one to a fixed point and
 returns a new graph, leaving its argument as it was.
@@ -26,7 +30,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dfx import REGISTRY, Graph, Op, ShapeError, is_integer, lookup, numpy_dtype
+from dfx import REGISTRY, Graph, Op, ShapeError, Tensor, is_integer, lookup, numpy_dtype
 
 # binary ops whose operands may swap: a pattern matches their operands in either order
 COMMUTATIVE = frozenset({"ADD", "MUL", "MAXIMUM", "MINIMUM", "EQUAL"})
@@ -61,6 +65,9 @@ class Match:
     ops: dict[str, Op]  # op name -> op, the root included
     bound: dict[str, str]  # pattern name -> tensor name
     warnings: list[str] = field(repr=False)
+    index: _Index = field(repr=False)
+    added: list[Op] = field(default_factory=list)  # the ops `op` added, in order, ahead of the root's replacement
+    made: list[str] = field(default_factory=list)  # the tensors `op` and `constant` added
 
     def __getitem__(self, name: str) -> str:
         return self.bound[name]
@@ -78,6 +85,9 @@ class Match:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self.graph.tensors[self.bound[name]].shape
+
+    def dtype(self, name: str) -> str:
+        return self.graph.tensors[self.bound[name]].dtype
 
     def value(self, name: str) -> float | None:
         """The value of a bound constant whose elements all hold one number, or None when the
@@ -107,6 +117,43 @@ class Match:
     def replace(self, op_type: str, *inputs: str, **attrs) -> Op:
         """The op that computes the root's result from `inputs` instead of the matched ones."""
         return Op(self.root.name, op_type, list(inputs), list(self.root.outputs), attrs, self.root.source)
+
+    def op(self, step: str, op_type: str, *inputs: str, result_dtype: str | None = None, **attrs) -> str:
+        """Add an op computing a new intermediate from `inputs`, its shape by the registry's rule and
+        its dtype `result_dtype` or else the first operand's (a layout op's result must have it:
+        its kernel moves bytes without converting them); the intermediate's name."""
+        opdef = lookup(op_type)
+        operands = [self.graph.tensors[t] for t in inputs]
+        (shape,) = opdef.infer_shapes([t.shape for t in operands], [t.dtype for t in operands],
+                                      opdef.normalize_attrs(attrs))
+        name = self._fresh(step)
+        self.graph.tensors[name] = Tensor(name, tuple(shape), result_dtype or operands[0].dtype)
+        self.made.append(name)
+        self.added.append(Op(name, op_type, list(inputs), [name], attrs, self.root.source))
+        return name
+
+    def constant(self, step: str, values: np.ndarray, dtype: str) -> str:
+        """Add a graph constant holding `values` as `dtype`; its name."""
+        name = self._fresh(step)
+        self.graph.tensors[name] = Tensor(name, values.shape, dtype, "constant")
+        self.graph.constants[name] = np.asarray(values, numpy_dtype(dtype).newbyteorder("<")).tobytes()
+        self.made.append(name)
+        return name
+
+    def discard(self) -> None:
+        """Take back what `op` and `constant` added: the rule declined, or its op does not fit."""
+        for name in self.made:
+            del self.graph.tensors[name]
+            self.graph.constants.pop(name, None)
+        self.added, self.made = [], []
+
+    def _fresh(self, step: str) -> str:
+        """A name no tensor or op of the graph has yet: the root's, then the step."""
+        op_names = {op.name for op in self.index.producer.values()}
+        name, n = f"{self.root.name}.{step}", 1
+        while name in self.graph.tensors or name in op_names:
+            name, n = f"{self.root.name}.{step}{n}", n + 1
+        return name
 
     def warn(self, reason: str) -> None:
         message = f"{self.root.source or self.root.name}: {reason}"
@@ -199,9 +246,10 @@ def _closed(graph: Graph, root: Op, ops: dict[str, Op], index: _Index) -> bool:
 
 
 def _fits(graph: Graph, match: Match, new: Op) -> bool:
-    """The new op computes the root's result shape and reads only tensors that stay."""
+    """The new op computes the root's result shape, and it and the ops added ahead of it read only
+    tensors that stay."""
     removed = {t for op in match.ops.values() for t in op.outputs} - set(match.root.outputs)
-    if removed & set(new.inputs):
+    if any(removed & set(op.inputs) for op in [*match.added, new]):
         return False
     opdef = lookup(new.op_type)
     inputs = [graph.tensors[t] for t in new.inputs]
@@ -214,10 +262,12 @@ def _fits(graph: Graph, match: Match, new: Op) -> bool:
 
 
 def _apply(graph: Graph, match: Match, new: Op, index: _Index) -> None:
-    """Replace the matched ops by `new` in the index; drop the tensors no op uses any more."""
+    """Replace the matched ops by the added ones and `new` in the index; drop the tensors no op
+    uses any more."""
     for op in match.ops.values():
         index.remove(op)
-    index.add(new)
+    for op in [*match.added, new]:
+        index.add(op)
     for t in {t for op in match.ops.values() for t in op.inputs + op.outputs}:
         if t not in index.producer and t not in index.consumers and graph.tensors[t].role not in ("input", "output"):
             del graph.tensors[t]
@@ -225,18 +275,20 @@ def _apply(graph: Graph, match: Match, new: Op, index: _Index) -> None:
 
 
 def _rewrite_at(graph: Graph, op: Op, by_type: dict[str, list[Rule]], index: _Index,
-                warnings: list[str]) -> Op | None:
-    """Apply the first rule that matches at `op` and accepts; the op that replaced it, or None."""
+                warnings: list[str]) -> list[Op] | None:
+    """Apply the first rule that matches at `op` and accepts; the ops that replaced it (the
+    added ones, then the one computing its result), or None."""
     rules = by_type.get(op.op_type, []) if len(op.outputs) == 1 else []
     for pat, fn in rules:
         for bound, ops in _match(pat, op.outputs[0], index, ({}, {})):
             if not _closed(graph, op, ops, index):
                 continue
-            match = Match(graph, op, ops, bound, warnings)
+            match = Match(graph, op, ops, bound, warnings, index)
             new = fn(match)
             if new is not None and _fits(graph, match, new):
                 _apply(graph, match, new, index)
-                return new
+                return [*match.added, new]
+            match.discard()
     return None
 
 
@@ -254,9 +306,12 @@ def rewrite(graph: Graph, rules: list[Rule], warnings: list[str]) -> Graph:
         # rebuilt at the end, without the ops the sweep's rewrites removed
         changed, index, ops = False, _Index.of(graph.ops), []
         for op in graph.ops:
-            # a new op takes its root's place, which keeps the topological order; then it is tried again
+            # a new op takes its root's place, which keeps the topological order; then it is tried
+            # again. The ops added ahead of it are tried on the next sweep.
             while (new := _rewrite_at(graph, op, by_type, index, warnings)) is not None:
-                op, changed = new, True
+                *added, op = new
+                ops += added
+                changed = True
             ops.append(op)
         graph.ops = [op for op in ops if index.live(op)]
     return graph

@@ -1,0 +1,131 @@
+"""CONVOLUTION: sliding-window ops in forms the lowering does not take, expanded into the ones it
+does. The array's kernel (`lower_conv`) takes CONV2D in NHWC with one group; the window kernels
+take DEPTHWISE_CONV2D, MAXPOOL2D and AVGPOOL2D in NHWC, an AVGPOOL2D only where it divides by the
+kernel's size (a band on chip does not say where the input ends in it).
+
+    CONV2D{NCHW}(x, w, b)       TRANSPOSE(CONV2D(TRANSPOSE(x) NHWC, TRANSPOSE(w) OHWI, b)) NCHW
+    CONV2D{groups C}(x, w, b)   DEPTHWISE_CONV2D(x, TRANSPOSE(RESHAPE(w, [C, M, KH, KW])) HWCM, b),
+                                x of C channels, w of C * M output channels
+    CONV2D{groups g}(x, w, b)   CONCAT(CONV2D(x[group's input channels], w[group's outputs],
+                                b[group's outputs]) for each group), on the channel axis
+    AVGPOOL2D(x){padding not counted}
+                                AVGPOOL2D(x){padding counted} * (kh * kw / inputs in each window)
+
+Each computes the reference's numbers: layout ops move values exactly, and every CONV2D and
+DEPTHWISE_CONV2D rounds its sums once to the root's result dtype as the root did. The pooling's
+mean stays at the precision the reference computes in (f32, f64 beside f64) until the MUL rounds
+it once; the constant is computed here, so it has a value the loader uses as given.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dfx import Op
+from dfx.ops.window import Window, windows
+
+from .rewrite import Match, Pat, Rule
+
+NHWC_OF_NCHW = [0, 2, 3, 1]  # TRANSPOSE perms: NCHW -> NHWC, and likewise weights OIHW -> OHWI
+NCHW_OF_NHWC = [0, 3, 1, 2]
+CHANNELS = 3  # the channel axis of NHWC tensors, and of OHWI weights their input channels
+OUTPUTS = 0  # OHWI weights' output channels
+
+
+def _nchw(attrs: dict) -> bool:
+    return attrs["layout"] == "NCHW"
+
+
+def _grouped(attrs: dict) -> bool:
+    # NCHW ones become NHWC first, then this
+    return attrs["layout"] == "NHWC" and attrs["groups"] > 1
+
+
+def _padding_not_counted(attrs: dict) -> bool:
+    return not attrs["count_include_pad"] and any(before or after for before, after in attrs["padding"])
+
+
+# ---- CONV2D ----------------------------------------------------------------------------------
+
+
+def _to_nhwc(m: Match) -> Op:
+    x, w, *bias = m.root.inputs
+    x_nhwc = m.op("x_nhwc", "TRANSPOSE", x, perms=NHWC_OF_NCHW)
+    w_ohwi = m.op("w_ohwi", "TRANSPOSE", w, perms=NHWC_OF_NCHW)
+    y = m.op("nhwc", "CONV2D", x_nhwc, w_ohwi, *bias, result_dtype=m.dtype("conv"),
+             **{**m.attrs("conv"), "layout": "NHWC"})
+    return m.replace("TRANSPOSE", y, perms=NCHW_OF_NHWC)
+
+
+def _depthwise(m: Match) -> Op | None:
+    x, w, *bias = m.root.inputs
+    attrs = m.attrs("conv")
+    channels = m.graph.tensors[x].shape[CHANNELS]
+    if attrs["groups"] != channels:  # a group of several input channels
+        return None
+    outputs, kh, kw, _ = m.graph.tensors[w].shape
+    # output channel o = c * M + k is the k-th of group c, the input channel it reads; DEPTHWISE_CONV2D's
+    # channel c * M + k is the k-th of input channel c too: the same order, so the weights
+    # [C * M, KH, KW, 1] are [C, M, KH, KW] as they lie, then HWCM
+    w_cmhw = m.op("w_cmhw", "RESHAPE", w, new_shape=[channels, outputs // channels, kh, kw])
+    w_hwcm = m.op("w_hwcm", "TRANSPOSE", w_cmhw, perms=[2, 3, 0, 1])
+    return m.replace("DEPTHWISE_CONV2D", x, w_hwcm, *bias, stride=attrs["stride"], dilation=attrs["dilation"],
+                     padding=attrs["padding"])
+
+
+def _channels(m: Match, step: str, tensor: str, axis: int, start: int, size: int) -> str:
+    """The SLICE of `size` entries of `tensor` from `start` along `axis`, all of the other axes."""
+    rank = len(m.graph.tensors[tensor].shape)
+    return m.op(step, "SLICE", tensor, start=[start if a == axis else 0 for a in range(rank)],
+                size=[size if a == axis else -1 for a in range(rank)])
+
+
+def _per_group(m: Match) -> Op:
+    x, w, *bias = m.root.inputs
+    attrs = m.attrs("conv")
+    groups, outputs = attrs["groups"], m.graph.tensors[w].shape[OUTPUTS]
+    per_group, per_out = m.graph.tensors[w].shape[CHANNELS], outputs // groups
+    # a bias of one number per output channel is sliced with them; a broadcast one serves every group
+    per_channel = bool(bias) and m.graph.tensors[bias[0]].shape == (outputs,)
+    results = []
+    for g in range(groups):
+        x_g = _channels(m, f"x_group{g}", x, CHANNELS, g * per_group, per_group)
+        w_g = _channels(m, f"w_group{g}", w, OUTPUTS, g * per_out, per_out)
+        b_g = [_channels(m, f"bias_group{g}", bias[0], 0, g * per_out, per_out)] if per_channel else bias
+        results.append(m.op(f"group{g}", "CONV2D", x_g, w_g, *b_g, result_dtype=m.dtype("conv"),
+                            **{**attrs, "groups": 1}))
+    return m.replace("CONCAT", *results, axis=CHANNELS)
+
+
+# ---- AVGPOOL2D -------------------------------------------------------------------------------
+
+
+def _inside(window: Window, extent: int) -> np.ndarray:
+    """For each position of `window` along a dim of `extent` input elements, how many of its taps
+    read one of them rather than the padding."""
+    starts = np.arange(window.outputs(window.before + extent + window.after)) * window.stride - window.before
+    taps = starts[:, None] + np.arange(window.kernel) * window.dilation
+    return ((taps >= 0) & (taps < extent)).sum(axis=1)
+
+
+def _count_padding(m: Match) -> Op:
+    x = m.root.inputs[0]
+    attrs = m.attrs("pool")
+    kh, kw = attrs["kernel"]
+    _, height, width, _ = m.graph.tensors[x].shape
+    rows, cols = windows(attrs, (kh, kw))
+    # each window's sum over kh * kw counts the padding; its mean over the inputs is that times
+    # kh * kw / (inputs in it), never a division by 0: the padding is smaller than the kernel
+    scale = kh * kw / np.outer(_inside(rows, height), _inside(cols, width))
+    dtype = "f64" if "f64" in (m.graph.tensors[x].dtype, m.dtype("pool")) else "f32"
+    mean = m.op("counting_pad", "AVGPOOL2D", x, result_dtype=dtype, **{**attrs, "count_include_pad": True})
+    return m.replace("MUL", mean, m.constant("scale", scale[None, :, :, None], dtype))
+
+
+CONVOLUTION: list[Rule] = [
+    (Pat("CONV2D", name="conv", where=_nchw), _to_nhwc),  # CONV2D{NCHW} -> TRANSPOSE(CONV2D{NHWC})
+    (Pat("CONV2D", name="conv", where=_grouped), _depthwise),  # CONV2D{groups = channels} -> DEPTHWISE_CONV2D
+    (Pat("CONV2D", name="conv", where=_grouped), _per_group),  # CONV2D{groups g} -> CONCAT of g CONV2Ds
+    (Pat("AVGPOOL2D", name="pool", where=_padding_not_counted),
+     _count_padding),  # AVGPOOL2D over the inputs -> AVGPOOL2D counting the padding * scale
+]
