@@ -58,12 +58,15 @@ class UnitStats:
 @dataclass(slots=True)
 class PhaseSpan:
     """When a phase's tasks ran: first start, first compute task's start (array or vector), last
-    end, and the MACs its array tasks did."""
+    end; the MACs its array tasks did, the elements its vector tasks processed (summed over their
+    op classes), and the bytes its moves carried, by pair of levels as SimResult.bytes_moved."""
 
     start: int
     end: int
     compute_start: int | None = None
     macs: int = 0
+    vector_elements: int = 0
+    bytes_moved: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -111,7 +114,9 @@ class _Engine:
         self.moves = role == "move"  # engines that move bytes between levels
         self.channel = channel  # DMA engines: the home channel, for tasks that name none
         self.held = None  # the port its running task holds, released when it completes
-        self.moved: defaultdict[tuple[str, str], int] = defaultdict(int)
+        # bytes by (phase, source level, destination level): the run's totals and each phase's,
+        # summed once at the end rather than twice per task
+        self.moved: defaultdict[tuple[int, str, str], int] = defaultdict(int)
 
 
 class _Resource:
@@ -292,10 +297,12 @@ class Simulator:
                 compute = eng.compute
                 if compute is not None:
                     span.macs += compute.macs(task)
+                    for _, elements in task.vector_work:  # none on an array task
+                        span.vector_elements += elements
                     if span.compute_start is None:
                         span.compute_start = now
                 elif eng.moves:
-                    eng.moved[task.src_level, task.dst_level] += nbytes
+                    eng.moved[task.phase, task.src_level, task.dst_level] += nbytes
                 res = eng.held
                 if res is not None:
                     hold = cycles - eng.tail
@@ -363,9 +370,11 @@ class Simulator:
         for kind in engines.values():
             for eng in kind.values():
                 units[eng.name] = eng.stats
-                for (src, dst), n in eng.moved.items():
+                for (phase, src, dst), n in eng.moved.items():
                     key = f"{src}->{dst}"
                     bytes_moved[key] = bytes_moved.get(key, 0) + n
+                    per_phase = phases[phase].bytes_moved
+                    per_phase[key] = per_phase.get(key, 0) + n
         for r in banks:
             units[r.name] = r.stats
         macs = sum(span.macs for span in phases.values())

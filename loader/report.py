@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dfx import Barrier, Program, itemsize
+from dfx import Barrier, Graph, Kernel, Program, itemsize
 from hardware import UNIT_PREFIX, HostLink, Machine, PhaseSpan, SimResult
 from hardware.units.bandwidth import Bandwidth
 
@@ -16,19 +16,26 @@ from .run import RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 
-def dram_bytes(sim: SimResult) -> dict[str, int]:
-    read = sum(v for k, v in sim.bytes_moved.items() if k.startswith("EXTERNAL->"))
-    write = sum(v for k, v in sim.bytes_moved.items() if k.endswith("->EXTERNAL"))
+def dram_bytes(moved: SimResult | PhaseSpan) -> dict[str, int]:
+    """Bytes read from and written to external memory, by the whole run or by one kernel (phase)."""
+    read = sum(v for k, v in moved.bytes_moved.items() if k.startswith("EXTERNAL->"))
+    write = sum(v for k, v in moved.bytes_moved.items() if k.endswith("->EXTERNAL"))
     return {"read": read, "write": write}
+
+
+def dram_bytes_per_cycle(machine: Machine) -> float:
+    """The rate external memory feeds the chip: its channels' or the DMA engines', the lesser."""
+    return min(machine.external.channels * machine.external.channel_bytes_per_cycle,
+               machine.engines.dma * machine.engines.dma_bytes_per_cycle)
 
 
 def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
     """Arithmetic intensity of the run against the machine's ridge point."""
     dram = sum(dram_bytes(sim).values())
-    bw = min(machine.external.channels * machine.external.channel_bytes_per_cycle,
-             machine.engines.dma * machine.engines.dma_bytes_per_cycle)
+    bw = dram_bytes_per_cycle(machine)
     peak_flops = 2 * machine.compute.peak_macs_per_cycle
     intensity = 2 * sim.macs / dram if dram else float("inf")
     ridge = peak_flops / bw
@@ -38,12 +45,86 @@ def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
             "attainable_macs_per_cycle": attainable / 2}
 
 
+def _computing(span: PhaseSpan) -> int:
+    """A kernel's compute cycles: from its first array or vector task to its end."""
+    return span.end - span.compute_start if span.compute_start is not None else 0
+
+
+def _utilization(work: int, cycles: int, peak_per_cycle: int) -> float:
+    return work / (cycles * peak_per_cycle) if cycles else 0.0
+
+
 def kernel_span(span: PhaseSpan, peak: int) -> dict[str, Any]:
     """A kernel's first task (its first loads) to its last; utilization is the arrays' over its
     compute: from its first array or vector task to its end."""
-    computing = span.end - span.compute_start if span.compute_start is not None else 0
     return {"start_cycle": span.start, "compute_start_cycle": span.compute_start, "end_cycle": span.end,
-            "macs": span.macs, "utilization": span.macs / (computing * peak) if computing else 0.0}
+            "macs": span.macs, "utilization": _utilization(span.macs, _computing(span), peak)}
+
+
+def kernel_bound(macs: int, elements: int, dram: int, machine: Machine) -> dict[str, Any]:
+    """Where a kernel sits on the roofline of the units doing its work. With MACs: 2 * MACs per
+    DRAM byte (FLOP/B) against the arrays' ridge point, as `roofline` has it; else vector
+    elements per DRAM byte against the vector units' (lanes times compute tiles elements per
+    cycle, over the same DRAM rate), since comparing elements with the arrays' FLOPs would call
+    every vector kernel bandwidth-bound. Neither: the kernel only moves data."""
+    if macs:
+        work, peak = 2 * macs, 2 * machine.compute.peak_macs_per_cycle
+    elif elements:
+        work, peak = elements, machine.vector.lanes * machine.compute.tiles
+    else:
+        return {"arithmetic_intensity": None, "bound": "data movement"}
+    intensity = work / dram if dram else float("inf")
+    ridge = peak / dram_bytes_per_cycle(machine)
+    return {"arithmetic_intensity": intensity, "bound": "compute" if intensity >= ridge else "bandwidth"}
+
+
+def kernel_cost(span: PhaseSpan, tiles: int, machine: Machine, run_cycles: int) -> dict[str, Any]:
+    """What one kernel cost, run on `tiles` compute tiles, beside its span (`kernel_span`):
+    - cycles: from its first compute to its end (its compute cycles; a kernel with no compute:
+      from its first task). Its first loads run under the kernel before, and then wait for that
+      kernel's results, so counted from them the kernels would add up to far more than the run;
+      counted so, they nearly divide it (they still overlap a little: `share`s may add to
+      slightly more than 1).
+    - array_utilization: its MACs over the peak of the arrays of its compute tiles, and
+      vector_utilization: its vector elements over the lanes of their vector units, both over
+      its compute cycles (from its first compute to its end). `utilization` of `kernel_span` is
+      over all the machine's arrays instead. An element counts once whatever its op class
+      costs, so a kernel of transcendentals alone stays below 1 / their cycles per element.
+    - dram_bytes: read and written by its moves; the kernels' add up to the run's.
+    - bound: `kernel_bound`."""
+    computing = _computing(span)
+    cycles = computing or span.end - span.start
+    dram = dram_bytes(span)
+    array_peak = tiles * machine.compute.rows * machine.compute.cols
+    return {"cycles": cycles, "share": cycles / run_cycles if run_cycles else 0.0,
+            "array_utilization": _utilization(span.macs, computing, array_peak),
+            "vector_elements": span.vector_elements,
+            "vector_utilization": _utilization(span.vector_elements, computing, tiles * machine.vector.lanes),
+            "dram_bytes": dram, **kernel_bound(span.macs, span.vector_elements, sum(dram.values()), machine)}
+
+
+def kernel_op(kernel: Kernel, op_types: dict[str, str]) -> str:
+    """The kernel's op, then each of its epilogue's, joined by "+" (a matmul with a bias and an
+    activation fused: three names)."""
+    return "+".join([kernel.op, *(op_types[name] for name in kernel.epilogue)])
+
+
+def result_shape(kernel: Kernel, graph: Graph) -> str:
+    """The shape of the tensor the kernel writes, as 1x112x112x32; several comma-separated."""
+    return ", ".join("x".join(map(str, graph.tensors[t].shape)) or "scalar" for t in kernel.outputs)
+
+
+def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dict[str, dict[str, Any]]:
+    """Each kernel that ran, in program order: its span, op, result shape and cost. A kernel of
+    views alone runs no task, so the simulator has no span of it."""
+    sim = result.sim
+    op_types = {op.name: op.op_type for op in program.graph.ops}
+    tiles = {b.kernel: b.workers for b in result.bindings}
+    peak = machine.compute.peak_macs_per_cycle
+    return {k.name: {**kernel_span(sim.phases[i], peak), "op": kernel_op(k, op_types),
+                     "shape": result_shape(k, program.graph),
+                     **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles)}
+            for i, k in enumerate(program.kernels) if i in sim.phases}
 
 
 def host_transfer(program: Program, link: HostLink) -> dict[str, int]:
@@ -73,8 +154,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
             "dram_bytes": dram_bytes(sim),
             "bytes_moved": dict(sorted(sim.bytes_moved.items())),
             "roofline": roofline(sim, machine),
-            "kernels": {k.name: kernel_span(sim.phases[i], peak) for i, k in enumerate(program.kernels)
-                        if i in sim.phases},
+            "kernels": kernel_entries(result, program, machine),
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
@@ -137,15 +217,7 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
-    kernels = Table(title="kernels", title_justify="left",
-                    caption="array utilization: the kernel's MACs over the peak of the arrays, from its first "
-                            "compute to its end", caption_justify="left")
-    for col in ("kernel", "first load", "first compute", "end", "array utilization"):
-        kernels.add_column(col, justify="left" if col == "kernel" else "right")
-    for name, k in s["kernels"].items():
-        first_compute = "-" if k["compute_start_cycle"] is None else f"{k['compute_start_cycle']:,}"
-        kernels.add_row(name, f"{k['start_cycle']:,}", first_compute, f"{k['end_cycle']:,}", f"{k['utilization']:.1%}")
-    console.print(kernels)
+    console.print(kernel_table(s))
     units = Table(title="units", title_justify="left",
                   caption="busy: the share of the whole run's cycles the unit was working", caption_justify="left")
     for col in ("unit", "busy cycles", "busy", "tasks", "bytes"):
@@ -159,6 +231,41 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     for path, n in s["bytes_moved"].items():
         moved.add_row(path, f"{n:,}")
     console.print(moved)
+
+
+def by_cycles(kernels: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """The kernels, costliest first; kernels of equal cycles in program order (a stable sort)."""
+    return sorted(kernels.items(), key=lambda item: item[1]["cycles"], reverse=True)
+
+
+def kernel_table(s: dict[str, Any]) -> Table:
+    """One row per kernel, costliest first, every kernel (a network's last layers matter too).
+    Short headers, no borders but the header's and one space between columns keep a network's
+    rows (kernel names like depthwise_conv2d_12, fused ops, 4-d shapes) within 120 columns, and
+    a small graph's within the 80 that rich assumes off a terminal; the caption says what the
+    figures mean."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="kernels, by cycles", title_justify="left", caption_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=0,
+                  caption="cycles: first task's start to last task's end; kernels overlap, so shares can "
+                          "add up to more than 100%. array, vector: utilization of the units of the kernel's "
+                          "compute tiles from its first compute to its end (-: no such work). DRAM: bytes read "
+                          "and written. bound: its intensity (FLOP/B, or vector elements/B) against that "
+                          "unit's ridge point.")
+    # on a narrower console the names fold onto more lines, never the figures, and nothing is cut
+    for col in ("kernel", "op", "shape"):
+        table.add_column(col, overflow="fold")
+    for col in ("cycles", "share", "array", "vector", "DRAM"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    for name, k in by_cycles(s["kernels"]):
+        table.add_row(shown(name), shown(k["op"]), k["shape"], f"{k['cycles']:,}", f"{k['share']:.1%}",
+                      f"{k['array_utilization']:.1%}" if k["macs"] else "-",
+                      f"{k['vector_utilization']:.1%}" if k["vector_elements"] else "-",
+                      _si(sum(k["dram_bytes"].values())) + "B", k["bound"])
+    return table
 
 
 def print_check(s: dict[str, Any], console: Console) -> None:

@@ -1,0 +1,112 @@
+"""The per-kernel profile: each kernel's cycles, share, array and vector utilization, DRAM bytes
+and bound, in `--json`'s `kernels` and `--profile`'s table; built in-process on small graphs
+(a ReLU, a matmul and a transpose, unfused) whose counts can be worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from conftest import run_cli
+from dfx import dumps, loads
+from hardware import load_machine
+from kernel_compiler.compile import compile_graph
+from kernel_compiler.target import load_target
+from loader import bind_greedy, bind_program, simulate
+from loader.report import by_cycles, kernel_table, summary
+from loader.run import RunResult
+from test_vector_kernels import STANDARD, graph_of
+
+N = 256  # a 256^3 f32 matmul: 2 * N^3 FLOP over at least 3 * N^2 * 4 bytes, well above the ridge
+# the matmul second, so that costliest first is not program order
+CHAIN = [("RELU", ["x"], {}), ("MATMUL", ["t0", "w"], {}), ("TRANSPOSE", ["t1"], {})]
+SHAPES = {"x": ((N, N), "f32"), "w": ((N, N), "f32")}
+HEADER = "kernel op shape cycles share array vector DRAM bound"
+
+
+def compiled(ops, shapes, fuse):
+    return loads(dumps(compile_graph(graph_of(ops, shapes), "test.dfg", load_target(STANDARD), fuse=fuse)))
+
+
+def profile(ops, shapes, fuse=False) -> dict:
+    """The --json summary of a timing-only run of the chain, bound greedily."""
+    program, machine = compiled(ops, shapes, fuse), load_machine(STANDARD)
+    result = RunResult(bind_program(program, machine, "test", bind_greedy))
+    result.sim = simulate(program, machine, result.bindings)
+    return summary(result, program, "test.kpu", machine, {})
+
+
+@pytest.fixture(scope="module")
+def chain() -> dict:
+    return profile(CHAIN, SHAPES)
+
+
+def test_each_kernel_names_its_op_and_result(chain):
+    kernels = chain["kernels"]
+    assert list(kernels) == ["relu_0", "matmul_1", "transpose_2"]  # program order, as before
+    assert [k["op"] for k in kernels.values()] == ["RELU", "MATMUL", "TRANSPOSE"]
+    assert {k["shape"] for k in kernels.values()} == {f"{N}x{N}"}
+
+
+def test_cycles_are_compute_spans_and_shares_of_the_run(chain):
+    kernels = chain["kernels"].values()
+    for k in kernels:
+        start = k["compute_start_cycle"] if k["compute_start_cycle"] is not None else k["start_cycle"]
+        assert k["cycles"] == k["end_cycle"] - start > 0
+        assert k["share"] == k["cycles"] / chain["cycles"]
+    assert max(k["end_cycle"] for k in kernels) == chain["cycles"]
+    # from their first computes the kernels nearly divide the run: the first kernel's first loads
+    # are left out, and a kernel's stores may overlap the next one's first computes
+    assert 0.9 < sum(k["share"] for k in kernels) < 1.1
+
+
+def test_kernels_dram_bytes_add_up_to_the_runs(chain):
+    kernels = chain["kernels"]
+    for way in ("read", "write"):
+        assert sum(k["dram_bytes"][way] for k in kernels.values()) == chain["dram_bytes"][way]
+    # the ReLU reads its operand once and writes its result once
+    assert kernels["relu_0"]["dram_bytes"] == {"read": N * N * 4, "write": N * N * 4}
+
+
+def test_each_kernel_is_measured_on_the_unit_doing_its_work(chain):
+    relu, matmul, transpose = chain["kernels"].values()
+    assert matmul["macs"] == N ** 3 and matmul["vector_elements"] == 0
+    assert 0 < matmul["array_utilization"] <= 1 and matmul["vector_utilization"] == 0
+    assert matmul["bound"] == "compute" and matmul["arithmetic_intensity"] > 10
+    assert relu["vector_elements"] == N * N and relu["macs"] == 0
+    assert 0 < relu["vector_utilization"] <= 1 and relu["array_utilization"] == 0
+    # one element per 8 bytes, against the vector units' 2 x 16 elements per 100 bytes a cycle
+    assert relu["bound"] == "bandwidth" and relu["arithmetic_intensity"] == 1 / 8
+    assert transpose["bound"] == "data movement" and transpose["arithmetic_intensity"] is None
+    assert transpose["array_utilization"] == transpose["vector_utilization"] == 0
+
+
+def test_an_epilogue_adds_its_ops_and_vector_work_to_its_kernel():
+    s = profile([("MATMUL", ["x", "w"], {}), ("RELU", ["t0"], {})], SHAPES, fuse=True)
+    (kernel,) = s["kernels"].values()
+    assert kernel["op"] == "MATMUL+RELU"
+    assert kernel["macs"] == N ** 3 and kernel["vector_elements"] == N * N
+    assert kernel["array_utilization"] > 0 and kernel["vector_utilization"] > 0
+    assert kernel["bound"] == "compute"  # the array's work decides
+
+
+def test_table_lists_every_kernel_costliest_first_within_120_columns(chain):
+    rows = by_cycles(chain["kernels"])
+    assert [name for name, _ in rows] == ["matmul_1", "transpose_2", "relu_0"]
+    assert [k["cycles"] for _, k in rows] == sorted((k["cycles"] for _, k in rows), reverse=True)
+    console = Console(width=120, record=True)
+    console.print(kernel_table(chain))
+    lines = console.export_text().splitlines()
+    assert " ".join(lines[1].split()) == HEADER
+    body = [l.split()[0] for l in lines if l.split() and l.split()[0] in chain["kernels"]]
+    assert body == [name for name, _ in rows]
+    assert max(len(l.rstrip()) for l in lines) <= 120
+
+
+def test_cli_profile_prints_the_kernel_table(tmp_path):
+    obj = tmp_path / "chain.kpu"
+    obj.write_bytes(dumps(compiled(CHAIN, SHAPES, fuse=False)))
+    proc = run_cli("loader", obj, "--config", STANDARD, "--timing-only", "--profile")
+    assert proc.returncode == 0, proc.stderr
+    assert "kernels, by cycles" in proc.stderr
+    assert HEADER in " ".join(proc.stderr.split())
