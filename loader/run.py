@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dfx import Compute, Program, tolerance
+from dfx import Compute, Program, lookup, tolerance
 from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
@@ -120,12 +120,15 @@ def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndar
     return memory
 
 
-def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> OutputCheck:
+def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float,
+            terms: np.ndarray | None = None) -> OutputCheck:
     """As numpy.testing.assert_allclose(equal_nan=True): NaN agrees with NaN and inf with the
     same inf; any other non-finite value fails. The relative tolerance is of each element's
     magnitude or of the tensor's mean magnitude, whichever is larger: an element that a long sum
     brings near zero carries the rounding of its terms, not of its own small size, and a wrong
-    tile is off by the values' size either way."""
+    tile is off by the values' size either way. `terms`, for a sum of products, is each
+    element's sum of their magnitudes (sum |a b|): its rounding is relative to that (the forward
+    error bound of a sum), however much the terms cancel."""
     largest = float(np.finfo(np.float64).max)
     # NaN and inf in the inputs are data, not faults: they must not print numpy warnings
     with np.errstate(all="ignore"):
@@ -136,6 +139,8 @@ def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float) -> Outp
         err = np.abs(got - want)
         rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
         scale = np.maximum(np.abs(want), np.abs(want).mean() if want.size else 0.0)
+        if terms is not None:
+            scale = np.maximum(scale, terms.astype(np.float64)[finite])
         passed = nonfinite_agree and bool(np.all(err <= atol + rtol * scale))
         # a non-finite disagreement is an unbounded error, saturated like an overflow
         unbounded = 0.0 if nonfinite_agree else np.inf
@@ -159,10 +164,24 @@ def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
             for op in group:
                 expected.update(zip(op.outputs, reference_op(op, expected, g)))
         atol, rtol = (max(x) for x in zip(*(tolerance(g.tensors[t].dtype) for op in group for t in op.outputs)))
-        results = [compare(values[name], expected[name], atol, rtol) for name in kernel.outputs]
+        terms = _product_terms(group[0], values, g)
+        results = [compare(values[name], expected[name], atol, rtol,
+                           terms if terms is not None and terms.shape == values[name].shape else None)
+                   for name in kernel.outputs]
         checks[kernel.name] = OutputCheck(max(c.max_abs_error for c in results),
                                           max(c.max_rel_error for c in results), all(c.passed for c in results))
     return checks
+
+
+def _product_terms(op, values: dict[str, np.ndarray], g) -> np.ndarray | None:
+    """For an op on the array (a sum of products), each result element's sum of the magnitudes
+    of its terms: its reference on the operands' magnitudes. None for any other op. An epilogue
+    after it (an activation, a residual add) moves its error by at most as much."""
+    if lookup(op.op_type).tile_mnk is None:
+        return None
+    with np.errstate(all="ignore"):
+        terms = np.abs(reference_op(op, {**values, **{n: np.abs(values[n]) for n in op.inputs}}, g)[0])
+    return np.where(np.isfinite(terms), terms, 0)  # a bound that overflowed bounds nothing
 
 
 def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
