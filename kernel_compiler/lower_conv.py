@@ -22,6 +22,7 @@ cycles per compute tile are within CYCLE_SLACK of the fewest, its buffers fittin
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,7 +36,6 @@ from .target import Target
 from .tiling import Parallel, Stream, parallel_loop, placement
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
-WEIGHTS_IN_L3 = ("all", "tile", "chunk")  # all of them, a tile of output channels with every input one, a chunk
 CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes
 
 
@@ -68,7 +68,7 @@ class ConvTiling:
     Tc: int
     order: str  # a key of ORDERS
     band_channels: str  # "all": the L3 band holds every input channel; "chunk": Tc of them
-    weights: str  # one of WEIGHTS_IN_L3
+    weights: str  # in L3: "all" of them, a "tile" of output channels with every input one, or a "chunk"
 
     def trips(self, p: ConvProblem) -> dict[str, int]:
         return {"b0": p.N, "th": -(-p.OH // self.R), "tw": -(-p.OW // self.C), "tj": -(-p.Co // self.Tn),
@@ -133,7 +133,7 @@ def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]
     out_tile = t.R * t.C * t.Tn
 
     def depth(loops: tuple[str, ...]) -> int:  # a load that repeats is double-buffered
-        return p.depth if placement(Stream("", loops, 0), order) >= 0 else 1
+        return p.depth if any(v in order for v in loops) else 1
 
     buffers: list[Buffer] = [("L3", out_tile * p.out_bytes), ("L2", out_tile * p.c_bytes)]
     shared: list[int] = []
@@ -166,11 +166,6 @@ def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]
     return buffers, shared
 
 
-def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
-    buffers, shared = conv_buffers(p, t)
-    return fits(buffers, target, shared)
-
-
 def _splits(dim: int) -> list[int]:
     """Tile extents to try along a channel dim: all of it, then the powers of two below it."""
     return [dim] + [1 << j for j in range((dim - 1).bit_length() - 1, -1, -1)]
@@ -188,29 +183,50 @@ def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int
     return total * -(-trips[parallel.loop] // parallel.workers) // trips[parallel.loop]
 
 
+# How the operands are held, (loop order, input band in L3, weights in L3); the others are
+# dominated: they move the same bytes with larger buffers. Positions outer, the weights are
+# loaded once (all) or with each chunk (chunk: a tile with every input channel would be
+# reloaded as often, for each tile of positions); channels outer, a tile of output channels'
+# weights stays while every band streams past once per such tile (in chunks, as any larger band
+# would be reloaded as often).
+HOLDINGS = (("positions", "all", "all"), ("positions", "all", "chunk"), ("positions", "chunk", "all"),
+            ("positions", "chunk", "chunk"), ("channels", "chunk", "tile"))
+MIN_CHUNK = 4  # input channels per chunk: fewer only when there are fewer
+
+
+def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
+    buffers, shared = conv_buffers(p, t)
+    return fits(buffers, target, shared)
+
+
 def _candidates(p: ConvProblem, target: Target) -> list[ConvTiling]:
     """For each way of holding the operands and each channel tiling, the tallest output tiles
-    that fit, as wide as fit, and those cut down to whole blocks of array rows."""
+    that fit, as wide as fit, and those cut down to whole blocks of array rows. Output channels
+    in tiles of at least the array's columns, input channels in chunks of at least MIN_CHUNK;
+    smaller chunks only while they let the output tiles grow."""
     out = []
-    for order in ORDERS:
-        for band_channels in ("all", "chunk"):
-            for weights in WEIGHTS_IN_L3:
-                for Tn in _splits(p.Co):
-                    for Tc in _splits(p.Ci):
-                        if Tc == p.Ci and "chunk" in (band_channels, weights):
-                            continue  # with one chunk, a chunk is all the channels
-                        for C in sorted({-(-p.OW // 2 ** j) for j in range(p.OW.bit_length())}, reverse=True):
-                            def tiling(R: int) -> ConvTiling:
-                                return ConvTiling(R, C, Tn, Tc, order, band_channels, weights)
-                            # the largest R that fits (fitting shrinks with R)
-                            R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not _fits(p, tiling(r), target))
-                            if R == 0:
-                                continue
-                            out.append(tiling(R))
-                            aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
-                            if aligned is not None and aligned != R:
-                                out.append(tiling(aligned))
-                            break
+    widths = sorted({-(-p.OW // 2 ** j) for j in range(p.OW.bit_length())}, reverse=True)
+    fitting = functools.cache(lambda t: _fits(p, t, target))  # bisections of neighbouring tilings meet
+    for order, band_channels, weights in HOLDINGS:
+        for Tn in [n for n in _splits(p.Co) if n == p.Co or n >= target.cols]:
+            for Tc in [c for c in _splits(p.Ci) if c == p.Ci or c >= MIN_CHUNK]:
+                if Tc == p.Ci and order == "positions" and band_channels == "chunk":
+                    continue  # with one chunk, a chunk is all the channels
+                for C in widths:
+                    def tiling(R: int) -> ConvTiling:
+                        return ConvTiling(R, C, Tn, Tc, order, band_channels, weights)
+                    # the largest R that fits (fitting shrinks with R)
+                    R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not fitting(tiling(r)))
+                    if R:
+                        break
+                if not R:
+                    continue
+                out.append(tiling(R))
+                aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
+                if aligned is not None and aligned != R:
+                    out.append(tiling(aligned))
+                if (R, C) == (p.OH, p.OW):
+                    break  # the whole image fits: smaller chunks would only cost steps
     return out
 
 
