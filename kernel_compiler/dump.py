@@ -23,7 +23,11 @@ def dump_graph(graph: Graph) -> str:
 
 
 def _ref(r: TileRef) -> str:
-    return f"{r.tensor}@{r.level}[{','.join(r.tile_indices)}]"
+    # a band of a sliding window: its extent, where its tiles start, and the padding it holds
+    overlapping = r.step is not None and r.step != r.tile_shape
+    window = f"{{{_shape(r.tile_shape)} by {_shape(r.step or r.tile_shape)} from {r.offset or 0}" \
+             f"{f' padded {r.padding}' if r.padding else ''}}}" if overlapping or r.padding else ""
+    return f"{r.tensor}@{r.level}[{','.join(r.tile_indices)}]{window}"
 
 
 def dump_kernel(k: Kernel) -> str:
