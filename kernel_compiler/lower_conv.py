@@ -11,9 +11,9 @@ memory link once per band that holds it.
 Loops: b0 (images), th and tw (output tiles of R rows by C columns), tj (Tn output channels), tk
 (Tc input channels, innermost, so partial sums stay in the accumulators as MATMUL's K does).
 Two orders: positions outer (b0, th, tw, tj, tk), where a band holding all its channels in L3
-serves every tile of output channels; channels outer (tj, b0, th, tw, tk), where a channel
-tile's weights stay in L3 while the bands stream past. The weights sit in L3 whole where they
-fit (loaded once, one copy for every compute tile), else per channel tile, else per chunk.
+serves every tile of output channels, and the weights sit in L3 whole (loaded once, one copy for
+every compute tile) or come chunk by chunk; channels outer (tj, b0, th, tw, tk), where a channel
+tile's weights stay in L3 while the bands stream past (`HOLDINGS`).
 
 The tiling taken is the one with the fewest external-memory bytes among those whose array
 cycles per compute tile are within CYCLE_SLACK of the fewest, its buffers fitting the target.
@@ -54,6 +54,7 @@ class ConvProblem:
     x_bytes: int  # per element: input, weights, bias (0: none), the conv's result, the kernel's result
     w_bytes: int
     bias_bytes: int
+    bias_along: bool  # one bias per output channel (else one for all)
     c_bytes: int
     out_bytes: int
     epilogue_operands: tuple[tuple[int, bool], ...]  # (bytes per element, varies along positions)
@@ -112,7 +113,7 @@ def conv_streams(p: ConvProblem, t: ConvTiling) -> list[Stream]:
            Stream("w", w_loops, p.Co * p.KH * p.KW * p.Ci * p.w_bytes),
            Stream("y", positions, p.N * p.OH * p.OW * p.Co * p.out_bytes)]
     if p.bias_bytes:
-        out.append(Stream("bias", ("tj",), p.Co * p.bias_bytes))
+        out.append(Stream("bias", ("tj",) if p.bias_along else (), (p.Co if p.bias_along else 1) * p.bias_bytes))
     for i, (size, along) in enumerate(p.epilogue_operands):
         out.append(Stream(f"epilogue{i}", positions if along else ("tj",),
                           (p.N * p.OH * p.OW if along else 1) * p.Co * size))
@@ -142,7 +143,7 @@ def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]
     l3_tiles = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
                 "w": {"all": p.Co * p.KH * p.KW * p.Ci, "tile": t.Tn * p.KH * p.KW * p.Ci,
                       "chunk": t.Tn * p.KH * p.KW * t.Tc}[t.weights] * p.w_bytes,
-                "bias": t.Tn * p.bias_bytes}
+                "bias": (t.Tn if p.bias_along else 1) * p.bias_bytes}
     for s in conv_streams(p, t):
         if s.name == "y":
             continue
@@ -274,7 +275,8 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
     tiling = None
     for depth in (2, 1):  # double-buffer the loads where it fits
         problem = ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
-                              itemsize(w.dtype), itemsize(bias.dtype) if bias else 0, itemsize(c.dtype),
+                              itemsize(w.dtype), itemsize(bias.dtype) if bias else 0,
+                              bias is not None and bias.shape == (Co,) and Co > 1, itemsize(c.dtype),
                               itemsize(final.dtype),
                               tuple((itemsize(t.dtype), len(t.shape) >= 2 and math.prod(t.shape[:-1]) > 1)
                                     for t in epi_operands), depth)
@@ -340,11 +342,9 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     inputs = [x_ref("L1", "chunk"), w_ref("L1", "chunk")]
     deps = [x_l1, w_l1]
     if bias is not None:  # into the accumulators, as MATMUL's Cin: the first K step adds to it
-        along = bias.shape == (p.Co,) and p.Co > 1  # else one value for every channel
-
         def b_ref(level: str) -> TileRef:
-            return TileRef(bias.name, level, idx("tj") if along else ["0"] * len(bias.shape),
-                           [t.Tn] if along else list(bias.shape))
+            return TileRef(bias.name, level, idx("tj") if p.bias_along else ["0"] * len(bias.shape),
+                           [t.Tn] if p.bias_along else list(bias.shape))
 
         deps.append(hops([(b_ref("EXTERNAL"), b_ref("L3")), (b_ref("L3"), b_ref("L2")),
                           (b_ref("L2"), b_ref("REGISTER"))], None, False))

@@ -162,10 +162,17 @@ def _conv_mnk(shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> tuple[int
     return band[0] * hw[0].outputs(band[1]) * hw[1].outputs(band[2]), w[0], w[1] * w[2] * w[3]
 
 
+def _bias_dims(shapes: list[Shape]) -> list[list[int | None]]:
+    """A bias [O] runs along the result's channels; one of a single value, along none."""
+    if len(shapes) < 3:
+        return []
+    return [[3] if shapes[2] and shapes[2][-1] > 1 else [None] * len(shapes[2])]
+
+
 def _conv_operand_dims(shapes: list[Shape], attrs: dict[str, Any]) -> list[list[int | None]]:
     # x [N, H, W, C] along the result's N, OH, OW (C is contracted with w's); w [O, KH, KW, C]
-    # and the bias [O] along its O
-    return [[0, 1, 2, None], [3, None, None, None], [3]][:len(shapes)]
+    # along its O
+    return [[0, 1, 2, None], [3, None, None, None], *_bias_dims(shapes)]
 
 
 CONV2D = register(OpDef(
@@ -250,7 +257,7 @@ DEPTHWISE_CONV2D = register(OpDef(
     tile=_depthwise_tile,
     vector_work=_window_work,
     # x and the bias run along the result's dims, a channel c of x along its channels c*M..c*M+M-1
-    operand_dims=lambda shapes, attrs: [[0, 1, 2, 3], [None, None, 3, None], [3]][:len(shapes)],
+    operand_dims=lambda shapes, attrs: [[0, 1, 2, 3], [None, None, 3, None], *_bias_dims(shapes)],
     windows=lambda attrs, shapes: windows(attrs, (shapes[1][0], shapes[1][1])),
 ))
 
