@@ -10,6 +10,7 @@ import base64
 import dataclasses
 import hashlib
 import json
+import math
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -34,8 +35,15 @@ PRODUCER = "kpu-kernel-compiler 0.1.0"
 # ---- writing -------------------------------------------------------------------------------
 
 
+# JSON has no infinities: a fill of -inf (a max-pool's padding) is written as the string
+NON_FINITE = {"inf": math.inf, "-inf": -math.inf}
+
+
 def _plain(value: Any) -> Any:
-    """Dataclasses to dicts, dropping fields left at None so the file stays small."""
+    """Dataclasses to dicts, dropping fields left at None so the file stays small; an infinite
+    float as its NON_FINITE string."""
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if getattr(value, f.name) is not None}
@@ -188,7 +196,7 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
                         depth=d.get("depth", 1), transpose=d.get("transpose", False),
                         broadcast=d.get("broadcast", False),
                         permutation=list(d["permutation"]) if "permutation" in d else None,
-                        fill=d.get("fill"), **place)
+                        fill=NON_FINITE.get(d.get("fill"), d.get("fill")), **place)
     if d["type"] == "COMPUTE":
         return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
                        _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)
