@@ -398,6 +398,263 @@ def test_matmul_transpose_b():
     np.testing.assert_array_equal(tile.astype(F32), y)
 
 
+# ---- sliding windows --------------------------------------------------------------------------
+
+
+def window_taps(i: int, j: int, kernel, stride, padding, dilation, height: int, width: int):
+    """(p, q, r, s) for each tap (p, q) of output position (i, j) that reads input element (r, s)
+    rather than the padding: r = i * stride - top + p * dilation."""
+    (top, _), (left, _) = padding
+    for p, q in itertools.product(range(kernel[0]), range(kernel[1])):
+        r, s = i * stride[0] - top + p * dilation[0], j * stride[1] - left + q * dilation[1]
+        if 0 <= r < height and 0 <= s < width:
+            yield p, q, r, s
+
+
+def window_out(height: int, width: int, kernel, stride, padding, dilation) -> tuple[int, int]:
+    return tuple((extent + before + after - (k - 1) * d - 1) // st + 1
+                 for extent, k, st, (before, after), d in zip((height, width), kernel, stride, padding, dilation))
+
+
+def conv_by_loops(x, w, bias, stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1), groups=1, exact=False):
+    """NHWC x, OHWI w: y[n, i, j, o] = bias[o] + the sum over the taps inside the input and the
+    input channels of o's group of x[n, r, s, channel] * w[o, p, q, channel]; Python floats and
+    math.fsum (Python ints with `exact`)."""
+    number, total = (int, sum) if exact else (float, math.fsum)
+    n, height, width, _ = x.shape
+    outputs, kh, kw, per_group = w.shape
+    oh, ow = window_out(height, width, (kh, kw), stride, padding, dilation)
+    y = np.empty((n, oh, ow, outputs), dtype=np.int64 if exact else np.float64)
+    for b, i, j, o in itertools.product(range(n), range(oh), range(ow), range(outputs)):
+        first = o // (outputs // groups) * per_group
+        terms = [number(x[b, r, s, first + c]) * number(w[o, p, q, c])
+                 for p, q, r, s in window_taps(i, j, (kh, kw), stride, padding, dilation, height, width)
+                 for c in range(per_group)]
+        y[b, i, j, o] = total(terms + ([number(bias[o])] if bias is not None else []))
+    return y
+
+
+def depthwise_by_loops(x, w, bias, stride=(1, 1), padding=((0, 0), (0, 0)), dilation=(1, 1)):
+    """NHWC x, HWCM w: y[n, i, j, c * M + m] = bias[c * M + m] + the sum over the taps of
+    x[n, r, s, c] * w[p, q, c, m]."""
+    n, height, width, channels = x.shape
+    kh, kw, _, multiplier = w.shape
+    oh, ow = window_out(height, width, (kh, kw), stride, padding, dilation)
+    y = np.empty((n, oh, ow, channels * multiplier))
+    for b, i, j, c, m in itertools.product(range(n), range(oh), range(ow), range(channels), range(multiplier)):
+        terms = [float(x[b, r, s, c]) * float(w[p, q, c, m])
+                 for p, q, r, s in window_taps(i, j, (kh, kw), stride, padding, dilation, height, width)]
+        y[b, i, j, c * multiplier + m] = math.fsum(terms) + (0.0 if bias is None else float(bias[c * multiplier + m]))
+    return y
+
+
+def pool_by_loops(x, kernel, stride, padding, fn):
+    """fn(the window's elements inside the input, the window's size) per output element."""
+    n, height, width, channels = x.shape
+    oh, ow = window_out(height, width, kernel, stride, padding, (1, 1))
+    y = np.empty((n, oh, ow, channels))
+    for b, i, j, c in itertools.product(range(n), range(oh), range(ow), range(channels)):
+        taps = window_taps(i, j, kernel, stride, padding, (1, 1), height, width)
+        inside = [float(x[b, r, s, c]) for _, _, r, s in taps]
+        y[b, i, j, c] = fn(inside, kernel[0] * kernel[1])
+    return y
+
+
+def test_conv2d_nhwc_with_stride_dilation_uneven_padding_and_bias():
+    x, w, b = uniform((2, 9, 8, 3)), uniform((4, 3, 2, 3)), uniform((4,))
+    attrs = {"stride": [2, 1], "dilation": [1, 2], "padding": [[1, 2], [0, 3]]}
+    y = run("CONV2D", [x, w, b], **attrs)
+    assert y.shape == (2, 5, 9, 4)  # (9 + 3 - 3) // 2 + 1, (8 + 3 - 3) // 1 + 1
+    assert_close(y, conv_by_loops(x, w, b, [2, 1], [[1, 2], [0, 3]], [1, 2]), "f32")
+    assert_close(run("CONV2D", [x, w]), conv_by_loops(x, w, None), "f32")
+    # a bias broadcast from one value
+    assert_close(run("CONV2D", [x, w, b[:1]], **attrs), conv_by_loops(x, w, np.repeat(b[:1], 4), [2, 1],
+                                                                      [[1, 2], [0, 3]], [1, 2]), "f32")
+
+
+def test_conv2d_nchw_and_groups():
+    x, w, b = uniform((2, 6, 7, 6)), uniform((6, 2, 3, 2)), uniform((6,))  # 3 groups of 2 inputs, 2 outputs
+    attrs = {"stride": [1, 2], "padding": [[1, 1], [2, 0]], "groups": 3}
+    nhwc = run("CONV2D", [x, w, b], **attrs)
+    assert_close(nhwc, conv_by_loops(x, w, b, [1, 2], [[1, 1], [2, 0]], groups=3), "f32")
+    # output channel 0 reads input channels 0-1 only, channel 5 reads 4-5 only
+    assert_close(run("CONV2D", [x[..., :2], w[:2]], stride=[1, 2], padding=[[1, 1], [2, 0]]), nhwc[..., :2] - b[:2],
+                 "f32")
+    # the same sums with NCHW x and OIHW w, and an NCHW result
+    nchw = run("CONV2D", [x.transpose(0, 3, 1, 2), w.transpose(0, 3, 1, 2), b], layout="NCHW", **attrs)
+    assert nchw.shape == (2, 6, 7, 4)
+    assert_close(nchw.transpose(0, 2, 3, 1), conv_by_loops(x, w, b, [1, 2], [[1, 1], [2, 0]], groups=3), "f32")
+
+
+def test_conv2d_of_integers_is_exact():
+    """i8 x i8 summed in i32: no rounding, whatever the size of the sum."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 6, 6, 16)).astype(np.int8)
+    w = rng.integers(-128, 128, (3, 3, 3, 16)).astype(np.int8)
+    x[0, :3, :3, :], w[0] = -128, -128  # the largest sum: 144 * 2^14
+    y = run("CONV2D", [x, w], out="i32", padding=[[1, 1], [1, 1]])
+    want = conv_by_loops(x, w, None, padding=[[1, 1], [1, 1]], exact=True)
+    assert y.dtype == np.int32 and want[0, 1, 1, 0] == 144 * 2**14
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("multiplier", [1, 2])
+def test_depthwise_conv2d(multiplier):
+    x, w, b = uniform((2, 7, 8, 3)), uniform((3, 2, 3, multiplier)), uniform((3 * multiplier,))
+    attrs = {"stride": [2, 1], "dilation": [2, 1], "padding": [[2, 1], [0, 1]]}
+    y = run("DEPTHWISE_CONV2D", [x, w, b], **attrs)
+    assert y.shape == (2, 3, 8, 3 * multiplier)  # (7 + 3 - 5) // 2 + 1, (8 + 1 - 2) + 1
+    assert_close(y, depthwise_by_loops(x, w, b, [2, 1], [[2, 1], [0, 1]], [2, 1]), "f32")
+    assert_close(run("DEPTHWISE_CONV2D", [x, w]), depthwise_by_loops(x, w, None), "f32")
+
+
+def test_maxpool2d_never_chooses_the_padding():
+    x = uniform((2, 7, 6, 3), -5.0, -1.0)  # all below the zero a padding of zeros would be
+    attrs = {"kernel": [3, 2], "stride": [2, 2], "padding": [[1, 2], [1, 0]]}
+    y = run("MAXPOOL2D", [x], **attrs)
+    assert y.shape == (2, 4, 3, 3)
+    np.testing.assert_array_equal(y, pool_by_loops(x, [3, 2], [2, 2], [[1, 2], [1, 0]], lambda v, _: max(v)))
+    ints = np.full((1, 3, 3, 1), -128, np.int8)  # the lowest i8: the padding is no lower
+    np.testing.assert_array_equal(run("MAXPOOL2D", [ints], out="i8", kernel=[2, 2], padding=[[1, 1], [1, 1]]),
+                                  np.full((1, 4, 4, 1), -128))
+    assert REGISTRY["MAXPOOL2D"].window_fill("f32") == -math.inf
+    assert REGISTRY["MAXPOOL2D"].window_fill("i8") == -128 and REGISTRY["MAXPOOL2D"].window_fill("i32") == -2**31
+
+
+@pytest.mark.parametrize("count_include_pad", [True, False])
+def test_avgpool2d_counts_the_padding_or_not(count_include_pad):
+    x = uniform((2, 7, 6, 3))
+    attrs = {"kernel": [3, 3], "stride": [2, 1], "padding": [[1, 2], [2, 0]], "count_include_pad": count_include_pad}
+    y = run("AVGPOOL2D", [x], **attrs)
+    assert y.shape == (2, 4, 6, 3)
+    want = pool_by_loops(x, [3, 3], [2, 1], [[1, 2], [2, 0]],
+                         lambda v, size: math.fsum(v) / (size if count_include_pad else len(v)))
+    assert_close(y, want, "f32")
+    assert REGISTRY["AVGPOOL2D"].normalize_attrs({"kernel": [2, 2]})["count_include_pad"] is False
+
+
+def test_window_shape_rules():
+    def shape(name, shapes, **attrs):
+        op = REGISTRY[name]
+        return op.infer_shapes(shapes, ["f32"] * len(shapes), op.normalize_attrs(attrs))
+
+    assert shape("CONV2D", [(2, 9, 8, 3), (4, 3, 2, 3)], stride=[2, 1], dilation=[1, 2],
+                 padding=[[1, 1], [0, 2]]) == [(2, 5, 8, 4)]
+    assert shape("CONV2D", [(2, 3, 9, 8), (4, 3, 3, 2)], layout="NCHW") == [(2, 4, 7, 7)]
+    assert shape("CONV2D", [(1, 5, 5, 6), (9, 3, 3, 2)], groups=3) == [(1, 3, 3, 9)]
+    assert shape("CONV2D", [(1, 2, 2, 4), (2, 3, 3, 4)], padding=[[0, 1], [1, 0]]) == [(1, 1, 1, 2)]  # just fits
+    assert shape("DEPTHWISE_CONV2D", [(1, 7, 7, 3), (3, 3, 3, 2), (6,)], stride=[2, 2],
+                 padding=[[1, 1], [1, 1]]) == [(1, 4, 4, 6)]
+    assert shape("MAXPOOL2D", [(1, 7, 6, 2)], kernel=[3, 2], stride=[2, 2], padding=[[1, 1], [0, 0]]) == [(1, 4, 3, 2)]
+    assert shape("AVGPOOL2D", [(3, 7, 7, 5)], kernel=[7, 7]) == [(3, 1, 1, 5)]
+
+
+def test_window_shape_errors():
+    assert shape_error("CONV2D", [(1, 5, 5, 4), (2, 3, 3, 3)]) == \
+        "input [1, 5, 5, 4] has 4 channels, weights [2, 3, 3, 3] take 3 per group x 1 group(s) = 3"
+    assert shape_error("CONV2D", [(1, 5, 5, 4), (2, 3, 3, 1)], groups=2) == \
+        "input [1, 5, 5, 4] has 4 channels, weights [2, 3, 3, 1] take 1 per group x 2 group(s) = 2"
+    assert shape_error("CONV2D", [(1, 4, 5, 5), (2, 3, 3, 4)], layout="NCHW") == \
+        "input [1, 4, 5, 5] has 4 channels, weights [2, 3, 3, 4] take 3 per group x 1 group(s) = 3"
+    assert shape_error("CONV2D", [(1, 5, 5, 4), (3, 3, 3, 2)], groups=2) == \
+        "3 output channels do not split into 2 groups"
+    assert shape_error("CONV2D", [(1, 2, 5, 4), (2, 3, 3, 4)]) == \
+        "the window spans 3 elements, more than the 2 of input [1, 2, 5, 4] padded by [0, 0]"
+    assert shape_error("CONV2D", [(1, 5, 4, 4), (2, 3, 3, 4)], dilation=[1, 2], padding=[[0, 0], [0, 0]]) == \
+        "the window spans 5 elements, more than the 4 of input [1, 5, 4, 4] padded by [0, 0]"
+    assert shape_error("CONV2D", [(5, 5, 4), (2, 3, 3, 4)]) == \
+        "CONV2D takes a rank-4 input and rank-4 weights, got [5, 5, 4] and [2, 3, 3, 4]"
+    assert shape_error("CONV2D", [(1, 5, 5, 4), (2, 3, 3, 4)], stride=[1]) == \
+        "stride, dilation and padding must give the 2 spatial dims, got stride [1], dilation [1, 1], " \
+        "padding [[0, 0], [0, 0]]"
+    assert shape_error("CONV2D", [(1, 5, 5, 4), (2, 3, 3, 4), (3,)]) == \
+        "bias [3] does not broadcast to the output channels [2]"
+    assert shape_error("DEPTHWISE_CONV2D", [(1, 5, 5, 3), (3, 3, 4, 1)]) == \
+        "input [1, 5, 5, 3] has 3 channels, weights [3, 3, 4, 1] (HWCM) take 4"
+    assert shape_error("DEPTHWISE_CONV2D", [(1, 5, 5, 3), (3, 3, 3)]).startswith(
+        "DEPTHWISE_CONV2D takes NHWC input and HWCM weights, got [1, 5, 5, 3] and [3, 3, 3]")
+    assert shape_error("DEPTHWISE_CONV2D", [(1, 5, 5, 3), (3, 3, 3, 2), (3,)]) == \
+        "bias [3] does not broadcast to the output channels [6]"
+    assert shape_error("DEPTHWISE_CONV2D", [(1, 4, 9, 2), (3, 3, 2, 1)], dilation=[2, 2]) == \
+        "the window spans 5 elements, more than the 4 of input [1, 4, 9, 2] padded by [0, 0]"
+    assert shape_error("MAXPOOL2D", [(1, 5, 5, 1)], kernel=[2, 2], padding=[[2, 0], [0, 0]]) == \
+        "padding [[2, 0], [0, 0]] is not smaller than the kernel [2, 2]: a window would hold no element"
+    assert "is not smaller than the kernel" in shape_error("AVGPOOL2D", [(1, 5, 5, 1)], kernel=[3, 1],
+                                                           padding=[[0, 0], [0, 1]])
+    assert shape_error("AVGPOOL2D", [(1, 2, 9, 1)], kernel=[3, 3]) == \
+        "the window spans 3 elements, more than the 2 of input [1, 2, 9, 1] padded by [0, 0]"
+    assert shape_error("MAXPOOL2D", [(5, 5, 1)], kernel=[2, 2]) == "pooling takes an NHWC input, got [5, 5, 1]"
+    assert shape_error("MAXPOOL2D", [(1, 5, 5, 1)], kernel=[2]) == "kernel must give the 2 spatial dims, got [2]"
+
+
+def test_window_attribute_errors():
+    assert attr_error("CONV2D", stride=[0, 1]) == "attribute 'stride' must be a list of integers >= 1, got [0, 1]"
+    assert attr_error("DEPTHWISE_CONV2D", dilation=[1, 0]) == \
+        "attribute 'dilation' must be a list of integers >= 1, got [1, 0]"
+    assert attr_error("MAXPOOL2D", kernel=[0, 2]) == "attribute 'kernel' must be a list of integers >= 1, got [0, 2]"
+    assert attr_error("CONV2D", groups=0) == "attribute 'groups' must be an integer >= 1, got 0"
+    assert attr_error("CONV2D", layout="NCWH") == "attribute 'layout' must be 'NHWC' or 'NCHW', got 'NCWH'"
+    assert ">= 0" in attr_error("CONV2D", padding=[[1, -1], [0, 0]])
+    assert attr_error("MAXPOOL2D") == "attribute 'kernel' is required by MAXPOOL2D"
+    assert attr_error("AVGPOOL2D", kernel=[2, 2], count_include_pad=1) == \
+        "attribute 'count_include_pad' must be true or false, got 1"
+    assert attr_error("MAXPOOL2D", kernel=[2, 2], count_include_pad=True) == \
+        "attribute 'count_include_pad' is unknown (MAXPOOL2D takes kernel, stride, padding)"
+    assert attr_error("DEPTHWISE_CONV2D", groups=2) == \
+        "attribute 'groups' is unknown (DEPTHWISE_CONV2D takes stride, dilation, padding)"
+    assert REGISTRY["CONV2D"].normalize_attrs({}) == \
+        {"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC"}
+
+
+def test_window_tiles_compute_bands_that_hold_their_padding():
+    """A tile COMPUTE sees a band already padded: the rows of output tile t of R rows are input
+    rows t * R * stride - top .. + (R - 1) * stride + span of the padded tensor (Window.band), and
+    CONV2D's partial sums accumulate over chunks of input channels."""
+    x, w, b = uniform((2, 11, 6, 4)), uniform((3, 3, 2, 4)), uniform((3,))
+    attrs = REGISTRY["CONV2D"].normalize_attrs({"stride": [2, 1], "dilation": [1, 2], "padding": [[1, 2], [0, 1]]})
+    rows, cols = REGISTRY["CONV2D"].windows(attrs, [x.shape, w.shape])
+    assert (rows.kernel, rows.stride, rows.dilation, rows.before, rows.after) == (3, 2, 1, 1, 2)
+    assert (cols.kernel, cols.stride, cols.dilation, cols.before, cols.after) == (2, 1, 2, 0, 1)
+    R = 2
+    extent, step, offset = rows.band(R)
+    assert (extent, step, offset) == ((R - 1) * 2 + 3, R * 2, -1)
+    want = conv_by_loops(x, w, b, [2, 1], [[1, 2], [0, 1]], [1, 2])  # [2, 6, 5, 3]
+    xp = np.pad(x, [(0, 0), (1, 2), (0, 1), (0, 0)])
+    acc = np.dtype(F32)
+    op = REGISTRY["CONV2D"]
+    for t in range(3):  # output rows 0-1, 2-3, 4-5
+        band = xp[:, t * step:t * step + extent]
+        partial = op.tile([band[..., :3], w[..., :3], b], None, acc, attrs)
+        total = op.tile([band[..., 3:], w[..., 3:]], partial, acc, attrs)
+        assert_close(convert(total, "f32"), want[:, t * R:(t + 1) * R], "f32")
+    # the array's work: m = output positions of the band, n = output channels, k = taps x channels
+    assert op.tile_mnk([(2, extent, 7, 4), w.shape], attrs) == (2 * R * 5, 3, 3 * 2 * 4)
+
+    dw_w = uniform((3, 3, 4, 2))
+    dw_attrs = REGISTRY["DEPTHWISE_CONV2D"].normalize_attrs({"padding": [[1, 1], [1, 1]]})
+    tile = REGISTRY["DEPTHWISE_CONV2D"].tile([np.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)]), dw_w], None, acc, dw_attrs)
+    assert_close(convert(tile, "f32"), depthwise_by_loops(x, dw_w, None, padding=[[1, 1], [1, 1]]), "f32")
+    # a mean over the inputs alone is the compiler's to rewrite (a band does not say where the input ends)
+    avg = REGISTRY["AVGPOOL2D"]
+    with pytest.raises(ValueError, match="rewritten by the compiler"):
+        avg.tile([xp], None, acc, avg.normalize_attrs({"kernel": [2, 2], "padding": [[1, 0], [0, 0]]}))
+    counted = avg.normalize_attrs({"kernel": [2, 2], "padding": [[1, 0], [0, 0]], "count_include_pad": True})
+    tile = avg.tile([np.pad(x, [(0, 0), (1, 0), (0, 0), (0, 0)])], None, acc, counted)
+    mean = pool_by_loops(x, [2, 2], [1, 1], [[1, 0], [0, 0]], lambda v, n: math.fsum(v) / n)
+    assert_close(convert(tile, "f32"), mean, "f32")
+
+
+def test_window_vector_work_is_one_simple_op_per_tap():
+    def work(name, in_shapes, out_shape, **attrs):
+        op = REGISTRY[name]
+        return op.vector_work(in_shapes, out_shape, op.normalize_attrs(attrs))
+
+    assert work("DEPTHWISE_CONV2D", [(2, 6, 6, 3), (3, 3, 3, 2)], (2, 4, 4, 6)) == {"simple": 2 * 4 * 4 * 6 * 9}
+    assert work("MAXPOOL2D", [(1, 6, 5, 2)], (1, 3, 3, 2), kernel=[2, 3]) == {"simple": 18 * 6}
+    assert work("AVGPOOL2D", [(1, 7, 7, 4)], (1, 1, 1, 4), kernel=[7, 7]) == {"simple": 4 * 49}
+    assert REGISTRY["CONV2D"].vector_work is None  # on the array
+
+
 # ---- errors -----------------------------------------------------------------------------------
 
 
@@ -448,13 +705,15 @@ def test_normalize_attrs_fills_defaults_in_canonical_form():
 def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
-        "PAD", "GATHER", "LINEAR", "MATMUL"}
+        "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D"}
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():
-        assert op.family in ("contraction", "map", "reduction", "layout"), op.name
+        assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name
         assert (op.tile is None) == (op.family == "layout" or op.name == "LINEAR"), op.name
         assert (op.vector_work is None) == (op.family in ("contraction", "layout")), op.name
-        assert (op.tile_mnk is not None) == (op.name == "MATMUL"), op.name
+        assert (op.tile_mnk is not None) == (op.name in ("MATMUL", "CONV2D")), op.name
+        assert (op.windows is not None) == (op.family == "window" or op.name == "CONV2D"), op.name
+        assert (op.window_fill is not None) == (op.name == "MAXPOOL2D"), op.name  # the others pad with zeros
         assert (op.whole_axes is not None) == (op.result_dims is not None) == (op.family == "reduction"), op.name
 
 
