@@ -403,6 +403,10 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 f"loop over the compute tiles, and a second would skip iterations")
 
     extent: dict[str, tuple[int, str]] = {}  # loop -> the tile extent it steps, and a tensor it indexes
+    # the input of a sliding-window op: along H and W its bands are as large as its windows need,
+    # whatever the loops step (`_band_problem` checks them against the result tile)
+    # (what their padding holds: the op's value, zero unless the registry says otherwise)
+    bands = {op.inputs[0].tensor: opdef[op.op_id] for op in computes if opdef[op.op_id].windows is not None}
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
         scope, _ = _position(op, order)
@@ -413,7 +417,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 if index not in order[:scope]:  # its value there would be 0: every run the first tile
                     return (op_place, f"indexes its tile of '{ref.tensor}' by loop '{index}', which does not run "
                             f"where the op is placed ({_shown(op)})")
-                if _dim_windowed(ref, axis):  # a band is as large as its window needs (`_band_problem`)
+                if _dim_windowed(ref, axis) or (ref.tensor in bands and axis in (1, 2)):
                     continue
                 first = extent.setdefault(index, (size, ref.tensor))
                 if first[0] != size:
@@ -440,6 +444,15 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if src.tensor == dst.tensor and (src.offset, src.step, src.padding) != (dst.offset, dst.step, dst.padding):
                 return (op_place, f"moves the tiles of '{src.tensor}' from {_tile(src)} to {_tile(dst)}; a move "
                         f"within a tensor keeps its tiles where they are")
+            if dst.level != "EXTERNAL" and any(b or a for b, a in dst.padding or []):
+                window_op = bands.get(dst.tensor)
+                if window_op is None:
+                    return op_place, f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
+                dtype = g.tensors[dst.tensor].dtype
+                want = window_op.window_fill(dtype) if window_op.window_fill is not None else 0
+                if op.fill != want:
+                    return (op_place, f"fills the padding of '{dst.tensor}' with {op.fill}; {window_op.name} pads with "
+                            f"{want}")
     for name in k.outputs:
         if not any(isinstance(op, DataMove) and op.destination.level == "EXTERNAL" and op.destination.tensor == name
                    for op in k.body):

@@ -28,7 +28,7 @@ def compile(
                               help="Apply chains of map ops (bias, activation) to a kernel's result tile on chip"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
-    from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail
+    from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail, loads
 
     from .compile import compile_graph, graph_passes, lower_kernels
     from .dump import dump_graph, dump_kernel
@@ -62,6 +62,7 @@ def compile(
             program = compile_graph(graph, input, tgt, dataflow, fuse, warnings)
             warn(warnings)
             data = dumps(program)
+            loads(data, out)  # read back as the loader reads it: an object it would refuse is never written
             files.stage(out, data)
             files.commit()
         except (CompileError, ObjectFileError, OutputError) as e:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 
+from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
 from .errors import CompileError
 from .lower_matmul import array_cycles, choose_dataflow, tile_sizes
 from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
@@ -81,26 +82,6 @@ class ConvTiling:
 
     def band(self, p: ConvProblem) -> tuple[int, int]:
         return p.hw[0].band(self.R)[0], p.hw[1].band(self.C)[0]
-
-
-def band_elements(window, out_dim: int, out_tile: int, dim: int) -> int:
-    """Input elements inside the tensor summed over the bands of one spatial dim: what crosses
-    the external memory link for them, halo included."""
-    extent, step, offset = window.band(out_tile)
-    total = 0
-    for i in range(-(-out_dim // out_tile)):
-        start = offset + i * step
-        total += max(0, min(start + extent, dim) - max(start, 0))
-    return total
-
-
-def band_ref(tensor: str, level: str, indices: list[str], hw: tuple, R: int, C: int, channels: int) -> TileRef:
-    """The input bands that output tiles of R x C positions (and `channels` channels) need:
-    NHWC tiles of rows and columns with their halo, holding their share of the padding."""
-    (top, bottom), (left, right) = (hw[0].before, hw[0].after), (hw[1].before, hw[1].after)
-    return TileRef(tensor, level, indices, [1, hw[0].band(R)[0], hw[1].band(C)[0], channels],
-                   offset=[0, -top, -left, 0], step=[1, R * hw[0].stride, C * hw[1].stride, channels],
-                   padding=[[0, 0], [top, bottom], [left, right], [0, 0]] if any((top, bottom, left, right)) else None)
 
 
 def conv_streams(p: ConvProblem, t: ConvTiling) -> list[Stream]:
@@ -167,11 +148,6 @@ def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]
     return buffers, shared
 
 
-def _splits(dim: int) -> list[int]:
-    """Tile extents to try along a channel dim: all of it, then the powers of two below it."""
-    return [dim] + [1 << j for j in range((dim - 1).bit_length() - 1, -1, -1)]
-
-
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
     """Array cycles of the compute tile with the most tiles."""
     m = [(r * c, cr * cc * p.N) for r, cr in tile_sizes(p.OH, t.R) for c, cc in tile_sizes(p.OW, t.C)]
@@ -206,14 +182,13 @@ def _candidates(p: ConvProblem, target: Target) -> list[ConvTiling]:
     in tiles of at least the array's columns, input channels in chunks of at least MIN_CHUNK;
     smaller chunks only while they let the output tiles grow."""
     out = []
-    widths = sorted({-(-p.OW // 2 ** j) for j in range(p.OW.bit_length())}, reverse=True)
     fitting = functools.cache(lambda t: _fits(p, t, target))  # bisections of neighbouring tilings meet
     for order, band_channels, weights in HOLDINGS:
-        for Tn in [n for n in _splits(p.Co) if n == p.Co or n >= target.cols]:
-            for Tc in [c for c in _splits(p.Ci) if c == p.Ci or c >= MIN_CHUNK]:
+        for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= target.cols]:
+            for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= MIN_CHUNK]:
                 if Tc == p.Ci and order == "positions" and band_channels == "chunk":
                     continue  # with one chunk, a chunk is all the channels
-                for C in widths:
+                for C in widths(p.OW):
                     def tiling(R: int) -> ConvTiling:
                         return ConvTiling(R, C, Tn, Tc, order, band_channels, weights)
                     # the largest R that fits (fitting shrinks with R)
@@ -300,9 +275,8 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     order, trips = t.loop_order(p), t.trips(p)
     parallel = parallel_loop(order, trips, target.compute_tiles)
 
-    def idx(*loops: str) -> list[str]:
-        return [v if v in order else "0" for v in loops]
-
+    builder = Body(order, p.depth)
+    body, idx = builder.ops, builder.index
     band_h, band_w = t.band(p)
 
     def x_ref(level: str, channels: str) -> TileRef:
@@ -315,30 +289,13 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
         channels = ("tk", t.Tc) if held == "chunk" else ("0", p.Ci)
         return TileRef(w.name, level, idx("tj", "0", "0", channels[0]), [t.Tn, p.KH, p.KW, channels[1]])
 
-    def at(tile: TileRef) -> str | None:
-        """A move sits at the innermost loop indexing its destination tile (None: before all)."""
-        deepest = max((order.index(i) for i in tile.tile_indices if i in order), default=-1)
-        return order[deepest] if deepest >= 0 else None
-
-    body: list = []
-
-    def hops(refs: list[tuple[TileRef, TileRef]], fill: float | None, repeat: bool) -> int:
-        """Append the loads of one operand, hop by hop; the id of the last."""
-        prev: list[int] = []
-        for src, dst in refs:
-            place = at(dst)
-            body.append(DataMove(len(body), "LOAD", src, dst, at=place,
-                                 depth=p.depth if repeat and place is not None else 1, depends_on=prev, fill=fill))
-            prev = [len(body) - 1]
-        return prev[0]
-
     # a move names its destination's tile at both ends: L3 -> L2 reads a chunk out of the L3 tile
-    x_l1 = hops([(x_ref("EXTERNAL", t.band_channels), x_ref("L3", t.band_channels)),
-                 (x_ref("L3", "chunk"), x_ref("L2", "chunk")),
-                 (x_ref("L2", "chunk"), x_ref("L1", "chunk"))], padding_fill(op, x.dtype, p.hw), True)
-    w_l1 = hops([(w_ref("EXTERNAL", t.weights), w_ref("L3", t.weights)),
-                 (w_ref("L3", "chunk"), w_ref("L2", "chunk")),
-                 (w_ref("L2", "chunk"), w_ref("L1", "chunk"))], None, True)
+    x_l1 = builder.loads([(x_ref("EXTERNAL", t.band_channels), x_ref("L3", t.band_channels)),
+                          (x_ref("L3", "chunk"), x_ref("L2", "chunk")),
+                          (x_ref("L2", "chunk"), x_ref("L1", "chunk"))], padding_fill(op, x.dtype, p.hw))
+    w_l1 = builder.loads([(w_ref("EXTERNAL", t.weights), w_ref("L3", t.weights)),
+                          (w_ref("L3", "chunk"), w_ref("L2", "chunk")),
+                          (w_ref("L2", "chunk"), w_ref("L1", "chunk"))])
     inputs = [x_ref("L1", "chunk"), w_ref("L1", "chunk")]
     deps = [x_l1, w_l1]
     if bias is not None:  # into the accumulators, as MATMUL's Cin: the first K step adds to it
@@ -346,8 +303,8 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
             return TileRef(bias.name, level, idx("tj") if p.bias_along else ["0"] * len(bias.shape),
                            [t.Tn] if p.bias_along else list(bias.shape))
 
-        deps.append(hops([(b_ref("EXTERNAL"), b_ref("L3")), (b_ref("L3"), b_ref("L2")),
-                          (b_ref("L2"), b_ref("REGISTER"))], None, False))
+        deps.append(builder.loads([(b_ref("EXTERNAL"), b_ref("L3")), (b_ref("L3"), b_ref("L2")),
+                                   (b_ref("L2"), b_ref("REGISTER"))], repeat=False))
         inputs.append(b_ref("REGISTER"))
     inner = order[-1] if order else None
     c_ref = lambda level: TileRef(c.name, level, idx("b0", "th", "tw", "tj"), [1, t.R, t.C, t.Tn])
@@ -402,12 +359,3 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
         inputs=kernel_reads(ops),
         outputs=list(ops[-1].outputs),
     )
-
-
-def padding_fill(op: Op, dtype: str, hw: tuple) -> int | float | None:
-    """What the moves of an input band write where it holds padding: the registry's value for
-    the op (zero unless it says otherwise); None with no padding."""
-    if not any((hw[0].before, hw[0].after, hw[1].before, hw[1].after)):
-        return None
-    fill = lookup(op.op_type).window_fill
-    return 0 if fill is None else fill(dtype)

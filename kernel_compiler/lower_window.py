@@ -12,8 +12,8 @@ rows by C columns), tc (Tc channels; all of them when a channel has several resu
 loop steps input and result channels alike). The input comes in bands with their halo and
 their share of the padding (the registry's fill: zero, or the lowest value for a max), brought
 to L3 once and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy
-for every compute tile. The result tile is written to L1, any epilogue applied there, and
-stored. The tiling taken balances the compute tiles, then moves the fewest external-memory
+for every compute tile. The result tile is written to L1 (with an epilogue, to the registers,
+the epilogue's last result to L1) and stored from there. The tiling taken balances the compute tiles, then moves the fewest external-memory
 bytes, then has the largest tiles.
 """
 
@@ -23,10 +23,10 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+from dfx import Compute, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 
 from .errors import CompileError
-from .lower_conv import band_elements, band_ref, padding_fill
+from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
 from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import Buffer, body_buffers, fits, requirements
 from .target import Target
@@ -49,6 +49,7 @@ class WindowProblem:
     x_bytes: int
     w_bytes: int
     bias_bytes: int  # 0: none
+    bias_along: bool  # one bias per result channel (else one for all)
     out_bytes: int
     epilogue_operands: tuple[tuple[int, bool], ...]  # (bytes per element, varies along positions)
     depth: int
@@ -78,7 +79,8 @@ def window_streams(p: WindowProblem, t: WindowTiling) -> list[Stream]:
     if p.weights is not None:
         out.append(Stream("w", channels, math.prod(p.weights) * p.w_bytes))
     if p.bias_bytes:
-        out.append(Stream("bias", channels, p.Ci * p.multiplier * p.bias_bytes))
+        out.append(Stream("bias", channels if p.bias_along else (),
+                          (p.Ci * p.multiplier if p.bias_along else 1) * p.bias_bytes))
     for i, (size, along) in enumerate(p.epilogue_operands):
         out.append(Stream(f"epilogue{i}", positions if along else ("tc",),
                           (p.N * p.OH * p.OW if along else 1) * p.Ci * p.multiplier * size))
@@ -92,8 +94,9 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[list[Buffer], lis
     out_tile = t.R * t.C * t.Tc * p.multiplier
     tiles = {"x": band_h * band_w * t.Tc * p.x_bytes,
              "w": (p.weights[0] * p.weights[1] * t.Tc * p.multiplier if p.weights else 0) * p.w_bytes,
-             "bias": t.Tc * p.multiplier * p.bias_bytes}
-    whole = {"w": math.prod(p.weights) * p.w_bytes if p.weights else 0, "bias": p.Ci * p.multiplier * p.bias_bytes}
+             "bias": (t.Tc * p.multiplier if p.bias_along else 1) * p.bias_bytes}
+    whole = {"w": math.prod(p.weights) * p.w_bytes if p.weights else 0,
+             "bias": (p.Ci * p.multiplier if p.bias_along else 1) * p.bias_bytes}
     buffers: list[Buffer] = [("L1", out_tile * p.out_bytes), ("L2", out_tile * p.out_bytes),
                              ("L3", out_tile * p.out_bytes)]
     shared: list[int] = []
@@ -113,7 +116,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[list[Buffer], lis
         else:
             buffers.append(("L3", tiles[s.name] * depth(s.loop_vars)))
         # below L3, a weight or bias tile is the one of this tile of channels
-        below = s.loop_vars if s.name == "x" else ("tc",)
+        below = s.loop_vars if s.name == "x" else ("tc",) if s.name == "w" or p.bias_along else ()
         buffers += [("L2", tiles[s.name] * depth(below)), ("L1", tiles[s.name] * depth(below))]
     return buffers, shared
 
@@ -127,10 +130,10 @@ def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
     """For each channel tiling and way of holding the weights, the tallest output tiles that fit,
     as wide as fit."""
     out = []
-    channel_tiles = [p.Ci] if p.multiplier > 1 else [p.Ci] + [1 << j for j in range((p.Ci - 1).bit_length() - 1, -1, -1)]
+    channel_tiles = [p.Ci] if p.multiplier > 1 else channel_splits(p.Ci)
     for weights_whole in (True, False) if p.weights is not None or p.bias_bytes else (False,):
         for Tc in channel_tiles:
-            for C in sorted({-(-p.OW // 2 ** j) for j in range(p.OW.bit_length())}, reverse=True):
+            for C in widths(p.OW):
                 def tiling(R: int) -> WindowTiling:
                     return WindowTiling(R, C, Tc, weights_whole)
                 R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not _fits(p, tiling(r), target))
@@ -173,9 +176,6 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     final = graph.tensors[ops[-1].outputs[0]]
     if 0 in x.shape or 0 in y.shape:
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
-    if bias is not None and bias.shape != (y.shape[3],):
-        raise CompileError(f"{where}: {op.op_type}'s bias {list(bias.shape)} is not one value per output channel "
-                           f"({y.shape[3]}); only that lowers")
     epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
     N, H, W, Ci = x.shape
     tiling = None
@@ -183,7 +183,8 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         problem = WindowProblem(N, H, W, Ci, y.shape[1], y.shape[2], y.shape[3] // Ci,
                                 opdef.windows(attrs, [x.shape] + ([w.shape] if w else [])),
                                 w.shape if w else None, itemsize(x.dtype), itemsize(w.dtype) if w else 0,
-                                itemsize(bias.dtype) if bias else 0, itemsize(final.dtype),
+                                itemsize(bias.dtype) if bias else 0,
+                                bias is not None and bias.shape == (y.shape[3],) and y.shape[3] > 1, itemsize(final.dtype),
                                 tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epi_operands), depth)
         try:
             tiling = choose_window_tiling(problem, target)
@@ -205,46 +206,32 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
     parallel: Parallel = parallel_loop(order, trips, target.compute_tiles)
     M = p.multiplier
 
-    def idx(*loops: str) -> list[str]:
-        return [v if v in order else "0" for v in loops]
-
-    def at(tile: TileRef) -> str | None:
-        deepest = max((order.index(i) for i in tile.tile_indices if i in order), default=-1)
-        return order[deepest] if deepest >= 0 else None
-
-    body: list = []
-
-    def hops(refs: list[tuple[TileRef, TileRef]], fill=None) -> int:
-        prev: list[int] = []
-        for src, dst in refs:
-            place = at(dst)
-            body.append(DataMove(len(body), "LOAD", src, dst, at=place, depth=p.depth if place is not None else 1,
-                                 depends_on=prev, fill=fill))
-            prev = [len(body) - 1]
-        return prev[0]
+    builder = Body(order, p.depth)
+    body, idx = builder.ops, builder.index
 
     def x_ref(level: str) -> TileRef:
         return band_ref(x.name, level, idx("b0", "th", "tw", "tc"), p.hw, t.R, t.C, t.Tc)
 
     inputs = [x_ref("L1")]
-    deps = [hops([(x_ref("EXTERNAL"), x_ref("L3")), (x_ref("L3"), x_ref("L2")), (x_ref("L2"), x_ref("L1"))],
-                 padding_fill(op, x.dtype, p.hw))]
+    deps = [builder.loads([(x_ref("EXTERNAL"), x_ref("L3")), (x_ref("L3"), x_ref("L2")), (x_ref("L2"), x_ref("L1"))],
+                          padding_fill(op, x.dtype, p.hw))]
     for tensor, channel_axis in ((w, 2), (bias, 0)):
         if tensor is None:
             continue
         per_tile = t.Tc * (1 if tensor is w else M)
+        along = tensor is w or p.bias_along  # a bias of one value is taken whole
 
         def ref(level: str, tile: bool) -> TileRef:
             shape = list(tensor.shape)
             indices = ["0"] * len(shape)
-            if tile:
+            if tile and along:
                 shape[channel_axis] = per_tile
                 indices[channel_axis] = idx("tc")[0]
             return TileRef(tensor.name, level, indices, shape)
 
         whole = t.weights_whole
-        deps.append(hops([(ref("EXTERNAL", not whole), ref("L3", not whole)), (ref("L3", True), ref("L2", True)),
-                          (ref("L2", True), ref("L1", True))]))
+        deps.append(builder.loads([(ref("EXTERNAL", not whole), ref("L3", not whole)),
+                                   (ref("L3", True), ref("L2", True)), (ref("L2", True), ref("L1", True))]))
         inputs.append(ref("L1", True))
     inner = order[-1] if order else None
     space = Space(y.shape, (1, t.R, t.C, t.Tc * M), tuple(v if v in order else None for v in ("b0", "th", "tw", "tc")))

@@ -249,9 +249,10 @@ def kernel_table(s: dict[str, Any]) -> Table:
 
     table = Table(title="kernels, by cycles", title_justify="left", caption_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, padding=0,
-                  caption="cycles: first task's start to last task's end; kernels overlap, so shares can "
-                          "add up to more than 100%. array, vector: utilization of the units of the kernel's "
-                          "compute tiles from its first compute to its end (-: no such work). DRAM: bytes read "
+                  caption="cycles: first compute to last task's end (a kernel's first loads run under the one "
+                          "before); kernels overlap a little, so shares can add up to slightly more than 100%. "
+                          "array, vector: utilization of the units of the kernel's compute tiles over those cycles "
+                          "(-: no such work). DRAM: bytes read "
                           "and written. bound: its intensity (FLOP/B, or vector elements/B) against that "
                           "unit's ridge point.")
     # on a narrower console the names fold onto more lines, never the figures, and nothing is cut

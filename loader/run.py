@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dfx import Compute, Program, lookup, tolerance
+from dfx import Compute, Program, accumulation_dtype, lookup, numpy_dtype, tolerance
 from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
@@ -121,27 +121,26 @@ def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndar
 
 
 def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float,
-            terms: np.ndarray | None = None) -> OutputCheck:
+            rounding: np.ndarray | None = None) -> OutputCheck:
     """As numpy.testing.assert_allclose(equal_nan=True): NaN agrees with NaN and inf with the
     same inf; any other non-finite value fails. The relative tolerance is of each element's
     magnitude or of the tensor's mean magnitude, whichever is larger: an element that a long sum
     brings near zero carries the rounding of its terms, not of its own small size, and a wrong
-    tile is off by the values' size either way. `terms`, for a sum of products, is each
-    element's sum of their magnitudes (sum |a b|): its rounding is relative to that (the forward
-    error bound of a sum), however much the terms cancel."""
+    tile is off by the values' size either way. `rounding` (per element, `_sum_rounding`) is
+    allowed on top."""
     largest = float(np.finfo(np.float64).max)
     # NaN and inf in the inputs are data, not faults: they must not print numpy warnings
     with np.errstate(all="ignore"):
         want, got = want.astype(np.float64), got.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
         nonfinite_agree = bool(np.all(finite | (got == want) | (np.isnan(got) & np.isnan(want))))
-        got, want = got[finite], want[finite]
+        allowed = atol + rtol * np.maximum(np.abs(want), np.abs(want[finite]).mean() if finite.any() else 0.0)
+        if rounding is not None:
+            allowed = allowed + rounding
+        got, want, allowed = got[finite], want[finite], allowed[finite]
         err = np.abs(got - want)
         rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
-        scale = np.maximum(np.abs(want), np.abs(want).mean() if want.size else 0.0)
-        if terms is not None:
-            scale = np.maximum(scale, terms.astype(np.float64)[finite])
-        passed = nonfinite_agree and bool(np.all(err <= atol + rtol * scale))
+        passed = nonfinite_agree and bool(np.all(err <= allowed))
         # a non-finite disagreement is an unbounded error, saturated like an overflow
         unbounded = 0.0 if nonfinite_agree else np.inf
         max_abs, max_rel = (min(max(float(e.max(initial=0.0)), unbounded), largest) for e in (err, rel))
@@ -163,25 +162,47 @@ def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
         with np.errstate(all="ignore"):
             for op in group:
                 expected.update(zip(op.outputs, reference_op(op, expected, g)))
+            rounding = _sum_rounding(group, values, expected, g)
         atol, rtol = (max(x) for x in zip(*(tolerance(g.tensors[t].dtype) for op in group for t in op.outputs)))
-        terms = _product_terms(group[0], values, g)
-        results = [compare(values[name], expected[name], atol, rtol,
-                           terms if terms is not None and terms.shape == values[name].shape else None)
+        results = [compare(values[name], expected[name], atol, rtol, rounding.get(name))
                    for name in kernel.outputs]
         checks[kernel.name] = OutputCheck(max(c.max_abs_error for c in results),
                                           max(c.max_rel_error for c in results), all(c.passed for c in results))
     return checks
 
 
-def _product_terms(op, values: dict[str, np.ndarray], g) -> np.ndarray | None:
-    """For an op on the array (a sum of products), each result element's sum of the magnitudes
-    of its terms: its reference on the operands' magnitudes. None for any other op. An epilogue
-    after it (an activation, a residual add) moves its error by at most as much."""
-    if lookup(op.op_type).tile_mnk is None:
-        return None
-    with np.errstate(all="ignore"):
-        terms = np.abs(reference_op(op, {**values, **{n: np.abs(values[n]) for n in op.inputs}}, g)[0])
-    return np.where(np.isfinite(terms), terms, 0)  # a bound that overflowed bounds nothing
+ROUNDING_SPREAD = 8  # standard deviations of a sum's rounding walk: far beyond chance, far below a wrong tile
+
+
+def _sum_rounding(group: list, values: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+                  g) -> dict[str, np.ndarray]:
+    """For a kernel whose anchor runs on the array, in float: how far rounding may move each
+    element of its results, the tiles adding the products in another order than the reference.
+    A sum of n products rounded at every step walks about sqrt(n) steps of at most u times the
+    sum of their magnitudes (u the accumulator's unit roundoff), however much they cancel: deep
+    layers on generated weights sum products in the hundreds into results near zero. The
+    epilogue carries the bound to the kernel's results: it is applied to the anchor's reference
+    result moved by the bound either way. Empty for any other kernel (an integer sum is exact)."""
+    anchor = group[0]
+    dtypes = [g.tensors[n].dtype for n in anchor.inputs + anchor.outputs]
+    acc = numpy_dtype(accumulation_dtype(dtypes))
+    if lookup(anchor.op_type).tile_mnk is None or acc.kind != "f":
+        return {}
+    magnitudes = reference_op(anchor, {**values, **{n: np.abs(values[n]) for n in anchor.inputs}}, g)[0]
+    products = reference_op(anchor, {**values, **{n: np.ones_like(values[n]) for n in anchor.inputs}}, g)[0]
+    bound = ROUNDING_SPREAD * np.sqrt(np.abs(products.astype(np.float64))) * (np.finfo(acc).eps / 2) \
+        * np.abs(magnitudes.astype(np.float64))
+    bound = np.where(np.isfinite(bound), bound, 0)  # a bound that overflowed bounds nothing
+    result = anchor.outputs[0]
+    moved = []
+    for sign in (1, -1):
+        chain = {**values, result: expected[result].astype(np.float64) + sign * bound}
+        for op in group[1:]:
+            chain.update(zip(op.outputs, reference_op(op, chain, g)))
+        moved.append(chain)
+    outputs = group[-1].outputs
+    return {name: np.maximum(*(np.abs(m[name].astype(np.float64) - expected[name].astype(np.float64))
+                               for m in moved)) for name in outputs}
 
 
 def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:

@@ -153,6 +153,8 @@ CONVS = {
                           {"dilation": [1, 2], "padding": [[1, 1], [2, 2]]}, "residual", "small", ()),
     "residual_add_no_bias": ((2, 17, 13, 23), (23, 5, 3, 23), False,
                              {"padding": [[3, 1], [1, 1]]}, "residual", "standard", ()),
+    # stride = kernel, no padding: bands that neither overlap nor pad
+    "k2_s2_bands_of_their_own": ((1, 40, 40, 16), (8, 2, 2, 16), False, {"stride": [2, 2]}, None, "small", ("th",)),
 }
 
 
@@ -173,8 +175,8 @@ def test_conv2d(case, small):
     assert kernel.op == "CONV2D" and kernel.epilogue == (["op1"] if epilogue else [])
     for loop in split:
         assert kernel.tiling[f"num_tiles_{loop}"] > 1, (loop, kernel.tiling)
-    want = conv_numpy(feeds["x"], feeds["w"], feeds.get("b"), attrs.get("stride", [1, 1]), attrs["padding"],
-                      attrs.get("dilation", [1, 1]))
+    want = conv_numpy(feeds["x"], feeds["w"], feeds.get("b"), attrs.get("stride", [1, 1]),
+                      attrs.get("padding", [[0, 0], [0, 0]]), attrs.get("dilation", [1, 1]))
     if epilogue == "clamp":
         want = np.clip(want, -1.5, 6.0)
     elif epilogue == "residual":
@@ -188,8 +190,8 @@ def test_conv2d(case, small):
 
 # ---- DEPTHWISE_CONV2D ----------------------------------------------------------------------------
 
-# id -> (x shape, w shape (HWCM), with a bias, attrs, with a CLAMP, config, the tile loops that
-# must run more than once there)
+# id -> (x shape, w shape (HWCM), with a bias (or its shape), attrs, with a CLAMP, config, the tile
+# loops that must run more than once there)
 DEPTHWISE = {
     "m1_bias_clamp": ((2, 17, 13, 23), (3, 3, 23, 1), True, {"padding": [[1, 1], [1, 1]]}, True,
                       "small", ("th", "tc")),
@@ -200,6 +202,7 @@ DEPTHWISE = {
                           {"stride": [1, 2], "dilation": [2, 1], "padding": [[0, 2], [1, 0]]}, False, "standard", ()),
     "m2_bias_clamp": ((2, 17, 13, 23), (3, 3, 23, 2), True, {"stride": [2, 1], "padding": [[1, 1], [1, 1]]},
                       True, "standard", ()),
+    "m1_one_bias_for_all": ((1, 20, 20, 8), (3, 3, 8, 1), (1,), {"padding": [[1, 1], [1, 1]]}, False, "small", ()),
 }
 
 
@@ -208,7 +211,7 @@ def test_depthwise_conv2d(case, small):
     x_shape, w_shape, with_bias, attrs, clamp, config, split = DEPTHWISE[case]
     inputs = {"x": (x_shape, "f32"), "w": (w_shape, "f32")}
     if with_bias:
-        inputs["b"] = ((w_shape[2] * w_shape[3],), "f32")
+        inputs["b"] = (with_bias if isinstance(with_bias, tuple) else (w_shape[2] * w_shape[3],), "f32")
     ops = [("DEPTHWISE_CONV2D", list(inputs), attrs)] + ([("CLAMP", ["t0"], {"min": 0.0, "max": 2.0})] if clamp else [])
     feeds = feeds_for(inputs)
     program, values, _ = run(graph_of(ops, inputs), feeds, small if config == "small" else STANDARD)
@@ -253,6 +256,8 @@ MAXPOOLS = {
                            True),
     "f32_uneven_padding": ((2, 17, 13, 23), "f32", {"kernel": [3, 3], "stride": [2, 1], "padding": [[1, 2], [0, 1]]},
                            True),
+    # stride = kernel, no padding: bands that neither overlap nor pad, several of them
+    "k2_s2_bands_of_their_own": ((1, 40, 40, 8), "f32", {"kernel": [2, 2], "stride": [2, 2]}, True),
 }
 @pytest.mark.parametrize("case", MAXPOOLS)
 def test_maxpool2d(case, small):
@@ -393,3 +398,44 @@ def test_conv_dram_traffic_is_near_compulsory(two_layers_on_standard):
     assert run_total == sum(layer_dram(report, name) for name in LAYERS)  # the kernels' add up to the run's
     moved = layer_dram(report, "conv56")
     assert compulsory_bytes("conv56") <= moved <= 1.3 * compulsory_bytes("conv56"), moved / compulsory_bytes("conv56")
+
+
+# ---- the check catches a wrong kernel, however its sums round --------------------------------------
+
+
+def test_check_fails_a_wrong_conv_kernel_behind_a_shrinking_epilogue():
+    """A deep sum of large products is allowed its rounding (loader.run._sum_rounding), carried
+    through the epilogue: behind a MUL by 1e-3 the allowance shrinks with the values, so rows of
+    a result made zero still fail the kernel's check."""
+    from loader.run import check_kernels
+
+    inputs = {"x": ((1, 14, 14, 512), "f32"), "w": ((32, 3, 3, 512), "f32"), "s": ((1,), "f32")}
+    feeds = {"x": random((1, 14, 14, 512), seed=1) * 50, "w": random((32, 3, 3, 512), seed=2),
+             "s": np.array([1e-3], np.float32)}
+    ops = [("CONV2D", ["x", "w"], {"padding": [[1, 1], [1, 1]]}), ("MUL", ["t0", "s"], {})]
+    program, values, _ = run(graph_of(ops, inputs), feeds)
+    assert program.kernels[0].epilogue == ["op1"]
+    assert all(c.passed for c in check_kernels(program, values).values())
+    values["t1"] = values["t1"].copy()
+    values["t1"][0, :2] = 0  # two rows of the result lost
+    assert not check_kernels(program, values)[program.kernels[0].name].passed
+
+
+@pytest.mark.parametrize("op_type, attrs, fill, refusal", [
+    ("CONV2D", {"padding": [[1, 1], [1, 1]]}, 0.5, "fills the padding of 'x' with 0.5; CONV2D pads with 0"),
+    ("MAXPOOL2D", {"kernel": [3, 3], "padding": [[1, 1], [1, 1]]}, 0, "MAXPOOL2D pads with -inf"),
+])
+def test_validator_refuses_a_band_padded_with_another_value(op_type, attrs, fill, refusal):
+    """A band's padding holds the op's own value (a zero border, or one a maximum never picks):
+    an object whose moves write anything else there is refused, not run."""
+    from dfx import ObjectFileError
+    from test_objfile import resealed
+
+    inputs = {"x": ((1, 9, 9, 8), "f32")} | ({"w": ((4, 3, 3, 8), "f32")} if op_type == "CONV2D" else {})
+    program = compile_graph(graph_of([(op_type, list(inputs), attrs)], inputs), "test.dfg", load_target(STANDARD))
+    obj = json.loads(dumps(program))
+    for op in obj["body"]["kernels"][0]["body"]:
+        if op["type"] == "DATA_MOVE" and "fill" in op:
+            op["fill"] = fill
+    with pytest.raises(ObjectFileError, match=refusal):
+        loads(resealed(obj))
