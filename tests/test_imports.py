@@ -1,4 +1,4 @@
-"""The CLIs stay light: --help of either loads neither OR-Tools, the simulator nor numpy, the
+"""The CLIs stay light: --help of either loads neither OR-Tools, the simulator, numpy nor onnx, the
 loader imports the solver only when it binds, and a run on a valid f32 object and a JSON config
 loads none of jsonschema (it words refusals), ml_dtypes (bf16 and f8) and PyYAML."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import CONFIGS, gemm_dfg, run_cli
 
-HEAVY = ("ortools", "onnxruntime", "pandas", "numpy", "hardware.simulator")
+HEAVY = ("ortools", "onnx", "onnxruntime", "pandas", "numpy", "hardware.simulator")
 
 
 def _heavy_modules() -> str:
@@ -20,7 +20,7 @@ def _heavy_modules() -> str:
 
 @pytest.mark.parametrize("module, tool, option", [("kernel_compiler", "kpu-kernel-compiler", "--target"),
                                                   ("loader", "kpu-loader", "--no-cache")])
-def test_help_imports_no_solver_simulator_or_numpy(module, tool, option):
+def test_help_imports_no_solver_simulator_numpy_or_onnx(module, tool, option):
     code = (
         "import sys\n"
         f"from {module}.cli import main\n"

@@ -1,0 +1,658 @@
+"""Frontend for ONNX models (`.onnx`), read with the `onnx` package (imported here on first use,
+so `kpu-kernel-compiler --help` and the other frontends never load it).
+
+Loading: the bytes parse as a ModelProto; tensors whose data lives in external files are read
+from the model's folder; onnx's shape inference runs (strict, with data propagation: it checks
+each node against its op's schema), which gives every value its element type. Opsets 11 up to
+the newest the installed package knows are read. A node of an op type outside the table of
+onnx_ops.py, or of another domain, is refused naming the node and its op type.
+
+Values keep their ONNX names: graph inputs, node outputs and graph outputs alike. Initializers
+(an initializer also listed as a graph input is a constant with a default: a constant) and the
+results of Constant nodes are values known here. Such a value becomes a graph constant, its
+bytes in `graph.constants` and so in the object, only when an op reads it as data: int64 tensors
+read as shapes, axes, indices, split sizes or bounds are consumed here and never reach the
+graph. A node whose inputs are all known values is evaluated here (onnx's reference evaluator)
+when it only moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape
+arithmetic) or reads a tensor of no elements (a graph input with a dimension of 0 is such a
+known value: a reduction over it gives its identity); a result of no elements is known without
+computing it. Any other computation on constants runs on the KPU as ops. Dynamic dimensions
+(`dim_param`, or no value) read as 1, with a warning.
+
+Dtypes (`ELEMENT_TYPES`): each ONNX element type the DFX contract holds maps onto it, BOOL onto
+u8 (as TOSA's i1 in the `.dfg` frontend). INT64, UINT32 and UINT64 data are held in i32, with a
+warning: a constant must fit (checked here), an `--input` too (the loader checks every value).
+Graph inputs and constants of a narrow type DFX lacks (the other float8s, float4, int4, int2)
+are widened exactly, to f32 or i8/u8; no op may produce one.
+
+Each node maps onto registry ops through a `Node` (below), one small function per op type in
+onnx_ops.py; the registry's shape rules give every result's shape as it is emitted, so a
+mapping sees real shapes, and a ShapeError becomes a one-line CompileError naming the node.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfx.dtypes import is_integer, numpy_dtype
+from dfx.graph import Graph, Op, Tensor, shape_problem
+from dfx.ops import ShapeError, lookup
+
+from ..errors import CompileError
+
+MIN_OPSET = 11
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# a node whose inputs are all known is evaluated here if it only moves values, or if it computes
+# integers; a result of more elements than this stays as ops (a fuzzed model must not make the
+# compiler allocate gigabytes)
+MOVES_VALUES = frozenset({"Constant", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+                          "Concat", "Split", "Slice", "Gather"})
+FOLD_LIMIT = 1 << 24
+
+# ONNX TensorProto element type (by name) -> DFX dtype
+ELEMENT_TYPES = {"FLOAT": "f32", "FLOAT16": "f16", "DOUBLE": "f64", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8",
+                 "INT8": "i8", "INT16": "i16", "INT32": "i32", "UINT8": "u8", "BOOL": "u8"}
+# held in i32: the values must fit (the registry has no 64-bit or unsigned 32-bit integer)
+NARROWED = {"INT64": "i32", "UINT32": "i32", "UINT64": "i32"}
+# graph inputs and constants only, widened to a DFX type that holds every value exactly
+WIDENED = {"UINT16": "i32", "FLOAT8E4M3FNUZ": "f32", "FLOAT8E5M2": "f32", "FLOAT8E5M2FNUZ": "f32",
+           "FLOAT8E8M0": "f32", "FLOAT4E2M1": "f32", "INT4": "i8", "UINT4": "u8", "INT2": "i8", "UINT2": "u8"}
+
+
+def parse_onnx(path: str, data: bytes | None = None) -> tuple[Graph, list[str]]:
+    """Parse an ONNX model (`data`, or the file at `path`) into a graph and warning lines."""
+    if data is None:
+        from . import read_bytes  # here, not at the top: the package imports this module
+
+        data = read_bytes(path)
+    model = _load(path, data)
+    warnings: list[str] = []
+    graph = _Builder(path, model, warnings).build()
+    return graph, warnings
+
+
+# ---- loading ----------------------------------------------------------------------------------
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception of the onnx package as one short line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _load(path: str, data: bytes) -> Any:
+    import onnx
+    from onnx import external_data_helper
+
+    fail = lambda reason: CompileError(f"{path}: {reason}")  # noqa: E731
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:  # protobuf's DecodeError and whatever a damaged file makes it raise
+        raise fail(f"not an ONNX model: {_reason(exc)}") from None
+    if not model.HasField("graph"):
+        raise fail("not an ONNX model: it has no graph")
+    if not _text_fields_are_text(model):
+        raise fail("not an ONNX model: a name or op type is not UTF-8 text")
+    _check_ops(path, model)
+    folder = Path(path).resolve().parent
+    for tensor in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(tensor):
+            location = {e.key: e.value for e in tensor.external_data}.get("location", "")
+            file = (folder / location).resolve()
+            where = f"tensor '{_clip(tensor.name)}': external data file '{_clip(location)}'"
+            if not file.is_relative_to(folder):
+                raise fail(f"{where} is outside the model's folder {folder}")
+            if not location or not file.is_file():
+                raise fail(f"{where} not found in {folder}")
+    try:
+        external_data_helper.load_external_data_for_model(model, str(folder))
+    except Exception as exc:
+        raise fail(f"cannot read external data: {_reason(exc)}") from None
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+    except Exception as exc:
+        raise fail(f"shape inference: {_reason(exc)}") from None
+
+
+def _text_fields_are_text(model: Any) -> bool:
+    """protobuf hands a proto2 string field that is not UTF-8 over as bytes: every name, op type,
+    domain and dim label must be text."""
+    g = model.graph
+    infos = [*g.input, *g.output, *g.value_info]
+    fields = [g.name, *(o.domain for o in model.opset_import), *(t.name for t in g.initializer),
+              *(i.name for i in infos),
+              *(d.dim_param for i in infos for d in i.type.tensor_type.shape.dim),
+              *(e for t in g.initializer for x in t.external_data for e in (x.key, x.value))]
+    for node in g.node:
+        fields += [node.name, node.op_type, node.domain, *node.input, *node.output, *(a.name for a in node.attribute)]
+    return all(isinstance(f, str) for f in fields)
+
+
+def _check_ops(path: str, model: Any) -> None:
+    """Refuse an opset outside 11..newest and any node the frontend does not map, before shape
+    inference (which would word an unknown op its own way)."""
+    import onnx
+
+    from .onnx_ops import OPS
+
+    opsets = {o.domain: o.version for o in model.opset_import}
+    version = next((opsets[d] for d in DEFAULT_DOMAINS if d in opsets), None)
+    newest = onnx.defs.onnx_opset_version()
+    if version is None:
+        raise CompileError(f"{path}: the model imports no version of the default ONNX opset")
+    if not MIN_OPSET <= version <= newest:
+        raise CompileError(f"{path}: opset {version} is not supported (the ONNX frontend reads opsets "
+                           f"{MIN_OPSET} to {newest})")
+    for i, node in enumerate(model.graph.node):
+        if node.domain not in DEFAULT_DOMAINS:
+            raise CompileError(f"{_where(path, node, i)}: op of domain '{_clip(node.domain)}' is not supported "
+                               "(the ONNX frontend maps ops of the default domain)")
+        if node.op_type not in OPS:
+            raise CompileError(f"{_where(path, node, i)}: op type not supported by the ONNX frontend")
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())  # one line, whatever the name holds
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(path: str, node: Any, index: int) -> str:
+    """`<file>: node '<name>' (<OpType>)`; an unnamed node is called by its position."""
+    name = f"'{_clip(node.name)}'" if node.name else f"#{index}"
+    return f"{path}: node {name} ({_clip(node.op_type)})"
+
+
+def dfx_dtype(elem_type: int, where: str, role: str = "result") -> tuple[str, str | None]:
+    """(DFX dtype, the ONNX type's name if it is held narrowed or widened) of an ONNX element
+    type; `role` "result" refuses the types only a graph input or constant may have."""
+    from onnx import TensorProto
+
+    name = TensorProto.DataType.Name(elem_type) if elem_type in TensorProto.DataType.values() else str(elem_type)
+    if name in ELEMENT_TYPES:
+        return ELEMENT_TYPES[name], None
+    if name in NARROWED:
+        return NARROWED[name], name
+    if name in WIDENED and role == "value":
+        return WIDENED[name], name
+    raise CompileError(f"{where}: element type {name} has no DFX dtype")
+
+
+# ---- the builder ------------------------------------------------------------------------------
+
+
+class _Builder:
+    """Walks the nodes in order and emits registry ops into `graph`."""
+
+    def __init__(self, path: str, model: Any, warnings: list[str]):
+        self.path, self.model, self.warnings = path, model, warnings
+        g = model.graph
+        self.graph = Graph(_clip(g.name, 200) or Path(path).stem)
+        self.opset = next(o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS)
+        self.values: dict[str, np.ndarray] = {}  # known values, in their ONNX numpy dtypes
+        self.elem_types: dict[str, int] = {}  # ONNX element type of every value shape inference typed
+        self.static: dict[str, tuple[int, ...]] = {}  # the values shape inference found a static shape for
+        for info in [*g.input, *g.value_info, *g.output]:
+            if info.type.HasField("tensor_type"):
+                tensor_type = info.type.tensor_type
+                self.elem_types[info.name] = tensor_type.elem_type
+                dims = tensor_type.shape.dim
+                if tensor_type.HasField("shape") and all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
+                    self.static[info.name] = tuple(d.dim_value for d in dims)
+        self.outputs = [o.name for o in g.output]
+        self.taken: set[str] = {o.name for o in g.output} | {i.name for i in g.input} | {
+            t.name for t in g.initializer} | {t for n in g.node for t in [*n.input, *n.output] if t}
+        self.op_names: set[str] = set()
+        self.produced: set[str] = set()
+        self.held: dict[str, str] = {}  # graph tensor -> the ONNX type it holds in another DFX one
+        self.dynamic: list[str] = []
+
+    def fail(self, reason: str) -> CompileError:
+        return CompileError(f"{self.path}: {reason}")
+
+    def build(self) -> Graph:
+        from onnx import numpy_helper
+
+        from .onnx_ops import OPS
+
+        g = self.model.graph
+        for init in g.initializer:
+            try:
+                self.values[init.name] = numpy_helper.to_array(init)
+            except Exception as exc:
+                raise self.fail(f"initializer '{_clip(init.name)}': {_reason(exc)}") from None
+            self.elem_types[init.name] = init.data_type
+        if g.sparse_initializer:
+            raise self.fail("sparse initializers are not supported")
+        used = {t for n in g.node for t in n.input} | set(self.outputs)
+        for info in g.input:
+            if info.name in self.values:
+                continue  # an initializer with a default: a constant
+            if info.name not in used:
+                self.warnings.append(f"{self.path}: input '{_clip(info.name)}' is not used by any node; skipped")
+                continue
+            self.add_input(info)
+        for i, proto in enumerate(g.node):
+            node = Node(self, proto, i)
+            if not self.fold(node):
+                OPS[proto.op_type](node)
+            for k, name in enumerate(proto.output):
+                if name and name not in self.produced and name not in self.values and (name in used):
+                    raise node.fail(f"output {k} ('{_clip(name)}') is not produced by the ONNX frontend's "
+                                    f"mapping of {proto.op_type}")
+        self.finish_outputs()
+        # the graph's outputs in the model's order (Graph.outputs lists them in the tensors' order)
+        tensors = self.graph.tensors
+        self.graph.tensors = {**{k: t for k, t in tensors.items() if t.role != "output"},
+                              **{k: tensors[k] for k in dict.fromkeys(self.outputs)}}
+        self.report()
+        return self.graph
+
+    # -- values and tensors
+
+    def add_input(self, info: Any) -> None:
+        where = f"{self.path}: input '{_clip(info.name)}'"
+        if not info.type.HasField("tensor_type"):
+            raise CompileError(f"{where}: only tensor inputs are supported")
+        tensor_type = info.type.tensor_type
+        dtype, held = dfx_dtype(tensor_type.elem_type, where, role="value")
+        if not tensor_type.HasField("shape"):
+            raise CompileError(f"{where}: has no shape (its rank is needed)")
+        shape = []
+        for k, dim in enumerate(tensor_type.shape.dim):
+            if dim.HasField("dim_value") and dim.dim_value >= 0:
+                shape.append(dim.dim_value)
+            else:
+                shape.append(1)
+                label = f"'{_clip(dim.dim_param, 40)}'" if dim.dim_param else "unknown"
+                self.dynamic.append(f"'{_clip(info.name, 40)}' dim {k} ({label})")
+        if math.prod(shape) == 0:  # no values to give: known as it is, and what it feeds is evaluated here
+            from onnx import helper
+
+            self.values[info.name] = np.zeros(shape, helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+            self.warnings.append(f"{where}: has no elements ({shape}); taken as a known empty tensor")
+            return
+        self.add_tensor(info.name, tuple(shape), dtype, "input", where)
+        if held:
+            self.held[info.name] = held
+
+    def add_tensor(self, name: str, shape: tuple[int, ...], dtype: str, role: str, where: str) -> None:
+        problem = shape_problem(shape)
+        if problem:
+            raise CompileError(f"{where}: {problem}")
+        self.graph.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, role)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}.{k}", k + 1
+        self.taken.add(name)
+        return name
+
+    def materialize(self, name: str, where: str) -> str:
+        """The graph tensor of a value: a known value becomes a graph constant with its bytes."""
+        if name in self.graph.tensors:
+            return name
+        if name not in self.values:
+            raise CompileError(f"{where}: input '{_clip(name)}' is not computed by any node before it")
+        dtype, held = dfx_dtype(self.value_type(name), f"{where}: constant '{_clip(name)}'", role="value")
+        self.add_constant(name, self.values[name], dtype, where)
+        if held:
+            self.held[name] = held
+        return name
+
+    def add_constant(self, name: str, value: np.ndarray, dtype: str, where: str) -> None:
+        target = numpy_dtype(dtype)
+        with np.errstate(all="ignore"):
+            converted = np.asarray(value).astype(target)
+            if is_integer(dtype):
+                exact = bool(np.all(converted.astype(np.int64) == np.asarray(value).astype(np.int64)))
+            else:
+                exact = True  # float constants of a narrow type widen exactly; DFX's own are as given
+        if not exact:
+            raise CompileError(f"{where}: constant '{_clip(name)}' holds values that {dtype}, the type it would "
+                               "be held in, cannot hold exactly")
+        self.add_tensor(name, converted.shape, dtype, "constant", where)
+        self.graph.constants[name] = np.ascontiguousarray(converted, target.newbyteorder("<")).tobytes()
+
+    def value_type(self, name: str) -> int:
+        """The ONNX element type of a known value."""
+        from onnx import helper
+
+        elem_type = self.elem_types.get(name)
+        return elem_type if elem_type else helper.np_dtype_to_tensor_dtype(self.values[name].dtype)
+
+    def dtype_of(self, name: str, where: str) -> str:
+        """The DFX dtype of a graph tensor, or that a known value will have."""
+        if name in self.graph.tensors:
+            return self.graph.tensors[name].dtype
+        return dfx_dtype(self.value_type(name), f"{where}: constant '{_clip(name)}'", role="value")[0]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        if name in self.graph.tensors:
+            return self.graph.tensors[name].shape
+        return tuple(int(d) for d in self.values[name].shape)
+
+    # -- compile-time evaluation
+
+    def fold(self, node: Node) -> bool:
+        """Evaluate a node whose inputs are all known, if it moves values, computes integers or
+        reads an empty tensor, and a node whose results have no elements; whether it did."""
+        proto = node.proto
+        outputs = [t for t in proto.output if t]
+        if outputs and all(t in self.static and math.prod(self.static[t]) == 0 for t in outputs):
+            from onnx import helper
+
+            for t in outputs:  # no elements: nothing to compute
+                self.values[t] = np.zeros(self.static[t], helper.tensor_dtype_to_np_dtype(self.elem_types[t]))
+            return True
+        inputs = [t for t in proto.input if t]
+        if not all(t in self.values for t in inputs):
+            return False
+        integral = all(self.elem_types.get(t) is not None and _integral(self.elem_types[t])
+                       for t in proto.output if t)
+        empty = any(self.values[t].size == 0 for t in inputs)  # nothing for the KPU to read
+        if proto.op_type not in MOVES_VALUES and not integral and not empty:
+            return False
+        if sum(int(self.values[t].size) for t in inputs) > FOLD_LIMIT or any(
+                math.prod(self.static.get(t, ())) > FOLD_LIMIT for t in proto.output):
+            return False
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            results = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, {t: self.values[t] for t in inputs})
+        except Exception as exc:
+            raise node.fail(f"cannot evaluate on its constant inputs: {_reason(exc)}") from None
+        for name, value in zip(proto.output, results):
+            if name:
+                value = np.asarray(value)
+                if value.size > FOLD_LIMIT:
+                    raise node.fail(f"result '{_clip(name)}' of {value.size} elements is too large to keep")
+                self.values[name] = value
+        return True
+
+    # -- ops
+
+    def emit(self, node: Node, op_type: str, inputs: list[str], attrs: dict[str, Any], out: str | None,
+             dtype: str | None) -> str:
+        names = [self.materialize(t, node.where) for t in inputs]
+        opdef = lookup(op_type)
+        operands = [self.graph.tensors[t] for t in names]
+        try:
+            (shape,) = opdef.infer_shapes([t.shape for t in operands], [t.dtype for t in operands],
+                                          opdef.normalize_attrs(attrs))
+        except ShapeError as exc:
+            raise node.fail(str(exc)) from None
+        if dtype is None:
+            dtype = operands[0].dtype if opdef.family == "layout" else "u8" if opdef.predicate else node.dtype
+        if out is None:
+            name = self.fresh(f"{node.base}.{op_type.lower()}")
+            role = "intermediate"
+        else:
+            name, role = out, "output" if out in self.outputs else "intermediate"
+            self.produced.add(out)
+        self.add_tensor(name, tuple(shape), dtype, role, node.where)
+        op_name = node.op_name()
+        self.graph.ops.append(Op(op_name, op_type, names, [name], dict(attrs), node.where))
+        return name
+
+    def finish_outputs(self) -> None:
+        """Every graph output computed by an op: a known value is copied in by a RESHAPE."""
+        for name in self.outputs:
+            where = f"{self.path}: output '{_clip(name)}'"
+            if name in self.produced:
+                continue
+            tensor = self.graph.tensors.get(name)
+            if tensor is not None and tensor.role == "input":
+                raise CompileError(f"{where}: is the graph input itself; there is nothing to compute")
+            if name not in self.values:
+                raise CompileError(f"{where}: is not computed by any node")
+            source = self.fresh(f"{name}.value")
+            if tensor is not None:  # a constant ops read already: it moves, the output keeps the ONNX name
+                del self.graph.tensors[name]
+                tensor.name = source
+                self.graph.tensors[source] = tensor
+                self.graph.constants[source] = self.graph.constants.pop(name)
+                for op in self.graph.ops:
+                    op.inputs = [source if t == name else t for t in op.inputs]
+            else:
+                self.values[source] = self.values[name]
+                if name in self.elem_types:
+                    self.elem_types[source] = self.elem_types[name]
+                self.materialize(source, where)
+                tensor = self.graph.tensors[source]
+            self.add_tensor(name, tensor.shape, tensor.dtype, "output", where)
+            self.graph.ops.append(Op(self.fresh(f"{name}.copy"), "RESHAPE", [source], [name],
+                                     {"new_shape": list(tensor.shape)}, where))
+            self.produced.add(name)
+
+    def report(self) -> None:
+        if self.dynamic:
+            self.warnings.append(f"{self.path}: dynamic dimensions read as 1: {', '.join(self.dynamic[:8])}"
+                                 + (f" and {len(self.dynamic) - 8} more" if len(self.dynamic) > 8 else ""))
+        held = [(t, onnx_type) for t, onnx_type in self.held.items() if t in self.graph.tensors]
+        narrowed = [f"'{_clip(t, 40)}' ({o})" for t, o in held if o in NARROWED]
+        widened = [f"'{_clip(t, 40)}' ({o})" for t, o in held if o in WIDENED]
+        for names, what in ((narrowed, "held in i32, as the registry has no 64-bit or unsigned 32-bit integer "
+                                       "(values must fit)"),
+                            (widened, "widened exactly to a DFX dtype")):
+            if names:
+                self.warnings.append(f"{self.path}: {what}: {', '.join(names[:8])}"
+                                     + (f" and {len(names) - 8} more" if len(names) > 8 else ""))
+
+
+def _integral(elem_type: int) -> bool:
+    from onnx import TensorProto
+
+    return elem_type in (TensorProto.INT64, TensorProto.INT32, TensorProto.INT16, TensorProto.INT8,
+                         TensorProto.UINT64, TensorProto.UINT32, TensorProto.UINT16, TensorProto.UINT8,
+                         TensorProto.BOOL)
+
+
+# ---- one node, as the op mappings see it ------------------------------------------------------
+
+
+class Node:
+    """One ONNX node being mapped: its inputs, attributes and outputs, and `emit` to add registry
+    ops. Inputs are named by position; `x(i)` is a tensor operand, `value(i)` a known value."""
+
+    def __init__(self, builder: _Builder, proto: Any, index: int):
+        self.b, self.proto, self.index = builder, proto, index
+        self.op_type = proto.op_type
+        self.opset = builder.opset
+        self.where = _where(builder.path, proto, index)
+        self.base = proto.output[0] if proto.output and proto.output[0] else (proto.name or f"{proto.op_type}_{index}")
+        self.ops = 0
+        self.attrs = {a.name: a for a in proto.attribute}
+
+    def fail(self, reason: str) -> CompileError:
+        return CompileError(f"{self.where}: {reason}")
+
+    # -- attributes
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        from onnx import helper
+
+        if name not in self.attrs:
+            return default
+        try:
+            value = helper.get_attribute_value(self.attrs[name])
+        except Exception as exc:
+            raise self.fail(f"attribute '{name}': {_reason(exc)}") from None
+        if value is None:
+            raise self.fail(f"attribute '{name}' has no value")
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        return list(value) if isinstance(value, (list, tuple)) else value
+
+    def int_attr(self, name: str, default: int | None = None) -> int | None:
+        value = self.attr(name, default)
+        if value is not None and not isinstance(value, int):
+            raise self.fail(f"attribute '{name}' must be an integer, got {value!r:.60}")
+        return value
+
+    def ints_attr(self, name: str, default: list[int] | None = None) -> list[int] | None:
+        value = self.attr(name, default)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, int) for v in value)):
+            raise self.fail(f"attribute '{name}' must be a list of integers, got {value!r:.60}")
+        return value
+
+    def str_attr(self, name: str, default: str) -> str:
+        value = self.attr(name, default)
+        if not isinstance(value, str):
+            raise self.fail(f"attribute '{name}' must be a string, got {value!r:.60}")
+        return value
+
+    def float_attr(self, name: str, default: float) -> float:
+        value = self.attr(name, default)
+        if not isinstance(value, (int, float)):
+            raise self.fail(f"attribute '{name}' must be a number, got {value!r:.60}")
+        return float(value)
+
+    # -- inputs and outputs
+
+    def has(self, i: int) -> bool:
+        return i < len(self.proto.input) and bool(self.proto.input[i])
+
+    def name(self, i: int) -> str:
+        if not self.has(i):
+            raise self.fail(f"input {i} is missing")
+        return self.proto.input[i]
+
+    def x(self, i: int) -> str:
+        """Input i as an operand of an op (a known value becomes a graph constant)."""
+        return self.name(i)
+
+    def shape(self, i_or_name: int | str) -> tuple[int, ...]:
+        name = self.name(i_or_name) if isinstance(i_or_name, int) else i_or_name
+        if name not in self.b.graph.tensors and name not in self.b.values:
+            raise self.fail(f"input '{_clip(name)}' is not computed by any node before it")
+        return self.b.shape(name)
+
+    def rank(self, i: int) -> int:
+        return len(self.shape(i))
+
+    def value(self, i_or_name: int | str) -> np.ndarray | None:
+        """The known value of input i (or of a tensor), else None."""
+        if isinstance(i_or_name, int):
+            if not self.has(i_or_name):
+                return None
+            i_or_name = self.proto.input[i_or_name]
+        return self.b.values.get(i_or_name)
+
+    def ints(self, i: int, what: str) -> list[int]:
+        """Input i as integers known here (a shape, axes, pads): refused when an op computes it."""
+        value = self.value(i)
+        if value is None:
+            raise self.fail(f"its {what} (input {i}, '{_clip(self.name(i))}') must be a constant: the ONNX frontend "
+                            "reads it at compile time")
+        if value.dtype.kind not in "iub":
+            raise self.fail(f"its {what} (input {i}) must hold integers, got {value.dtype}")
+        return [int(v) for v in value.reshape(-1)]
+
+    def out(self, k: int = 0) -> str | None:
+        """The name of output k, None when the node does not produce it."""
+        outputs = self.proto.output
+        return outputs[k] if k < len(outputs) and outputs[k] else None
+
+    def used(self, k: int) -> bool:
+        """Whether output k is read by a later node or is a graph output."""
+        name = self.out(k)
+        if name is None:
+            return False
+        return name in self.b.outputs or any(name in n.input for n in self.b.model.graph.node[self.index + 1:])
+
+    def out_dtype(self, k: int = 0) -> str | None:
+        name = self.out(k)
+        elem_type = self.b.elem_types.get(name) if name else None
+        if not elem_type:
+            return None
+        dtype, held = dfx_dtype(elem_type, f"{self.where}: output '{_clip(name)}'")
+        if held:
+            self.b.held[name] = held
+        return dtype
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of the node's first result: what its intermediate computations produce."""
+        dtype = self.out_dtype(0)
+        if dtype is None:
+            first = next((t for t in self.proto.input if t), None)
+            if first is None:
+                raise self.fail("cannot tell its result's element type")
+            return self.input_dtype(first)
+        return dtype
+
+    def input_dtype(self, i_or_name: int | str) -> str:
+        name = self.name(i_or_name) if isinstance(i_or_name, int) else i_or_name
+        return self.b.dtype_of(name, self.where)
+
+    # -- emitting
+
+    def op_name(self) -> str:
+        base = _clip(self.proto.name, 120) or f"{self.op_type.lower()}_{self.index}"
+        name = base if self.ops == 0 else f"{base}.{self.ops}"
+        self.ops += 1
+        while name in self.b.op_names:
+            name = f"{name}_"
+        self.b.op_names.add(name)
+        return name
+
+    def emit(self, op_type: str, inputs: list[str], out: int | None = None, result_dtype: str | None = None,
+             **attrs: Any) -> str:
+        """Add a registry op reading `inputs` (tensor names); it writes output `out` of the node,
+        or else a new intermediate; its result's name. The result's dtype is `result_dtype`, else
+        the operand's for a layout op, u8 for a predicate, else the node's result's."""
+        if out is not None:
+            name = self.out(out)
+            if name is None:
+                raise self.fail(f"output {out} is missing")
+            if result_dtype is None and lookup(op_type).family != "layout":
+                result_dtype = self.out_dtype(out)
+            return self.b.emit(self, op_type, inputs, attrs, name, result_dtype)
+        return self.b.emit(self, op_type, inputs, attrs, None, result_dtype)
+
+    def constant(self, values: Any, dtype: str, step: str = "const") -> str:
+        """A new graph constant holding `values` as `dtype`."""
+        name = self.b.fresh(f"{self.base}.{step}")
+        self.b.add_constant(name, np.asarray(values), dtype, self.where)
+        return name
+
+    def scalar(self, value: float | int, like: str) -> str:
+        """A constant of one element, of the dtype of tensor `like`, that broadcasts anywhere."""
+        return self.constant(np.asarray(value), self.input_dtype(like), "scalar")
+
+    def known(self, values: np.ndarray, step: str) -> str:
+        """A new value known here (not yet a graph tensor: it becomes one where an op reads it)."""
+        name = self.b.fresh(f"{self.base}.{step}")
+        self.b.values[name] = values
+        return name
+
+    def reshape(self, x: str, shape: tuple[int, ...] | list[int], out: int | None = None) -> str:
+        """x under `shape` (same elements): a known value is reshaped here."""
+        shape = [int(d) for d in shape]
+        if out is None and x in self.b.values and x not in self.b.graph.tensors:
+            value = self.b.values[x]
+            if math.prod(shape) != value.size:
+                raise self.fail(f"cannot reshape {list(value.shape)} to {shape}")
+            name = self.known(value.reshape(shape), "reshaped")
+            if x in self.b.elem_types:
+                self.b.elem_types[name] = self.b.elem_types[x]
+            return name
+        return self.emit("RESHAPE", [x], out=out, new_shape=shape)
+
+    def transpose(self, x: str, perms: list[int], out: int | None = None) -> str:
+        """x with its dims permuted: a known value is transposed here."""
+        if out is None and x in self.b.values and x not in self.b.graph.tensors:
+            value = self.b.values[x]
+            if sorted(perms) != list(range(value.ndim)):
+                raise self.fail(f"perm {perms} does not permute the {value.ndim} dims of '{_clip(x)}'")
+            name = self.known(np.ascontiguousarray(np.transpose(value, perms)), "transposed")
+            if x in self.b.elem_types:
+                self.b.elem_types[name] = self.b.elem_types[x]
+            return name
+        return self.emit("TRANSPOSE", [x], out=out, perms=list(perms))
