@@ -9,14 +9,24 @@ the number the formula needs. A constant's value is known only when the frontend
 chains stay as ops, with a warning. The small rules (a sum times 1/n is a mean, c ** 2 is c * c,
 the max a softmax subtracts is its own) turn other spellings into the ones the big rules match,
 and LAYERNORM takes its scale and bias one rule at a time.
+
+Frontends that spell reductions as XLA does get two more small rules: a REDUCE_* that drops its
+axes, RESHAPEd to the shape that keeps them as size 1, is the REDUCE_* that keeps them (HLO's
+reduce always drops them and broadcasts back); and a reduction of a narrow float (f16, bf16,
+f8) widened to f32 and rounded back after is the reduction of the narrow tensor itself, since
+the registry's reduction computes in f32 and rounds once, the same numbers. XLA's layer norm
+(`x * s + (bias - s * mean)` with `s = rsqrt(var + eps) * scale`) is one more LAYERNORM form.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dfx import Op, lookup
 from dfx.ops.base import normalize_axis
+from dfx.ops.reduction import ACCUMULATING
 
 from .rewrite import Match, Pat, Rule
 
@@ -30,6 +40,41 @@ def _axes(m: Match, name: str) -> tuple[int, ...]:
 def _keeps(attrs: dict) -> bool:
     """A reduction that keeps its axes as size 1, so its result broadcasts back along them."""
     return attrs["keepdims"]
+
+
+# ---- reductions as XLA writes them -------------------------------------------------------------
+
+REDUCTIONS = ACCUMULATING | {"REDUCE_MEAN"}
+# floats whose reductions the registry computes in f32 and rounds once to them
+NARROW_FLOATS = frozenset({"f16", "bf16", "f8"})
+
+
+def _keep_reduced(m: Match) -> Op | None:
+    reduction = m.producer("r")
+    kept = {**m.attrs("r"), "keepdims": True}
+    (shape,) = lookup(reduction.op_type).infer_shapes([m.shape("x")], [m.dtype("x")], kept)
+    result = m.graph.tensors[m.root.outputs[0]]
+    if tuple(shape) != result.shape or result.dtype != m.dtype("r"):
+        return None  # the RESHAPE does more than put the reduced axes back as size 1
+    return m.replace(reduction.op_type, m["x"], **kept)
+
+
+def _narrow_reduction(m: Match) -> Op | None:
+    narrow = m.dtype("x")
+    if narrow not in NARROW_FLOATS or m.graph.tensors[m.root.outputs[0]].dtype != narrow \
+            or m.dtype("wide") != "f32" or m.dtype("r") != "f32":
+        return None
+    return m.replace(m.producer("r").op_type, m["x"], **m.attrs("r"))
+
+
+_x = Pat(name="x")
+
+REDUCTION_RULES: list[Rule] = [
+    (Pat("RESHAPE", Pat(REDUCTIONS, _x, name="r", where=lambda a: not a["keepdims"])),
+     _keep_reduced),  # reshape(reduce(x){keepdims: false}) to the kept shape -> reduce(x){keepdims: true}
+    (Pat("CAST", Pat(REDUCTIONS, Pat("CAST", _x, name="wide"), name="r")),
+     _narrow_reduction),  # cast<f16>(reduce(cast<f32>(x: f16))) -> reduce(x) (computed in f32 all the same)
+]
 
 
 # ---- SOFTMAX ---------------------------------------------------------------------------------
@@ -50,7 +95,6 @@ def _unshifted_softmax(m: Match) -> Op | None:
     return m.replace("SOFTMAX", m["x"], axis=axis)
 
 
-_x = Pat(name="x")
 _exp = Pat("EXP", _x, name="e")
 _sum_exp = Pat("REDUCE_SUM", _exp, name="sum", where=_keeps)
 
@@ -99,6 +143,19 @@ def _layernorm(m: Match) -> Op | None:
     return m.replace("LAYERNORM", m["x"], axis=axes[0], epsilon=epsilon)
 
 
+def _folded_layernorm(m: Match) -> Op | None:
+    # x * s + (bias - s * mean), s = rsqrt(var + eps) (* scale): (x - mean) * s + bias rearranged
+    axes, rank = _axes(m, "mean"), len(m.shape("x"))
+    if not axes or axes != _axes(m, "var") or axes != tuple(range(axes[0], rank)) or not m.same_float_dtype():
+        return None
+    epsilon = m.value("eps") if "eps" in m else 0.0
+    if epsilon is None:
+        m.warn(f"a layer norm chain is left as ops: its epsilon '{m['eps']}' is not a constant of known value")
+        return None
+    scale = m["scale"] if "scale" in m else m.constant("scale", np.ones(()), m.dtype("x"))
+    return m.replace("LAYERNORM", m["x"], scale, m["bias"], axis=axes[0], epsilon=epsilon)
+
+
 def _with_scale(m: Match) -> Op | None:
     return m.replace("LAYERNORM", m["x"], m["scale"], **m.attrs("ln")) if m.same_float_dtype() else None
 
@@ -112,6 +169,8 @@ _mean = Pat("REDUCE_MEAN", _x, name="mean", where=_keeps)
 _centred = Pat("SUB", _x, _mean, name="c")
 _variance = Pat("REDUCE_MEAN", Pat("MUL", _centred, _centred), name="var", where=_keeps)
 _plus_eps = Pat.any(Pat("ADD", _variance, Pat(name="eps")), _variance)
+_inv_std = Pat.any(Pat("MUL", Pat("RSQRT", _plus_eps), Pat(name="scale"), name="s"),
+                   Pat("RSQRT", _plus_eps, name="s"))  # rsqrt(var + eps), times the scale or not
 
 LAYERNORM_RULES: list[Rule] = [
     (Pat("MUL", _reduce_sum, Pat(name="k")), _mean_times),  # sum(x) * 1/n -> REDUCE_MEAN
@@ -119,6 +178,8 @@ LAYERNORM_RULES: list[Rule] = [
     (Pat("POW", _x, Pat(name="k")), _square),  # x ** 2 -> x * x
     (Pat("MUL", _centred, Pat("RSQRT", _plus_eps)), _layernorm),  # (x-mean) * rsqrt(var+eps) -> LAYERNORM
     (Pat("DIV", _centred, Pat("SQRT", _plus_eps)), _layernorm),  # (x-mean) / sqrt(var+eps) -> LAYERNORM
+    (Pat("ADD", Pat("MUL", _x, _inv_std), Pat("SUB", Pat(name="bias"), Pat("MUL", _inv_std, _mean))),
+     _folded_layernorm),  # x * s + (bias - s * mean), s = rsqrt(var+eps) * scale -> LAYERNORM (XLA)
     (Pat("MUL", Pat("LAYERNORM", _x, name="ln"), Pat(name="scale")), _with_scale),  # ln(x) * s -> LAYERNORM(x, s)
     (Pat("ADD", Pat("LAYERNORM", _x, Pat(name="scale"), name="ln"), Pat(name="bias")),
      _with_bias),  # ln(x, s) + b -> LAYERNORM(x, s, b)
@@ -166,4 +227,4 @@ GELU_RULES: list[Rule] = [
      _gelu("none", _GELU_ERF)),  # 0.5 x (1 + erf(x / sqrt 2)) -> GELU
 ]
 
-RECOGNISE: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES
+RECOGNISE: list[Rule] = REDUCTION_RULES + SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES

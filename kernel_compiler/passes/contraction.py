@@ -1,0 +1,33 @@
+"""CONTRACTION: a TRANSPOSE feeding a contraction, read by it alone, becomes the way the
+contraction loads that operand (the BlockMover transposes each tile on its L3 -> L2 move), not a
+kernel of its own that writes the transposed tensor to external memory and reads it back.
+
+MATMUL takes its B transposed (`transpose_b`: B given as [..., N, K]), so a TRANSPOSE that swaps
+B's last two dims, and only them, folds into it. A TRANSPOSE of A, or one that also moves batch
+dims, stays: the registry's MATMUL has no transposed A.
+"""
+
+from __future__ import annotations
+
+from dfx import Op, lookup
+from dfx.ops.layout import transpose_perms
+
+from .rewrite import Match, Pat, Rule
+
+
+def _transposed_b(m: Match) -> Op | None:
+    if lookup("MATMUL").normalize_attrs(m.root.attrs)["transpose_b"]:
+        return None  # B^T given transposed again: a plain B, which the TRANSPOSE's kernel may as well make
+    rank = len(m.shape("b"))
+    if rank < 2 or transpose_perms(rank, m.attrs("bt")["perms"]) != [*range(rank - 2), rank - 1, rank - 2]:
+        return None
+    rest = [m["cin"]] if "cin" in m else []
+    return m.replace("MATMUL", m["a"], m["b"], *rest, transpose_b=True)
+
+
+_a, _bt = Pat(name="a"), Pat("TRANSPOSE", Pat(name="b"), name="bt")
+
+CONTRACTION: list[Rule] = [
+    (Pat("MATMUL", _a, _bt), _transposed_b),  # A @ transpose(B) -> MATMUL(A, B){transpose_b}
+    (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
+]
