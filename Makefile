@@ -26,7 +26,8 @@ test: $(VENV)/.installed-test
 
 # The property and fuzz tests with fresh random draws, twenty times as many (about half an hour).
 fuzz: $(VENV)/.installed-test
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz_dfg.py tests/test_fuzz_inputs.py \
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz_dfg.py tests/test_fuzz_hlo.py tests/test_fuzz_onnx.py \
+		tests/test_fuzz_inputs.py \
 		tests/test_bind.py tests/test_matmul_property.py tests/test_inputs_hardening.py \
 		tests/test_output_files.py
 

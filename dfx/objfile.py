@@ -35,7 +35,7 @@ PRODUCER = "kpu-kernel-compiler 0.1.0"
 # ---- writing -------------------------------------------------------------------------------
 
 
-# JSON has no infinities: a fill of -inf (a max-pool's padding) is written as the string
+# JSON has no infinities: -inf (a max-pool's padding fill, a CLAMP's open bound) is written as the string
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf}
 
 
@@ -180,6 +180,13 @@ def read(path: str | Path) -> Program:
     return loads(data, str(path))
 
 
+def _numbers(value: Any) -> Any:
+    """An attribute as written, its infinities (NON_FINITE strings) floats again."""
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    return NON_FINITE.get(value, value) if isinstance(value, str) else value
+
+
 def _tile_ref(d: dict[str, Any]) -> TileRef:
     table = d.get("table")
     return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]),
@@ -209,7 +216,7 @@ def _program(body: dict[str, Any], where: str) -> Program:
         g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"])
     for o in body["graph"]["ops"]:
         g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),
-                        dict(o.get("attrs", {})), o.get("source", "")))
+                        {k: _numbers(v) for k, v in o.get("attrs", {}).items()}, o.get("source", "")))
     try:
         g.constants = {k: base64.b64decode(v, validate=True) for k, v in body["constants"].items()}
     except ValueError:

@@ -13,14 +13,20 @@ from dfx.graph import Graph
 from ..errors import CompileError
 from ..shape_inference import infer_shapes
 from .dfg import parse_dfg
+from .hlo import parse_hlo
 from .kpusim_json import parse_kpusim_json
+from .onnx import parse_onnx
 
-Frontend = Callable[[str, str], tuple[Graph, list[str]]]
+Frontend = Callable[[str, str | bytes], tuple[Graph, list[str]]]
 
 FRONTENDS: dict[str, Frontend] = {
     ".dfg": parse_dfg,
+    ".hlo": parse_hlo,
     ".json": parse_kpusim_json,
+    ".onnx": parse_onnx,
 }
+# a frontend gets (path, the file's text), or (path, its bytes) for these extensions
+BINARY = frozenset({".onnx"})
 
 
 def load_graph(path: str) -> tuple[Graph, list[str]]:
@@ -30,7 +36,7 @@ def load_graph(path: str) -> tuple[Graph, list[str]]:
     if frontend is None:
         expected = ", ".join(FRONTENDS)
         raise CompileError(f"{path}: unsupported input type '{ext}' (expected {expected})")
-    graph, warnings = frontend(path, read_source(path))
+    graph, warnings = frontend(path, read_bytes(path) if ext.lower() in BINARY else read_source(path))
     return infer_shapes(graph, warnings), warnings
 
 
@@ -42,3 +48,11 @@ def read_source(path: str) -> str:
         raise CompileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise CompileError(f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of an input file, or CompileError "<file>: cannot read: <reason>"."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CompileError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -4,14 +4,17 @@
 sliding-window ops in forms the lowering does not take (NCHW, grouped, a mean over the inputs
 alone) into the ones it does, DECOMPOSE turns the ops the lowering does not take into
 primitives, then RECOGNISE turns chains of primitives into the row ops and activations they
-spell. `split_long_rows` runs after them (`compile.graph_passes`), since it needs the target: it
-takes apart the row ops whose rows do not fit a tile of it.
+spell, and CONTRACTION folds a TRANSPOSE into the contraction that loads it. `split_long_rows`
+runs after them (`compile.graph_passes`), since it needs the target: it takes apart the row ops
+whose rows do not fit a tile of it.
 """
 
 from __future__ import annotations
 
 from dfx import Graph
 
+from .batchnorm import BATCHNORM
+from .contraction import CONTRACTION
 from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .long_rows import split_long_rows
@@ -20,9 +23,11 @@ from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
 PASSES: list[tuple[str, list[Rule]]] = [
+    ("batchnorm", BATCHNORM),  # a convolution's per-channel MUL and ADD (inference batchnorm) -> its weights and bias
     ("convolution", CONVOLUTION),  # NCHW, grouped and pad-excluding window ops -> the forms the lowering takes
     ("decompose", DECOMPOSE),  # ops the lowering does not take -> primitives
     ("recognise", RECOGNISE),  # chains of primitives -> the row ops and activations they spell
+    ("contraction", CONTRACTION),  # a TRANSPOSE feeding a MATMUL's B -> its transposed load
 ]
 
 
@@ -33,5 +38,5 @@ def canonicalise(graph: Graph, warnings: list[str]) -> Graph:
     return graph
 
 
-__all__ = ["CONVOLUTION", "DECOMPOSE", "PASSES", "RECOGNISE", "Match", "Pat", "Rule", "canonicalise", "rewrite",
-           "split_long_rows"]
+__all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "PASSES", "RECOGNISE", "Match", "Pat", "Rule", "canonicalise",
+           "rewrite", "split_long_rows"]
