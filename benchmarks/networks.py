@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import machine, today, write_section  # noqa: E402
+from results import Proc, machine, run, today, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "Networks: MobileNet v1 and v2"
@@ -62,26 +62,6 @@ s.run_scale(top_path=out)
 
 
 # ---- running processes -------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    wall: float  # seconds, interpreter start-up included
-    rss: float  # the process's own peak RSS, MB (wait4)
-    code: int
-    stderr: str
-
-
-def run(cmd: list, stdout: Path) -> Proc:
-    """As results.measure, but a non-zero exit is returned, not raised (a failed --check exits 1
-    and still prints its JSON), and stderr goes to a file (a pipe read after the exit could fill)."""
-    err_path = stdout.with_suffix(".stderr")
-    with open(stdout, "wb") as out, open(err_path, "wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    return Proc(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err_path.read_text().strip())
 
 
 def git(*args: str) -> str:

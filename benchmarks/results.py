@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -38,6 +39,26 @@ def measure(cmd: list[str], stdout: Path | None = None) -> tuple[float, float]:
     if code != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {code}: {stderr.strip()}")
     return wall, usage.ru_maxrss / 1024
+
+
+@dataclass
+class Proc:
+    wall: float  # seconds, interpreter start-up included
+    rss: float  # the process's own peak RSS, MB (wait4)
+    code: int
+    stderr: str
+
+
+def run(cmd: list, stdout: Path) -> Proc:
+    """As `measure`, but a non-zero exit is returned, not raised (a failed --check exits 1 and
+    still prints its JSON), and stderr goes to a file (a pipe read after the exit could fill)."""
+    err_path = stdout.with_suffix(".stderr")
+    with open(stdout, "wb") as out, open(err_path, "wb") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    return Proc(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err_path.read_text().strip())
 
 
 def write_section(title: str, text: str) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import machine, today, write_section  # noqa: E402
+from results import Proc, machine, run, today, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "Transformers: BERT layer and GPT-2 FFN"
@@ -34,26 +34,6 @@ BIN = Path(sys.executable).parent  # the CLIs of the venv that runs this script
 CONFIGS = ("standard", "datacenter")
 MODELS = (("BERT-base layer", "bert_layer", "seq 128, hidden 768, 12 heads, FFN 3072"),
           ("GPT-2 FFN", "gpt2_ffn", "seq 128, 768 -> 3072 -> 768"))
-
-@dataclass
-class Proc:
-    wall: float  # seconds, interpreter start-up included
-    rss: float  # the process's own peak RSS, MB (wait4)
-    code: int
-    stderr: str
-
-
-def run(cmd: list, stdout: Path) -> Proc:
-    """Wall time and peak RSS of one process; a non-zero exit is returned (a failed --check exits
-    1 and still prints its JSON); stderr goes to a file."""
-    err_path = stdout.with_suffix(".stderr")
-    with open(stdout, "wb") as out, open(err_path, "wb") as err:
-        start = time.perf_counter()
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    return Proc(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err_path.read_text().strip())
-
 
 @dataclass
 class Result:
