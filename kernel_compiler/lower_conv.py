@@ -168,7 +168,7 @@ def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int
 # would be reloaded as often).
 HOLDINGS = (("positions", "all", "all"), ("positions", "all", "chunk"), ("positions", "chunk", "all"),
             ("positions", "chunk", "chunk"), ("channels", "chunk", "tile"))
-MIN_CHUNK = 4  # input channels per chunk: fewer only when there are fewer
+MIN_CHUNK = 4  # input channels per chunk: fewer only where no tiling with more fits
 
 
 def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
@@ -176,16 +176,17 @@ def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
     return fits(buffers, target, shared)
 
 
-def _candidates(p: ConvProblem, target: Target) -> list[ConvTiling]:
+def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:
     """For each way of holding the operands and each channel tiling, the tallest output tiles
-    that fit, as wide as fit, and those cut down to whole blocks of array rows. Output channels
-    in tiles of at least the array's columns, input channels in chunks of at least MIN_CHUNK;
-    smaller chunks only while they let the output tiles grow."""
+    that fit, as wide as fit, and those cut down to whole blocks of array rows. Output and input
+    channels in tiles of at least `narrowest` (or all of them); smaller input chunks only while
+    they let the output tiles grow."""
     out = []
     fitting = functools.cache(lambda t: _fits(p, t, target))  # bisections of neighbouring tilings meet
+    fewest_out, fewest_in = narrowest
     for order, band_channels, weights in HOLDINGS:
-        for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= target.cols]:
-            for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= MIN_CHUNK]:
+        for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= fewest_out]:
+            for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= fewest_in]:
                 if Tc == p.Ci and order == "positions" and band_channels == "chunk":
                     continue  # with one chunk, a chunk is all the channels
                 for C in widths(p.OW):
@@ -208,9 +209,12 @@ def _candidates(p: ConvProblem, target: Target) -> list[ConvTiling]:
 
 def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...]) -> tuple[ConvTiling, str]:
     """The tiling (and dataflow) with the fewest external-memory bytes among those within
-    CYCLE_SLACK of the fewest array cycles."""
+    CYCLE_SLACK of the fewest array cycles. Output channels come in tiles of at least the array's
+    columns and input channels in chunks of at least MIN_CHUNK, narrower tiles only where no
+    such tiling fits (a small L1)."""
     scored = []
-    for t in _candidates(p, target):
+    candidates = _candidates(p, target, (target.cols, MIN_CHUNK)) or _candidates(p, target, (1, 1))
+    for t in candidates:
         order, trips = t.loop_order(p), t.trips(p)
         dram = sum(traffic(conv_streams(p, t), order, trips).values())
         for dataflow in dataflows:

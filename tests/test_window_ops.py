@@ -439,3 +439,16 @@ def test_validator_refuses_a_band_padded_with_another_value(op_type, attrs, fill
             op["fill"] = fill
     with pytest.raises(ObjectFileError, match=refusal):
         loads(resealed(obj))
+
+
+def test_conv_takes_narrow_channel_tiles_where_only_those_fit(tiny):
+    """On 1 KB L1 buffers a 4x4x17 window's weights fit only in tiles of few output channels
+    and chunks of few input channels, below the array's columns and MIN_CHUNK: those are taken
+    rather than refusing the layer."""
+    inputs = {"x": ((1, 7, 14, 17), "f32"), "w": ((16, 4, 4, 17), "f32")}
+    feeds = feeds_for(inputs)
+    program, values, _ = run(graph_of([("CONV2D", ["x", "w"], {})], inputs), feeds, tiny)
+    [kernel] = program.kernels
+    assert kernel.tiling["Tn"] < 16 or kernel.tiling["Tc"] < 4, kernel.tiling
+    want = conv_numpy(feeds["x"], feeds["w"], None, [1, 1], [[0, 0], [0, 0]], [1, 1])
+    np.testing.assert_allclose(values["t0"], want, rtol=1e-5, atol=1e-4)
