@@ -882,3 +882,33 @@ def test_matmul_biasadd_is_one_fused_kernel_named_after_the_root():
     assert kernel.op == "MATMUL" and kernel.epilogue == ["get-tuple-element.13"]
     assert [t.name for t in program.graph.outputs] == ["get-tuple-element.13"]
     assert [t.name for t in program.graph.inputs] == ["arg0.1", "arg0.2", "arg0.3"]
+
+
+# ---- found by review: outputs made whole, layouts, pred -------------------------------------------
+
+
+@pytest.mark.parametrize("body, want", [
+    ("ROOT broadcast.2 = f32[3,4] broadcast(Arg_0.1), dimensions={0}", lambda a: np.repeat(a[:, None], 4, 1)),
+    ("broadcast.2 = f32[3,4] broadcast(Arg_0.1), dimensions={0}\n  ROOT negate.3 = f32[3,4] negate(broadcast.2)",
+     lambda a: -np.repeat(a[:, None], 4, 1)),
+])
+def test_a_root_that_is_a_broadcast_is_made_whole_under_its_name(body, want):
+    a = rand(3)
+    outputs = run_hlo(f"HloModule m\nENTRY e {{\n  Arg_0.1 = f32[3] parameter(0)\n  {body}\n}}\n", {"Arg_0.1": a})
+    [(name, value)] = outputs.items()
+    assert name == body.split("ROOT ")[1].split(" ")[0]
+    np.testing.assert_array_equal(value, want(a))
+
+
+def test_a_bitcast_between_layouts_is_refused():
+    """XLA's bitcast views the same bytes: from {1,0} to {0,1} it moves the elements as a transpose
+    would, which a reshape does not; only a row-major bitcast is read."""
+    text = "HloModule m\nENTRY e {\n  a = f32[2,3]{1,0} parameter(0)\n  ROOT b = f32[3,2]{0,1} bitcast(a)\n}\n"
+    assert "a bitcast between layouts other than row-major" in error(text)
+    a = rand(2, 3)
+    np.testing.assert_array_equal(one(text.replace("{0,1}", "{1,0}"), {"a": a}), a.reshape(3, 2))
+
+
+def test_arithmetic_on_pred_is_refused():
+    text = "HloModule m\nENTRY e {\n  a = pred[3] parameter(0)\n  ROOT n = pred[3] add(a, a)\n}\n"
+    assert "'add' on pred is not supported" in error(text)

@@ -369,6 +369,15 @@ def test_unknown_op_names_its_type_and_node():
     assert refusal(custom).startswith("bad.onnx: node 'g' (Gelu): op of domain 'com.microsoft' is not supported")
 
 
+def test_a_value_made_twice_is_refused():
+    """ONNX assigns each value once; onnxruntime refuses a second writer, and so does the compiler
+    rather than let the last one win."""
+    twice = model([helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["y"])],
+                  {"x": rand(2, 3)}, ["y"])
+    assert refusal(twice) == ("bad.onnx: node #1 (Neg): output 'y' is already defined (an input, an initializer or an "
+                              "earlier node's output); each value is made once")
+
+
 @pytest.mark.parametrize("cut", [1, 7, 0.5, -3])
 def test_truncated_file(cut):
     data = model([helper.make_node("Relu", ["x"], ["y"])], {"x": rand(2, 3)}, ["y"]).SerializeToString()

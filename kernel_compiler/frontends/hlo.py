@@ -82,6 +82,8 @@ BINARY = {"add": "ADD", "subtract": "SUB", "multiply": "MUL", "divide": "DIV", "
           "minimum": "MINIMUM", "power": "POW"}
 # pred only: 0/1 bytes, where and is a product and or a maximum
 PRED_BINARY = {"and": "MUL", "or": "MAXIMUM"}
+# the map ops that keep 0/1 operands 0 or 1: the others (add, subtract, ...) may not make a pred
+PRED_CLOSED = frozenset({"MUL", "MAXIMUM", "MINIMUM", "SELECT"})
 # compare's direction -> the registry's comparison; NE is 1 - EQUAL
 COMPARISONS = {"EQ": "EQUAL", "LT": "LESS", "LE": "LESS_EQUAL", "GT": "GREATER", "GE": "GREATER_EQUAL", "NE": "EQUAL"}
 # a reduce's to_apply root -> (the REDUCE_* op, the map op that combines an init value in)
@@ -249,13 +251,19 @@ class _Lexer:
         self.pos = end
         return self.text[start:end], self.line(start)
 
-    def skip_layout(self) -> None:
+    def skip_layout(self, rank: int) -> bool:
         """Skip a shape's layout, `{1,0}` or `{1,0:T(8,128)S(1)}`, if one follows: braces opening on
-        a digit, ':' or '}' (a computation's body opens on a name)."""
+        a digit, ':' or '}' (a computation's body opens on a name). Whether it is the row-major one
+        (minor-to-major `rank-1, ..., 0`, or none given): the only one a reshape reads as the
+        frontend does."""
         self._unpeek()
         self._skip()
-        if _LAYOUT_START.match(self.text, self.pos):
-            self.pos = self._balanced(self.pos, "a layout")
+        if not _LAYOUT_START.match(self.text, self.pos):
+            return True
+        start = self.pos
+        self.pos = self._balanced(start, "a layout")
+        order = self.text[start + 1:self.pos - 1].split(":")[0].replace(" ", "")
+        return order in ("", ",".join(str(d) for d in reversed(range(rank))))
 
     def _balanced(self, start: int, what: str) -> int:
         depth, i = 0, start
@@ -296,6 +304,9 @@ def _one_line(message: str) -> str:
 class _Shape:
     element: str  # the HLO element type: f32, pred, ...
     dims: tuple[int, ...]
+    # its layout is row-major: elsewhere a layout only places bytes, but a bitcast between
+    # layouts moves elements (XLA's view of the same bytes), which a reshape does not
+    row_major: bool = field(default=True, compare=False)
 
     def __str__(self) -> str:
         return f"{self.element}[{','.join(map(str, self.dims))}]"
@@ -484,11 +495,11 @@ class _Parser:
                 if lex.accept("]"):
                     break
                 lex.expect(",", "',' or ']' between dimensions")
-        lex.skip_layout()
+        row_major = lex.skip_layout(len(dims))
         problem = shape_problem(dims)
         if problem:
             raise self.fail(token.start, f"shape {token.text}{dims}: {problem}")
-        return _Shape(token.text, tuple(dims))
+        return _Shape(token.text, tuple(dims), row_major)
 
     def int(self, token: _Token, what: str) -> int:
         if not _INT.fullmatch(token.text) or len(token.text.lstrip("-")) > MAX_INT_DIGITS:
@@ -637,6 +648,11 @@ class _Builder:
                 handler = HANDLERS.get(ins.opcode)
                 if handler is None:
                     raise self.fail(ins, f"'{_clip(ins.name)}': HLO op '{_clip(ins.opcode)}' is not supported")
+                if ins.opcode == "bitcast" and not all(t.row_major for t in [ins.type, *(
+                        comp.instrs[o].type for o in ins.operands if o in comp.instrs)] if isinstance(t, _Shape)):
+                    raise self.fail(ins, f"{self.where(ins)}: a bitcast between layouts other than row-major "
+                                         f"moves elements as a transpose would; only a row-major bitcast (a "
+                                         f"reshape) is supported")
                 value = handler(self, ins, [values[o] for o in ins.operands])
             self.check(ins, value)
             values[ins.name] = value
@@ -694,9 +710,13 @@ class _Builder:
             tensor = tensors[i]
             computed = tensor in self.producer and graph.tensors[tensor].role == "intermediate" and tensor not in made
             if name in graph.tensors and name != tensor or name == tensor and not computed:
-                if graph.tensors[name].role != "constant":
+                # a folded constant, or the smaller tensor a broadcast output was made whole from,
+                # holds the output's name: it moves aside
+                movable = graph.tensors[name].role == "constant" or (name != tensor
+                                                                     and graph.tensors[name].role == "intermediate")
+                if not movable:
                     raise self.fail(root, f"output '{_clip(name)}' would take the name of another instruction")
-                moved = self.fresh(f"{name}.value", own=False)  # a constant (folded) under the output's name
+                moved = self.fresh(f"{name}.value", own=False)
                 tensors = self.rename(name, moved, tensors)
                 tensor = tensors[i]
             if computed:
@@ -1041,6 +1061,9 @@ def _iota(b: _Builder, ins: _Instr, args: list) -> _Value:
 def _map(op_type: str, arity: int) -> Handler:
     def handler(b: _Builder, ins: _Instr, args: list) -> _Value:
         b.arity(ins, args, arity)
+        if isinstance(ins.type, _Shape) and ins.type.element == "pred" and op_type not in PRED_CLOSED:
+            # a pred holds 0 or 1 in a byte: arithmetic on it would leave other values there
+            raise b.fail(ins, f"{b.where(ins)}: '{ins.opcode}' on pred is not supported (and, or, not are)")
         dims, dtype = b.result(ins)
         return _Value(b.op(ins, op_type, _elementwise_args(b, ins, args, dims), {}, dtype), dims, dtype)
     return handler

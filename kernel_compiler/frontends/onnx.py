@@ -148,7 +148,14 @@ def _check_ops(path: str, model: Any) -> None:
     if not MIN_OPSET <= version <= newest:
         raise CompileError(f"{path}: opset {version} is not supported (the ONNX frontend reads opsets "
                            f"{MIN_OPSET} to {newest})")
+    # every value is made once (ONNX's single assignment): a second writer would silently win
+    made = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer}
     for i, node in enumerate(model.graph.node):
+        for name in node.output:
+            if name and name in made:
+                raise CompileError(f"{_where(path, node, i)}: output '{_clip(name)}' is already defined (an input, "
+                                   "an initializer or an earlier node's output); each value is made once")
+            made.add(name)
         if node.domain not in DEFAULT_DOMAINS:
             raise CompileError(f"{_where(path, node, i)}: op of domain '{_clip(node.domain)}' is not supported "
                                "(the ONNX frontend maps ops of the default domain)")
