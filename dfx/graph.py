@@ -62,6 +62,27 @@ class Graph:
     def outputs(self) -> list[Tensor]:
         return [t for t in self.tensors.values() if t.role == "output"]
 
+    def set_constant(self, name: str, values: Any) -> None:
+        """Give constant `name` its values, held as the little-endian bytes of its dtype."""
+        import numpy as np
+
+        from .dtypes import numpy_dtype
+
+        t = self.tensors[name]
+        self.constants[name] = np.ascontiguousarray(values, numpy_dtype(t.dtype).newbyteorder("<")).tobytes()
+
+    def constant_values(self, name: str) -> Any:
+        """The values of constant `name` in its shape and dtype, or None where the source gave none."""
+        import numpy as np
+
+        from .dtypes import numpy_dtype
+
+        raw = self.constants.get(name)
+        if raw is None:
+            return None
+        t = self.tensors[name]
+        return np.frombuffer(raw, numpy_dtype(t.dtype).newbyteorder("<")).astype(numpy_dtype(t.dtype)).reshape(t.shape)
+
     def producer(self, tensor: str) -> Op | None:
         for op in self.ops:
             if tensor in op.outputs:

@@ -207,14 +207,13 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
     return out
 
 
-def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...]) -> tuple[ConvTiling, str]:
+def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
+                       narrowest: tuple[int, int]) -> tuple[ConvTiling, str]:
     """The tiling (and dataflow) with the fewest external-memory bytes among those within
-    CYCLE_SLACK of the fewest array cycles. Output channels come in tiles of at least the array's
-    columns and input channels in chunks of at least MIN_CHUNK, narrower tiles only where no
-    such tiling fits (a small L1)."""
+    CYCLE_SLACK of the fewest array cycles, its channel tiles at least `narrowest` (output,
+    input); ValueError when none fits."""
     scored = []
-    candidates = _candidates(p, target, (target.cols, MIN_CHUNK)) or _candidates(p, target, (1, 1))
-    for t in candidates:
+    for t in _candidates(p, target, narrowest):
         order, trips = t.loop_order(p), t.trips(p)
         dram = sum(traffic(conv_streams(p, t), order, trips).values())
         for dataflow in dataflows:
@@ -252,7 +251,9 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
     else:
         dataflows = target.dataflows
     tiling = None
-    for depth in (2, 1):  # double-buffer the loads where it fits
+    # double-buffered loads where they fit, and channel tiles of at least the array's columns and
+    # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
+    for narrowest, depth in (((target.cols, MIN_CHUNK), 2), ((target.cols, MIN_CHUNK), 1), ((1, 1), 2), ((1, 1), 1)):
         problem = ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
                               itemsize(w.dtype), itemsize(bias.dtype) if bias else 0,
                               bias is not None and bias.shape == (Co,) and Co > 1, itemsize(c.dtype),
@@ -260,7 +261,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
                               tuple((itemsize(t.dtype), len(t.shape) >= 2 and math.prod(t.shape[:-1]) > 1)
                                     for t in epi_operands), depth)
         try:
-            tiling, chosen = choose_conv_tiling(problem, target, dataflows)
+            tiling, chosen = choose_conv_tiling(problem, target, dataflows, narrowest)
             break
         except ValueError:
             continue

@@ -149,7 +149,7 @@ def program_inputs(program: Program, given: dict[str, np.ndarray], seed: int) ->
         if t.name in given:
             values[t.name] = given[t.name]
         elif t.name in g.constants:
-            values[t.name] = np.frombuffer(g.constants[t.name], numpy_dtype(t.dtype)).reshape(t.shape)
+            values[t.name] = g.constant_values(t.name)
         else:
             values[t.name] = generated(t, seed)
     return values

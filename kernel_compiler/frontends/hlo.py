@@ -827,13 +827,13 @@ class _Builder:
             return opdef.reference([self.array(t) for t in operands], attrs, [dtype])[0]
 
     def array(self, tensor: Tensor) -> np.ndarray:
-        return np.frombuffer(self.graph.constants[tensor.name], dtypes.numpy_dtype(tensor.dtype)).reshape(tensor.shape)
+        return self.graph.constant_values(tensor.name)
 
     def constant(self, base: str, values: np.ndarray, dtype: str, own: bool = False) -> str:
         name = self.fresh(base, own=own)
         values = np.asarray(values)
         self.graph.tensors[name] = Tensor(name, tuple(values.shape), dtype, "constant")
-        self.graph.constants[name] = np.ascontiguousarray(values, dtypes.numpy_dtype(dtype).newbyteorder("<")).tobytes()
+        self.graph.set_constant(name, values)
         return name
 
     def scalar(self, ins: _Instr, value: float, dtype: str) -> str:

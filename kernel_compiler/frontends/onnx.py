@@ -324,7 +324,7 @@ class _Builder:
             raise CompileError(f"{where}: constant '{_clip(name)}' holds values that {dtype}, the type it would "
                                "be held in, cannot hold exactly")
         self.add_tensor(name, converted.shape, dtype, "constant", where)
-        self.graph.constants[name] = np.ascontiguousarray(converted, target.newbyteorder("<")).tobytes()
+        self.graph.set_constant(name, converted)
 
     def value_type(self, name: str) -> int:
         """The ONNX element type of a known value."""

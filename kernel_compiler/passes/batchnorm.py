@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dfx import Op, is_integer, numpy_dtype
+from dfx import Op, is_integer
 
 from .rewrite import Match, Pat, Rule
 
@@ -27,11 +27,8 @@ WEIGHT_OUTPUTS = 0  # the output-channel axis of OIHW and OHWI weights
 
 def _values(m: Match, tensor: str) -> np.ndarray | None:
     """A graph constant's values as float64 in its shape, or None (no values, or not a constant)."""
-    t = m.graph.tensors[tensor]
-    raw = m.graph.constants.get(tensor)
-    if raw is None or t.role != "constant":
-        return None
-    return np.frombuffer(raw, numpy_dtype(t.dtype).newbyteorder("<")).astype(np.float64).reshape(t.shape)
+    values = m.graph.constant_values(tensor) if m.graph.tensors[tensor].role == "constant" else None
+    return None if values is None else values.astype(np.float64)
 
 
 def _per_channel(m: Match, name: str, channels: int, axis: int, rank: int) -> np.ndarray | None:

@@ -34,9 +34,7 @@ import math
 from dataclasses import replace
 from typing import Callable
 
-import numpy as np
-
-from dfx import Graph, Op, Tensor, is_integer, lookup, numpy_dtype
+from dfx import Graph, Op, Tensor, is_integer, lookup
 from dfx.ops.reduction import ACCUMULATING
 
 from ..fuse import fusion_groups
@@ -73,7 +71,7 @@ class Chain:
         """A scalar graph constant holding `value`."""
         name = self._name(step)
         self.graph.tensors[name] = Tensor(name, (), self.dtype, "constant")
-        self.graph.constants[name] = np.asarray(value, numpy_dtype(self.dtype).newbyteorder("<")).tobytes()
+        self.graph.set_constant(name, value)
         return name
 
     def count(self, axes: list[int]) -> str:

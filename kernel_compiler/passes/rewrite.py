@@ -93,10 +93,10 @@ class Match:
         """The value of a bound constant whose elements all hold one number, or None when the
         graph gives it no value (a `.dfg` constant) or several."""
         tensor = self.graph.tensors[self.bound[name]]
-        raw = self.graph.constants.get(tensor.name)
-        if raw is None or tensor.role != "constant":
+        values = self.graph.constant_values(tensor.name) if tensor.role == "constant" else None
+        if values is None:
             return None
-        values = np.frombuffer(raw, numpy_dtype(tensor.dtype)).astype(np.float64)
+        values = values.astype(np.float64).ravel()
         return float(values[0]) if values.size and (values == values[0]).all() else None
 
     def is_near(self, name: str, target: float) -> bool:
@@ -136,7 +136,7 @@ class Match:
         """Add a graph constant holding `values` as `dtype`; its name."""
         name = self._fresh(step)
         self.graph.tensors[name] = Tensor(name, values.shape, dtype, "constant")
-        self.graph.constants[name] = np.asarray(values, numpy_dtype(dtype).newbyteorder("<")).tobytes()
+        self.graph.set_constant(name, values)
         self.made.append(name)
         return name
 
