@@ -403,9 +403,9 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 f"loop over the compute tiles, and a second would skip iterations")
 
     extent: dict[str, tuple[int, str]] = {}  # loop -> the tile extent it steps, and a tensor it indexes
-    # the input of a sliding-window op: along H and W its bands are as large as its windows need,
-    # whatever the loops step (`_band_problem` checks them against the result tile)
-    # (what their padding holds: the op's value, zero unless the registry says otherwise)
+    # each sliding-window op's input -> the op: along H and W its bands are as large as its windows
+    # need, whatever the loops step (`_band_problem` checks them against the result tile), and their
+    # padding holds the op's value (zero unless the registry says otherwise)
     bands = {op.inputs[0].tensor: opdef[op.op_id] for op in computes if opdef[op.op_id].windows is not None}
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
