@@ -15,7 +15,7 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 @app.command()
 def compile(
-    input: str = typer.Argument(..., help="Graph to compile: .dfg, .json (kpu-sim graph), .onnx, .hlo (XLA HLO text)"),
+    input: str = typer.Argument(..., help="Graph to compile: .dfg, .json (kpu-sim graph), .onnx, .hlo or .hlo.txt (XLA HLO text)"),
     output: Optional[str] = typer.Option(None, "-o", "--output", help="Object file (default: <input stem>.kpu)"),
     target: str = typer.Option(DEFAULT_TARGET, "--target", help="Machine config the tiles are chosen for"),
     accelerator: Optional[str] = typer.Option(None, "--accelerator", metavar="ID",

@@ -285,7 +285,7 @@ def test_kpusim_json_roles_and_aliases():
 def test_unsupported_extension_and_missing_file(tmp_path):
     with pytest.raises(CompileError) as exc:
         load_graph(str(tmp_path / "model.pb"))
-    assert str(exc.value) == f"{tmp_path / 'model.pb'}: unsupported input type '.pb' (expected .dfg, .hlo, .json, .onnx)"
+    assert str(exc.value) == f"{tmp_path / 'model.pb'}: unsupported input type '.pb' (expected .dfg, .hlo, .hlo.txt, .json, .onnx)"
     with pytest.raises(CompileError) as exc:
         load_graph(str(tmp_path / "missing.dfg"))
     assert str(exc.value) == f"{tmp_path / 'missing.dfg'}: cannot read: No such file or directory"

@@ -237,12 +237,20 @@ ENTRY e {
     assert warnings == ["t.hlo:4: parameter 'b' is not used; skipped"]
 
 
-def test_hlo_is_registered_and_read_by_extension(tmp_path):
-    assert FRONTENDS[".hlo"] is parse_hlo
-    path = tmp_path / "m.hlo"
+@pytest.mark.parametrize("name", ["m.hlo", "module.after_optimizations.hlo.txt", "M.HLO.TXT"])
+def test_hlo_is_registered_and_read_by_extension(tmp_path, name):
+    assert FRONTENDS[".hlo"] is FRONTENDS[".hlo.txt"] is parse_hlo
+    path = tmp_path / name  # `.hlo.txt` as XLA's dumps name them
     path.write_text("HloModule m\nENTRY e {\n p = f32[8] parameter(0)\n ROOT t = f32[8] tanh(p)\n}\n")
     graph, _ = load_graph(str(path))
     assert [op.op_type for op in graph.ops] == ["TANH"]
+
+
+def test_a_plain_txt_file_is_not_read_as_hlo(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("HloModule m\n")
+    with pytest.raises(CompileError, match="unsupported input type '.txt'"):
+        load_graph(str(path))
 
 
 # ---- ops against numpy -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ Frontend = Callable[[str, str | bytes], tuple[Graph, list[str]]]
 FRONTENDS: dict[str, Frontend] = {
     ".dfg": parse_dfg,
     ".hlo": parse_hlo,
+    ".hlo.txt": parse_hlo,  # as XLA's dumps name them
     ".json": parse_kpusim_json,
     ".onnx": parse_onnx,
 }
@@ -31,7 +32,10 @@ BINARY = frozenset({".onnx"})
 
 def load_graph(path: str) -> tuple[Graph, list[str]]:
     """Read `path` with the frontend for its extension and infer shapes; (graph, warning lines)."""
-    ext = Path(path).suffix
+    suffixes = Path(path).suffixes
+    # the longest known ending: `.hlo.txt` before `.txt`
+    ext = next((e for e in ("".join(suffixes[-2:]), "".join(suffixes[-1:])) if e.lower() in FRONTENDS),
+               Path(path).suffix)
     frontend = FRONTENDS.get(ext.lower())
     if frontend is None:
         expected = ", ".join(FRONTENDS)
