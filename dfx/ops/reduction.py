@@ -44,7 +44,8 @@ def _reduce_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]
     return [tuple(1 if j is None else shapes[0][j] for j in _reduce_result_dims(shapes[0], attrs))]
 
 
-def _lowest(dtype: np.dtype) -> int | float:
+def lowest(dtype: np.dtype) -> int | float:
+    """The value no other of `dtype` is below: MAX's identity, a max-pool's padding."""
     return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
 
 
@@ -57,7 +58,7 @@ def _highest(dtype: np.dtype) -> int | float:
 _REDUCERS: dict[str, Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]] = {
     "SUM": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep),
     "PROD": lambda x, axes, keep: np.prod(x, axis=axes, keepdims=keep),
-    "MAX": lambda x, axes, keep: np.max(x, axis=axes, keepdims=keep, initial=_lowest(x.dtype)),
+    "MAX": lambda x, axes, keep: np.max(x, axis=axes, keepdims=keep, initial=lowest(x.dtype)),
     "MIN": lambda x, axes, keep: np.min(x, axis=axes, keepdims=keep, initial=_highest(x.dtype)),
     # the count is the product of the reduced dims; 0 of them gives NaN, as numpy's mean
     "MEAN": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep) / elements([x.shape[a] for a in axes]),

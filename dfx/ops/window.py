@@ -26,6 +26,7 @@ from .base import (
     REQUIRED, OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, compute_dtype, convert, elements, register,
     tile_compute_dtype,
 )
+from .reduction import lowest
 
 SPATIAL = (1, 2)  # H and W of an NHWC tensor
 
@@ -289,19 +290,15 @@ def _pool(x: np.ndarray, attrs: dict[str, Any], reduce, fill) -> np.ndarray:
     return out
 
 
-def _lowest(dtype: np.dtype) -> int | float:
-    return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
-
-
 def _max_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     x = arrays[0]
-    fill = _lowest(x.dtype)
+    fill = lowest(x.dtype)
     x = _padded(x, windows(attrs, tuple(attrs["kernel"])), fill)
     return [convert(_pool(x, attrs, np.maximum, fill), out_dtypes[0])]
 
 
 def _max_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
-    return _pool(tiles[0], attrs, np.maximum, _lowest(tiles[0].dtype))
+    return _pool(tiles[0], attrs, np.maximum, lowest(tiles[0].dtype))
 
 
 MAXPOOL2D = register(OpDef(
@@ -318,7 +315,7 @@ MAXPOOL2D = register(OpDef(
     vector_work=_window_work,
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
     windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),
-    window_fill=lambda dtype: _lowest(numpy_dtype(dtype)),
+    window_fill=lambda dtype: lowest(numpy_dtype(dtype)),
 ))
 
 

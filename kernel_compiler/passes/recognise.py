@@ -132,7 +132,9 @@ def _square(m: Match) -> Op | None:
     return m.replace("MUL", m["x"], m["x"]) if m.same_float_dtype() and m.value("k") == 2 else None
 
 
-def _layernorm(m: Match) -> Op | None:
+def _normalised(m: Match) -> tuple[int, float] | None:
+    """(first axis, epsilon) of a layer norm chain that normalises trailing axes of `x` with a
+    known epsilon, or None (warned about where only the epsilon's value is missing)."""
     axes, rank = _axes(m, "mean"), len(m.shape("x"))
     if not axes or axes != _axes(m, "var") or axes != tuple(range(axes[0], rank)) or not m.same_float_dtype():
         return None
@@ -140,20 +142,21 @@ def _layernorm(m: Match) -> Op | None:
     if epsilon is None:
         m.warn(f"a layer norm chain is left as ops: its epsilon '{m['eps']}' is not a constant of known value")
         return None
-    return m.replace("LAYERNORM", m["x"], axis=axes[0], epsilon=epsilon)
+    return axes[0], epsilon
+
+
+def _layernorm(m: Match) -> Op | None:
+    found = _normalised(m)
+    return None if found is None else m.replace("LAYERNORM", m["x"], axis=found[0], epsilon=found[1])
 
 
 def _folded_layernorm(m: Match) -> Op | None:
     # x * s + (bias - s * mean), s = rsqrt(var + eps) (* scale): (x - mean) * s + bias rearranged
-    axes, rank = _axes(m, "mean"), len(m.shape("x"))
-    if not axes or axes != _axes(m, "var") or axes != tuple(range(axes[0], rank)) or not m.same_float_dtype():
-        return None
-    epsilon = m.value("eps") if "eps" in m else 0.0
-    if epsilon is None:
-        m.warn(f"a layer norm chain is left as ops: its epsilon '{m['eps']}' is not a constant of known value")
+    found = _normalised(m)
+    if found is None:
         return None
     scale = m["scale"] if "scale" in m else m.constant("scale", np.ones(()), m.dtype("x"))
-    return m.replace("LAYERNORM", m["x"], scale, m["bias"], axis=axes[0], epsilon=epsilon)
+    return m.replace("LAYERNORM", m["x"], scale, m["bias"], axis=found[0], epsilon=found[1])
 
 
 def _with_scale(m: Match) -> Op | None:
