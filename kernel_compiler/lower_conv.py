@@ -172,6 +172,11 @@ MIN_CHUNK = 4  # input channels per chunk: fewer only where no tiling with more 
 
 
 def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
+    band_h, band_w = t.band(p)
+    # a chunk of the band or of the weights that outgrows an L1 buffer even single-buffered: no
+    # need to count the rest (most of the search's tries end here)
+    if max(band_h * band_w * t.Tc * p.x_bytes, t.Tn * p.KH * p.KW * t.Tc * p.w_bytes) > target.l1.bank_bytes:
+        return False
     buffers, shared = conv_buffers(p, t)
     return fits(buffers, target, shared)
 
