@@ -1,6 +1,7 @@
 """The machine: config loading and validation, timing models, simulator core."""
 
 from hardware.config import ConfigError, load_machine, machine_from_dict, resolve_config
+from hardware.energy import AreaModel, EnergyCounts, EnergyModel, kernel_energy, machine_area
 from hardware.machine import (
     DATAFLOWS,
     VECTOR_CYCLES_PER_ELEMENT,
@@ -21,9 +22,12 @@ from hardware.units.systolic_array import matmul_cycles
 from hardware.units.vector_unit import vector_cycles
 
 __all__ = [
+    "AreaModel",
     "DATAFLOWS",
     "ComputeFabric",
     "ConfigError",
+    "EnergyCounts",
+    "EnergyModel",
     "Engines",
     "ExternalMemory",
     "HostLink",
@@ -38,7 +42,9 @@ __all__ = [
     "VECTOR_CYCLES_PER_ELEMENT",
     "VECTOR_OP_CLASSES",
     "VectorUnit",
+    "kernel_energy",
     "load_machine",
+    "machine_area",
     "machine_from_dict",
     "matmul_cycles",
     "move_timer",

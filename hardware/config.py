@@ -1,4 +1,5 @@
-"""Machine configs: kpu-sim's two schemas, flat and system, plus our optional `timing` section.
+"""Machine configs: kpu-sim's two schemas, flat and system, plus our optional `timing`, `energy`
+and `area` sections.
 
 `load_machine(path, accelerator=None)` reads a `.json`, `.yaml` or `.yml` file, or a shipped config
 by name; `machine_from_dict(document, source, accelerator=None)` takes an already parsed document.
@@ -59,6 +60,12 @@ The flat schema:
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
 | `timing.vector_lanes` | int in [1, 2^20] | `compute.processor_array.cols` | lanes of one compute tile's vector unit (elements it works on at once) |
 | `timing.vector_cycles_per_element.{simple, transcendental, reduction}` | ints in [1, 1024], cycles | `1`, `4`, `1` | cycles one lane spends per element of that op class |
+| `energy.mac_pj.{f64, f32, f16, bf16, f8, i32, i16, i8, u8}` | numbers in [0, 10^9], pJ | Horowitz ISSCC 2014, 45 nm (`hardware.energy`) | energy of one MAC whose operands are of that dtype |
+| `energy.access_pj_per_byte.{external, l3, l2, l1, register}` | numbers in [0, 10^9], pJ | 162.5, 12.5, 2.5, 1.25, 0.75 | energy of reading or writing one byte at that level |
+| `energy.vector_pj_per_element.{simple, transcendental, reduction}` | numbers in [0, 10^9], pJ | 4.6, 18.4, 0.9 | energy of one vector-lane element of that op class |
+| `area.{pe_um2, vector_lane_um2}` | numbers in [0, 10^9], um2 | 11884 each (an f32 multiplier and adder) | area of one PE of the array, one lane of a vector unit |
+| `area.sram_mm2_per_kb.{l3, l2, l1}` | numbers in [0, 10^9], mm2 | 0.00405 each | area of one KB of that on-chip level |
+| `area.engine_mm2.{dma, block_mover, streamer}` | numbers in [0, 10^9], mm2 | 0.01 each (an estimate) | area of one engine of that kind |
 
 The system schema (kpu-sim's `configs/examples/`): a host, its accelerators and their interconnect.
 The loader reads one KPU of `accelerators`: the only one, or the one `--accelerator ID` names
@@ -94,6 +101,7 @@ way (`...tiles[1].systolic_rows: tile_1's 8 differs from tile_0's 16`).
 | `interconnect.host_to_accelerator.{pcie_config, cxl_config}.bandwidth_gbps` | finite number >= 0.001 | no host link | the host link: bytes/cycle each way = `bandwidth_gbps / clock_ghz`; one of the two |
 | `timing.*` | as in the flat schema | as there | the same keys, except `clock_ghz`, `dram_latency_cycles` and `dma_bytes_per_cycle`, which this schema gives itself (above), so they are refused here |
 | `timing.host_link_latency_cycles` | int in [0, 10^6] | `0` | cycles before the first byte of each host-link crossing; only with a host link |
+| `energy.*`, `area.*` | as in the flat schema | as there | the energy and area models' figures |
 
 With a host link the loader reports, apart from the run's cycles, the cycles the program's inputs
 (and constants) take to cross it before the run and its outputs after: `host_transfer_cycles`.
@@ -129,6 +137,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hardware.energy import (
+    ACCESS_PJ_PER_BYTE,
+    MAC_PJ,
+    VECTOR_PJ_PER_ELEMENT,
+    AreaModel,
+    EnergyModel,
+)
 from hardware.machine import (
     DATAFLOWS,
     VECTOR_CYCLES_PER_ELEMENT,
@@ -344,6 +359,25 @@ _TIMING_KEYS: dict[str, _Key | _Section] = {
     ),
 }
 
+# Our extension too, in both schemas: the energy and area models' figures (hardware.energy),
+# each defaulting to its published figure. The bound keeps a run's total finite and printable:
+# 2^60 bytes at 10^9 pJ each is 10^27 pJ.
+MAX_COST = 10**9
+_COST = _Kind(f"a finite non-negative number up to {MAX_COST}", lambda v: _is_number(v) and 0 <= v <= MAX_COST)
+
+
+def _costs(defaults: dict[str, float]) -> _Section:
+    return _Section({key: _Key(_COST, value) for key, value in defaults.items()}, default=_FILLED)
+
+
+_AREA_DEFAULTS = AreaModel()
+_ENERGY_KEYS = {"mac_pj": _costs(MAC_PJ), "access_pj_per_byte": _costs(ACCESS_PJ_PER_BYTE),
+                "vector_pj_per_element": _costs(VECTOR_PJ_PER_ELEMENT)}
+_AREA_KEYS = {"pe_um2": _Key(_COST, _AREA_DEFAULTS.pe_um2),
+              "vector_lane_um2": _Key(_COST, _AREA_DEFAULTS.vector_lane_um2),
+              "sram_mm2_per_kb": _costs(_AREA_DEFAULTS.sram_mm2_per_kb),
+              "engine_mm2": _costs(_AREA_DEFAULTS.engine_mm2)}
+
 _SCHEMA = _Section(
     {
         "name": _Key(_NAME, default=None),  # None: the file's stem
@@ -406,6 +440,8 @@ _SCHEMA = _Section(
         ),
         "address_map": _Section(_ADDRESS, default=_FILLED),
         "timing": _Section(_TIMING_KEYS, default=_FILLED),
+        "energy": _Section(_ENERGY_KEYS, default=_FILLED),
+        "area": _Section(_AREA_KEYS, default=_FILLED),
     }
 )
 
@@ -518,6 +554,8 @@ _SYSTEM_SCHEMA = _Section(
             },
             default=_FILLED,
         ),
+        "energy": _Section(_ENERGY_KEYS, default=_FILLED),
+        "area": _Section(_AREA_KEYS, default=_FILLED),
     }
 )
 
@@ -599,11 +637,13 @@ def _per_cycle(gbps: Any, clock: _Clock, source: str, path: str) -> float:
     return rate
 
 
-def _machine(name: str | None, source: str, timing: dict[str, Any], *, external: ExternalMemory,
+def _machine(name: str | None, source: str, config: dict[str, Any], *, external: ExternalMemory,
              l3: MemoryLevel, l2: MemoryLevel, l1: MemoryLevel, movers: tuple[int, int, int],
              dma_bytes_per_cycle: float, array: tuple[int, int, int], host_link: HostLink | None = None) -> Machine:
-    """The Machine both schemas describe: what they share comes from the timing section."""
+    """The Machine both schemas describe: what they share comes from the timing, energy and area
+    sections of `config`."""
     tiles, rows, cols = array
+    timing = config["timing"]
     return Machine(
         name=name if name is not None else Path(source).stem,
         clock_ghz=float(timing["clock_ghz"]),
@@ -622,6 +662,8 @@ def _machine(name: str | None, source: str, timing: dict[str, Any], *, external:
             cycles_per_element=timing["vector_cycles_per_element"],
         ),
         host_link=host_link,
+        energy=EnergyModel(**config["energy"]),
+        area=AreaModel(**config["area"]),
     )
 
 
@@ -641,7 +683,7 @@ def _flat_machine(document: Any, source: str) -> Machine:
         l1_count = 4 * (array["rows"] + array["cols"])
 
     return _machine(
-        config["name"], source, timing,
+        config["name"], source, config,
         external=ExternalMemory(
             channels=external["bank_count"],
             channel_bytes=external["bank_capacity_mb"] * MB,
@@ -677,7 +719,7 @@ def _system_machine(document: dict[str, Any], source: str, accelerator: str | No
                                                   f"equally by {len(tiles)} compute tiles, each with its own L1")
 
     return _machine(
-        config["system"]["name"], source, {**config["timing"], "clock_ghz": clock[0]},
+        config["system"]["name"], source, {**config, "timing": {**config["timing"], "clock_ghz": clock[0]}},
         external=ExternalMemory(
             channels=len(memory["banks"]),
             channel_bytes=bank["capacity_mb"] * MB,

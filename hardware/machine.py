@@ -7,9 +7,11 @@ section.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from .energy import AreaModel, EnergyModel
 
 DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 
@@ -102,6 +104,8 @@ class Machine:
     # Machine's `vector` is never None.
     vector: VectorUnit = None  # type: ignore[assignment]
     host_link: HostLink | None = None  # None: the config describes no host link
+    energy: EnergyModel = field(default_factory=EnergyModel)
+    area: AreaModel = field(default_factory=AreaModel)
 
     def __post_init__(self) -> None:
         if self.vector is None:
@@ -133,6 +137,8 @@ class Machine:
             "vector": {"lanes": self.vector.lanes, "cycles_per_element": dict(self.vector.cycles_per_element)},
             "host_link": None if link is None else {"bytes_per_cycle": link.bytes_per_cycle,
                                                     "latency_cycles": link.latency_cycles},
+            "energy": asdict(self.energy),
+            "area": asdict(self.area),
         }
 
 

@@ -58,14 +58,17 @@ class UnitStats:
 @dataclass(slots=True)
 class PhaseSpan:
     """When a phase's tasks ran: first start, first compute task's start (array or vector), last
-    end; the MACs its array tasks did, the elements its vector tasks processed (summed over their
-    op classes), and the bytes its moves carried, by pair of levels as SimResult.bytes_moved."""
+    end; the MACs its array tasks did and the operand elements they read (each task's A and B
+    tiles), the elements its vector tasks processed (in all and by op class), and the bytes its
+    moves carried, by pair of levels as SimResult.bytes_moved."""
 
     start: int
     end: int
     compute_start: int | None = None
     macs: int = 0
+    array_operand_elements: int = 0
     vector_elements: int = 0
+    vector_work: dict[str, int] = field(default_factory=dict)
     bytes_moved: dict[str, int] = field(default_factory=dict)
 
 
@@ -297,8 +300,10 @@ class Simulator:
                 compute = eng.compute
                 if compute is not None:
                     span.macs += compute.macs(task)
-                    for _, elements in task.vector_work:  # none on an array task
+                    span.array_operand_elements += compute.operand_elements(task)
+                    for op_class, elements in task.vector_work:  # none on an array task
                         span.vector_elements += elements
+                        span.vector_work[op_class] = span.vector_work.get(op_class, 0) + elements
                     if span.compute_start is None:
                         span.compute_start = now
                 elif eng.moves:

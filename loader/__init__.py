@@ -13,6 +13,7 @@ _EXPORTS = {
     "execute": "run", "program_tasks": "run", "simulate": "run",
     "bind_cpsat": "bind",
     "bind_cached": "cache", "cache_dir": "cache",
+    "summary": "report",
 }
 
 __all__ = list(_EXPORTS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dfx import Barrier, Graph, Kernel, Program, itemsize
-from hardware import UNIT_PREFIX, HostLink, Machine, PhaseSpan, SimResult
+from hardware import UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area
 from hardware.units.bandwidth import Bandwidth
 
 from .binding import Binding
@@ -114,16 +114,38 @@ def result_shape(kernel: Kernel, graph: Graph) -> str:
     return ", ".join("x".join(map(str, graph.tensors[t].shape)) or "scalar" for t in kernel.outputs)
 
 
+def energy_counts(span: PhaseSpan, kernel: Kernel, graph: Graph) -> EnergyCounts:
+    """What the energy model charges one kernel for; its MACs in the dtype of its op's operands."""
+    op = next(op for op in graph.ops if op.name == kernel.graph_op)
+    dtype = graph.tensors[(op.inputs or op.outputs)[0]].dtype
+    return EnergyCounts(dtype, itemsize(dtype), span.macs, span.array_operand_elements, span.vector_work,
+                        {tuple(path.split("->")): n for path, n in span.bytes_moved.items()})
+
+
+def run_energy(kernels: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run's energy: its kernels' summed, in pJ, in all and by level and by unit."""
+    total: dict[str, Any] = {"total_pj": 0.0, "by_level": {}, "by_unit": {}}
+    for k in kernels.values():
+        e = k["energy"]
+        total["total_pj"] += e["total_pj"]
+        for view in ("by_level", "by_unit"):
+            for part, pj in e[view].items():
+                total[view][part] = total[view].get(part, 0.0) + pj
+    return total
+
+
 def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dict[str, dict[str, Any]]:
-    """Each kernel that ran, in program order: its span, op, result shape and cost. A kernel of
-    views alone runs no task, so the simulator has no span of it."""
+    """Each kernel that ran, in program order: its span, op, result shape, cost and energy. A
+    kernel of views alone runs no task, so the simulator has no span of it."""
     sim = result.sim
     op_types = {op.name: op.op_type for op in program.graph.ops}
     tiles = {b.kernel: b.workers for b in result.bindings}
     peak = machine.compute.peak_macs_per_cycle
     return {k.name: {**kernel_span(sim.phases[i], peak), "op": kernel_op(k, op_types),
                      "shape": result_shape(k, program.graph),
-                     **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles)}
+                     **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles),
+                     "energy": kernel_energy(machine.energy, energy_counts(sim.phases[i], k, program.graph),
+                                             engine_kind)}
             for i, k in enumerate(program.kernels) if i in sim.phases}
 
 
@@ -159,6 +181,8 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
         })
+        out["energy"] = run_energy(out["kernels"])
+    out["area"] = machine_area(machine)
     if machine.host_link is not None:
         out["host_transfer"] = host_transfer(program, machine.host_link)
         out["host_transfer_cycles"] = out["host_transfer"]["cycles_in"] + out["host_transfer"]["cycles_out"]
@@ -214,6 +238,11 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     for kernel, b in s["bindings"].items():
         for note in b["notes"]:
             console.print(f"{kernel}: {note}")
+    e, area = s["energy"], s["area"]
+    console.print(f"Energy per inference: [bold]{e['total_pj'] / 1e6:,.2f} µJ[/] "
+                  f"({e['total_pj'] / max(1, s['macs']):,.2f} pJ per MAC); by level: "
+                  + ", ".join(f"{part} {pj / e['total_pj']:.0%}" for part, pj in e["by_level"].items() if pj)
+                  + f". Area {area['total_mm2']:,.2f} mm² (45 nm figures unless the config gives its own)")
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")

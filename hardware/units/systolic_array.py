@@ -52,5 +52,10 @@ class SystolicArrayModel:
         return task.m * task.n * task.k
 
     @staticmethod
+    def operand_elements(task: Task) -> int:
+        """A and B enter the array once each, whatever the dataflow holds stationary."""
+        return task.k * (task.m + task.n)
+
+    @staticmethod
     def trace_args(task: Task) -> dict:
         return {"m": task.m, "n": task.n, "k": task.k, "dataflow": task.dataflow}

@@ -53,5 +53,9 @@ class VectorUnitModel:
         return 0  # MACs measure the array's work: utilization is against the arrays' peak
 
     @staticmethod
+    def operand_elements(task: Task) -> int:
+        return 0  # a vector element's figure includes its operands (hardware.energy)
+
+    @staticmethod
     def trace_args(task: Task) -> dict:
         return {"vector_work": task.vector_work}
