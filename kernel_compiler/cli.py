@@ -25,7 +25,9 @@ def compile(
     dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
     fuse: bool = typer.Option(True, "--fusion/--no-fusion",
-                              help="Apply chains of map ops (bias, activation) to a kernel's result tile on chip"),
+                              help="Apply chains of map ops (bias, activation) to a kernel's result tile on chip, "
+                                   "and make one op of a chain that spells softmax, layer norm or GELU; "
+                                   "--no-fusion: every graph op its own kernel"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
     from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail, loads

@@ -73,7 +73,7 @@ def _check_counts(kernel: Kernel, where: str) -> None:
 
 def graph_passes(graph: Graph, target: Target, fuse: bool, warnings: list[str]) -> Graph:
     """The graph after the passes, in order; why a chain stays as ops goes to `warnings`."""
-    graph = canonicalise(graph, warnings)  # frontend spellings -> primitives; chains -> one op
+    graph = canonicalise(graph, warnings, fuse)  # frontend spellings -> primitives; chains -> one op
     # rows too long for a tile of the target -> chains that lower (after RECOGNISE, which would
     # fold them back; before fusion, which fuses them)
     return split_long_rows(graph, target, fuse)

@@ -18,7 +18,7 @@ from .contraction import CONTRACTION
 from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .long_rows import split_long_rows
-from .recognise import RECOGNISE
+from .recognise import FUSING_RULES, RECOGNISE
 from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
@@ -31,9 +31,13 @@ PASSES: list[tuple[str, list[Rule]]] = [
 ]
 
 
-def canonicalise(graph: Graph, warnings: list[str]) -> Graph:
-    """`graph` after every pass, as a new graph; why a chain stays as ops goes to `warnings`."""
+def canonicalise(graph: Graph, warnings: list[str], fuse: bool = True) -> Graph:
+    """`graph` after every pass, as a new graph; why a chain stays as ops goes to `warnings`.
+    Without `fuse` the chains that spell one op (softmax, layer norm, GELU) stay their ops, each
+    its own kernel: the program --no-fusion compares fusion against."""
     for _, rules in PASSES:
+        if not fuse:
+            rules = [rule for rule in rules if rule not in FUSING_RULES]
         graph = rewrite(graph, rules, warnings)
     return graph
 

@@ -230,4 +230,7 @@ GELU_RULES: list[Rule] = [
      _gelu("none", _GELU_ERF)),  # 0.5 x (1 + erf(x / sqrt 2)) -> GELU
 ]
 
-RECOGNISE: list[Rule] = REDUCTION_RULES + SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES
+# the rules that make one op of a chain of several computations: fusion, which --no-fusion leaves
+# out (the REDUCTION_RULES only respell one op as another)
+FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES
+RECOGNISE: list[Rule] = REDUCTION_RULES + FUSING_RULES
