@@ -9,7 +9,7 @@ import json
 import orjson
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, DATA, run_cli
 from hardware import ConfigError, load_machine, machine_area, machine_from_dict
 from hardware.energy import ACCESS_PJ_PER_BYTE, MAC_PJ
 from test_bind import matmul_dfg
@@ -91,3 +91,11 @@ def test_area_by_part():
 def test_bad_sections_name_the_key(section, message):
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         machine_from_dict({**STANDARD, **section}, "kpu.json")
+
+
+def test_system_schema_takes_the_sections_too():
+    document = json.loads((DATA / "kpu-configs" / "examples__minimal_kpu.json").read_text())
+    m = machine_from_dict({**document, "energy": {"access_pj_per_byte": {"external": 7.0}},
+                           "area": {"engine_mm2": {"dma": 3.0}}}, "kpu.json")
+    assert m.energy.access_pj_per_byte == {**ACCESS_PJ_PER_BYTE, "external": 7.0}
+    assert machine_area(m)["by_part"]["dma"] == 3.0 * m.engines.dma
