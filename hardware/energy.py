@@ -140,13 +140,13 @@ def kernel_energy(model: EnergyModel, counts: EnergyCounts,
 def machine_area(machine: Machine) -> dict[str, Any]:
     """The machine's area in mm2, in all and by part."""
     a, c = machine.area, machine.compute
-    kb = {"l3": machine.l3.total_bytes, "l2": machine.l2.total_bytes, "l1": c.tiles * machine.l1.total_bytes}
+    sram_bytes = {"l3": machine.l3.total_bytes, "l2": machine.l2.total_bytes, "l1": c.tiles * machine.l1.total_bytes}
     engines = {"dma": machine.engines.dma, "block_mover": machine.engines.block_mover,
                "streamer": machine.engines.streamer}
     by_part = {
         "array": c.peak_macs_per_cycle * a.pe_um2 / 1e6,
         "vector": c.tiles * machine.vector.lanes * a.vector_lane_um2 / 1e6,
-        **{level: n / 1024 * a.sram_mm2_per_kb[level] for level, n in kb.items()},
+        **{level: n / 1024 * a.sram_mm2_per_kb[level] for level, n in sram_bytes.items()},
         **{kind: n * a.engine_mm2[kind] for kind, n in engines.items()},
     }
     return {"total_mm2": sum(by_part.values()), "by_part": by_part}
