@@ -128,20 +128,21 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         return TileRef(tensor.name, level, idx, [1] * len(batch_idx) + inner_shape)
 
     # each operand's tile at each level: (loop, extent) along M or N, and along K. In L3 a panel
-    # (all of K) when one operand is resident: its block of tiles, the other's single tiles
+    # (all of K) when one operand is resident: its block of tiles, the other's single tiles (a
+    # panel, or its K tiles with `streamed_tiles`)
     Bi, Bj = min(M, Ti * tiling.per_block), min(N, Tj * tiling.per_block)
     l3_rows = ("bi", Bi) if tiling.resident == "A" else ("ti", min(Ti, M))
     l3_cols = ("bj", Bj) if tiling.resident == "B" else ("tj", min(Tj, N))
-    l3_k = ("0", K) if tiling.resident else ("tk", min(Tk, K))
     k = ("tk", min(Tk, K))
+    l3_k = {name: ("0", K) if tiling.whole_k(name) else k for name in "AB"}
 
     # a move copies its destination's tile: the L3 -> L2 move reads an L2 tile out of the L3 panel
     def a_ref(lvl, tile_level):
-        (m_loop, m_size), (k_loop, k_size) = (l3_rows, l3_k) if tile_level == "L3" else (("ti", min(Ti, M)), k)
+        (m_loop, m_size), (k_loop, k_size) = (l3_rows, l3_k["A"]) if tile_level == "L3" else (("ti", min(Ti, M)), k)
         return ref(a, lvl, a_idx, [m_loop, k_loop], [m_size, k_size])
 
     def b_ref(lvl, tile_level):
-        (n_loop, n_size), (k_loop, k_size) = (l3_cols, l3_k) if tile_level == "L3" else (("tj", min(Tj, N)), k)
+        (n_loop, n_size), (k_loop, k_size) = (l3_cols, l3_k["B"]) if tile_level == "L3" else (("tj", min(Tj, N)), k)
         if transpose_b:
             return ref(b, lvl, b_idx, [n_loop, k_loop], [n_size, k_size])
         return ref(b, lvl, b_idx, [k_loop, n_loop], [k_size, n_size])
@@ -219,7 +220,8 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             "macs": macs,
             "estimated_dram_bytes": dram,
             "l3_resident": f"{tiling.resident} panel of {Bi if tiling.resident == 'A' else Bj} x {K}, "
-                           f"{tiling.panel_depth} deep" if tiling.resident else "none",
+                           f"{tiling.panel_depth} deep{', the other in K tiles' if tiling.streamed_tiles else ''}"
+                           if tiling.resident else "none",
             "dram_bytes_per_stream": per_stream,
             "compulsory_dram_bytes": sum(s.bytes for s in [*stream_list.values(), *extra]),
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),

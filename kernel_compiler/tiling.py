@@ -40,6 +40,14 @@ class MatmulTiling:
     resident: str | None = None
     per_block: int = 1  # the resident panel's tiles
     panel_depth: int = 1  # buffers of the resident panel in L3 (2: the next loads while this is read)
+    # the streamed operand comes in its L2 tiles (Tk deep), not panels of all of K: beside a
+    # resident operand whole in one tile, whose panel leaves too little room for the other's
+    # panels; the other passes it once either way
+    streamed_tiles: bool = False
+
+    def whole_k(self, operand: str) -> bool:
+        """Whether the operand's L3 tile holds all of K (a panel)."""
+        return self.resident is not None and (operand == self.resident or not self.streamed_tiles)
 
     @property
     def within(self) -> dict[str, str]:
@@ -161,8 +169,9 @@ def streams(p: MatmulProblem, t: MatmulTiling) -> list[Stream]:
     batch_size = math.prod(p.batch_trips)
     a_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.a_batch)
     b_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.b_batch)
-    a_loops, b_loops = (((PANEL_LOOPS[t.resident]["A"],), (PANEL_LOOPS[t.resident]["B"],)) if t.resident
-                        else (("ti", "tk"), ("tk", "tj")))
+    # a resident operand's L3 tiles are indexed by its blocks, and a panel's by no K tile
+    a_loops = ("bi" if t.resident == "A" else "ti", *(() if t.whole_k("A") else ("tk",)))
+    b_loops = ("bj" if t.resident == "B" else "tj", *(() if t.whole_k("B") else ("tk",)))
     out = [
         Stream("A", (*p.a_batch, *a_loops), a_b * p.M * p.K * p.elem_a),
         Stream("B", (*p.b_batch, *b_loops), b_b * p.K * p.N * p.elem_b),
@@ -191,14 +200,19 @@ ORDERS = {  # outermost first, after the batch loops; K innermost, so partial su
 }
 
 
-# the loop each operand's panel is loaded at, by resident operand
-PANEL_LOOPS = {"A": {"A": "bi", "B": "tj"}, "B": {"A": "ti", "B": "bj"}}
-
-
 def _outside_parallel(stream: Stream, t: MatmulTiling) -> bool:
     """Whether a stream's load into L3 sits outside the parallel loop (or before all loops), so
     that one copy serves every compute tile (`Kernel.shared_moves`)."""
     return t.parallel.loop is not None and placement(stream, t.loop_order) < t.loop_order.index(t.parallel.loop)
+
+
+def l3_tiles(p: MatmulProblem, t: MatmulTiling) -> dict[str, int]:
+    """Bytes of one L3 tile of A and of B: the resident block's rows or columns, the others' one
+    tile's, all of K for a panel, else Tk."""
+    rows = min(p.M, t.Ti * (t.per_block if t.resident == "A" else 1))
+    cols = min(p.N, t.Tj * (t.per_block if t.resident == "B" else 1))
+    depth = {name: p.K if t.whole_k(name) else min(p.K, t.Tk) for name in "AB"}
+    return {"A": rows * depth["A"] * p.elem_a, "B": depth["B"] * cols * p.elem_b}
 
 
 def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[int]]:
@@ -206,10 +220,10 @@ def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[
     largest, and apart the L3 buffers one copy of which serves every compute tile (a resident
     panel, and a streamed panel loaded outside the parallel loop). L3 holds the operands' L3 tiles:
     A and B tiles `depth` deep, or the resident panel `panel_depth` deep and the streamed one's
-    panels `depth` deep. L2 and L1 hold A and B tiles `depth` deep; L3 and L2 a whole tile of Cin;
-    the accumulators' tile drains to L2 and, unless an epilogue takes it there, on to L3; each
-    epilogue operand's tile (a bias row one row high) sits `depth` deep at L3 and L2, and the
-    final result's at both. The body double-buffers only loads that repeat and holds C in its own
+    panels (or K tiles) `depth` deep. L2 and L1 hold A and B tiles `depth` deep; L3 and L2 a
+    whole tile of Cin; the accumulators' tile drains to L2 and, unless an epilogue takes it
+    there, on to L3; each epilogue operand's tile (a bias row one row high) sits `depth` deep at
+    L3 and L2, and the final result's at both. The body double-buffers only loads that repeat and holds C in its own
     dtype, never wider than the accumulators', so it needs no more than this; the kernel's
     requirements are its buffers exactly (`requirements.body_buffers`)."""
     Ti, Tj, Tk = t.Ti, t.Tj, t.Tk
@@ -219,11 +233,9 @@ def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[
     if t.resident is None:
         out += [("L3", a), ("L3", b)]
     else:
-        rows, cols = (min(p.M, Ti * t.per_block), min(p.N, Tj)) if t.resident == "A" else \
-            (min(p.M, Ti), min(p.N, Tj * t.per_block))
-        panels = {"A": rows * p.K * p.elem_a, "B": p.K * cols * p.elem_b}
+        l3 = l3_tiles(p, t)
         for stream in streams(p, t)[:2]:
-            size = panels[stream.name] * (t.panel_depth if stream.name == t.resident else p.depth)
+            size = l3[stream.name] * (t.panel_depth if stream.name == t.resident else p.depth)
             if _outside_parallel(stream, t):
                 shared.append(size)
             else:
@@ -279,10 +291,17 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
                 n = bisect.bisect_left(sizes, True, key=lambda size: not _acceptable(p, target, *make(size)))
                 if n:
                     yield make(sizes[n - 1])
+        # the whole operand in one tile's panel, loaded once and shared, the other streaming past
+        # it once in its K tiles: room for the panel where the other's panels would leave none
+        if tiles == 1:
+            whole = _resident_tiling(p, target, Ti, Tj, Tk, resident, 1, outer, 1, streamed_tiles=True)
+            if _acceptable(p, target, *whole):
+                yield whole
 
 
 def _resident_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int, resident: str, panel_depth: int,
-                     parallel_on: str, per_block: int) -> tuple[MatmulTiling, dict[str, int]]:
+                     parallel_on: str, per_block: int, streamed_tiles: bool = False
+                     ) -> tuple[MatmulTiling, dict[str, int]]:
     """The tiling with `resident`'s panel of `per_block` tiles, the compute tiles dealing out the
     steps of loop `parallel_on` (a loop within blocks: those of one block), and its trips."""
     trips = trips_of(p, Ti, Tj, Tk, per_block)
@@ -291,7 +310,7 @@ def _resident_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int
     runs = min(trips[parallel_on], per_block) if parallel_on == inner else trips[parallel_on]
     parallel = Parallel(parallel_on, max(1, min(target.compute_tiles, runs))) \
         if parallel_on in loops else parallel_loop(loops, trips, target.compute_tiles)
-    return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth), trips
+    return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth, streamed_tiles), trips
 
 
 def _acceptable(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
@@ -306,15 +325,15 @@ PANEL_SHARE = 16
 
 
 def worth_waiting_for(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> bool:
-    """Whether the bytes the array waits for are few enough: each operand's first panel, and with
-    a one-deep resident panel every later one too (its next load starts when its last reader is
-    done)."""
+    """Whether the bytes the array waits for are few enough: each operand's first L3 tile, and
+    with a one-deep resident panel every load of it too (its next load starts when its last
+    reader is done), but for the whole operand's panel beside K tiles (`streamed_tiles`) when it
+    is loaded once, before all loops."""
     every = streams(p, t)  # A, B, ...
-    rows = min(p.M, t.Ti * (t.per_block if t.resident == "A" else 1))
-    cols = min(p.N, t.Tj * (t.per_block if t.resident == "B" else 1))
-    waited = rows * p.K * p.elem_a + p.K * cols * p.elem_b
-    if t.panel_depth == 1:
-        waited += stream_traffic(every[0 if t.resident == "A" else 1], t.loop_order, trips, t.within)
+    waited = sum(l3_tiles(p, t).values())
+    resident = every[0 if t.resident == "A" else 1]
+    if t.panel_depth == 1 and (not t.streamed_tiles or placement(resident, t.loop_order) >= 0):
+        waited += stream_traffic(resident, t.loop_order, trips, t.within)
     return PANEL_SHARE * waited <= dram_traffic(every, t.loop_order, trips, t.within)
 
 
@@ -327,8 +346,10 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
     """The feasible tiling with least exact DRAM traffic, a resident panel only where the array
     waits for little of it (`worth_waiting_for`) and its tiles stay within TILE_SHRINK of the
     area they have without one; ties go to fewer, larger tiles, then to a double-buffered
-    resident panel, then to larger panels."""
+    resident panel, then to larger panels. The whole operand resident beside the other's K tiles
+    (`streamed_tiles`) is taken over that only where it moves fewer bytes, on the same terms."""
     best: dict[bool, tuple[tuple, MatmulTiling]] = {}  # with a resident panel or not -> the best
+    whole: list[tuple[tuple, MatmulTiling]] = []  # the tilings with `streamed_tiles`
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, min(target.rows, target.cols))):
@@ -339,14 +360,20 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
                     key = (dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, t.loop_order)
                     panel = t.resident is not None
-                    if panel not in best or key < best[panel][0]:
+                    if t.streamed_tiles:
+                        whole.append((key, t))
+                    elif panel not in best or key < best[panel][0]:
                         best[panel] = (key, t)
                 if found:
                     break  # the largest Tk that fits this (Ti, Tj) is the one worth having
-    if not best:
-        raise ValueError("no tile of the array size fits the target's memories")
     plain, panel = best.get(False), best.get(True)
-    if panel is None or (plain is not None and (plain[0] <= panel[0] or TILE_SHRINK * panel[1].Ti * panel[1].Tj
-                                                < plain[1].Ti * plain[1].Tj)):
-        return plain[1]
-    return panel[1]
+    choice = plain if panel is None or (plain is not None and (
+        plain[0] <= panel[0] or TILE_SHRINK * panel[1].Ti * panel[1].Tj < plain[1].Ti * plain[1].Tj)) else panel
+    for key, t in sorted(whole, key=lambda c: c[0]):
+        if choice is not None and key[0] >= choice[0][0]:
+            break
+        if plain is None or TILE_SHRINK * t.Ti * t.Tj >= plain[1].Ti * plain[1].Tj:
+            return t
+    if choice is None:
+        raise ValueError("no tile of the array size fits the target's memories")
+    return choice[1]

@@ -29,21 +29,21 @@ def choose(p, target=UPSTREAM):
 
 def brute_force_dram(M, N, K, t, elem=4):
     """Walk every iteration of the loop nest (a loop within blocks over its block's tiles); an
-    operand reloads its L3 tile (a panel of all of K when one operand is resident) whenever a
-    loop at or outside the innermost loop indexing it advances; C is written once per tile."""
+    operand reloads its L3 tile (a panel of all of K when one operand is resident, but the other's
+    K tiles beside a whole resident operand) whenever a loop at or outside the innermost loop
+    indexing it advances; C is written once per tile."""
     Ti, Tj, Tk = t.Ti, t.Tj, t.Tk
     trips = {"ti": math.ceil(M / Ti), "tj": math.ceil(N / Tj), "tk": math.ceil(K / Tk)}
     Bi, Bj = Ti * t.per_block, Tj * t.per_block
     trips.update(bi=math.ceil(M / Bi), bj=math.ceil(N / Bj))
-    panel = {"A": {"A": "bi", "B": "tj"}, "B": {"A": "ti", "B": "bj"}}.get(t.resident)
-    indexed = {"A": (panel["A"],), "B": (panel["B"],)} if panel else {"A": ("ti", "tk"), "B": ("tk", "tj")}
+    row, col = "bi" if t.resident == "A" else "ti", "bj" if t.resident == "B" else "tj"
+    panel = {"A": t.resident is not None and (t.resident == "A" or not t.streamed_tiles),
+             "B": t.resident is not None and (t.resident == "B" or not t.streamed_tiles)}
+    indexed = {"A": (row,) if panel["A"] else (row, "tk"), "B": (col,) if panel["B"] else ("tk", col)}
     rows = {"bi": lambda i: min(Bi, M - i["bi"] * Bi), "ti": lambda i: min(Ti, M - i["ti"] * Ti)}
     cols = {"bj": lambda i: min(Bj, N - i["bj"] * Bj), "tj": lambda i: min(Tj, N - i["tj"] * Tj)}
-    if panel:
-        size = {"A": lambda i: rows[panel["A"]](i) * K, "B": lambda i: K * cols[panel["B"]](i)}
-    else:
-        size = {"A": lambda i: rows["ti"](i) * min(Tk, K - i["tk"] * Tk),
-                "B": lambda i: min(Tk, K - i["tk"] * Tk) * cols["tj"](i)}
+    k_of = {name: (lambda i: K) if panel[name] else (lambda i: min(Tk, K - i["tk"] * Tk)) for name in "AB"}
+    size = {"A": lambda i: rows[row](i) * k_of["A"](i), "B": lambda i: k_of["B"](i) * cols[col](i)}
     within = t.within
 
     def points(depth, it):
@@ -119,3 +119,30 @@ def test_resident_panel_count_is_exact(M, N, K, resident):
         streamed = (N * K if resident == "A" else M * K) * math.ceil((M if resident == "A" else N) /
                                                                        ((t.Ti if resident == "A" else t.Tj) * t.per_block))
         assert dram == ((M * K if resident == "A" else K * N) + streamed + M * N) * 4
+
+
+def test_a_whole_operand_stays_beside_the_others_k_tiles():
+    """GPT-2's FFN on standard: X (128 x 768, 393 KB) fits L3 whole, but beside it no panel of all
+    of K of W1 does for two compute tiles. X stays (one tile of rows, loaded once and shared)
+    while W1 streams past it in its K tiles: every operand crosses once, where the tiling without
+    it reads X once per column tile of the result (24 times)."""
+    standard = load_target(str(CONFIGS / "standard.json"))
+    bias = ((4, False, True),)  # the fused bias row
+    M, N, K = 128, 3072, 768
+    p = MatmulProblem(M, N, K, (), (), (), (), None, False, False, 4, 4, 0, 4, 4, 2, bias)
+    t, dram = choose(p, standard)
+    assert (t.resident, t.streamed_tiles, t.Ti) == ("A", True, M), t
+    assert dram == (M * K + K * N + M * N) * 4  # 11,403,264 (the bias row's stream aside); was 20,447,232
+    t, dram = choose(problem(M, N, K, depth=2), standard)
+    assert dram == brute_force_dram(M, N, K, t) == (M * K + K * N + M * N) * 4
+
+
+def test_an_operand_too_large_for_l3_keeps_the_tiles_without_a_panel():
+    """GPT-2's second matmul: its A (128 x 3072, 1.5 MB) fits no L3 whole, and with K innermost and
+    one 64 KB L2 bank for the accumulators (a result tile of at most 128 x 128), A is read once
+    per column tile of the result and B once: 4K (M N / Tj + M N / Ti) bytes, least at 128 x 128."""
+    standard = load_target(str(CONFIGS / "standard.json"))
+    M, N, K = 128, 768, 3072
+    t, dram = choose(problem(M, N, K, depth=2), standard)
+    assert (t.resident, t.Ti, t.Tj) == (None, 128, 128), t
+    assert dram == brute_force_dram(M, N, K, t) == (M * K * N // 128 + K * N + M * N) * 4
