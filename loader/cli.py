@@ -92,6 +92,8 @@ def load(
     check: bool = typer.Option(False, "--check", help="Compare outputs with the numpy reference; exit 1 on mismatch"),
     profile: bool = typer.Option(False, "--profile", help="Print cycles, unit utilization, bytes, roofline"),
     trace_output: Optional[str] = typer.Option(None, "--trace-output", help="Write a Perfetto trace JSON"),
+    plot: Optional[str] = typer.Option(None, "--plot", metavar="FILE",
+                                       help="Draw the kernels on the machine's rooflines (.png, .svg or .pdf)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="Bind and schedule only: buffers, engines, first ops"),
     ops: int = typer.Option(20, "--ops", min=0, max=MAX_SHOWN_OPS, help="Scheduled ops shown by --dry-run"),
     timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
@@ -107,6 +109,7 @@ def load(
     from dfx import ObjectFileError, OutputError, OutputFiles, fail, read
     from hardware import ConfigError, load_machine, trace_json
 
+    from . import roofline_plot
     from .binding import BindError
     from .budget import advise, estimate
     from .cache import bind_cached
@@ -141,6 +144,8 @@ def load(
         try:
             # every output path is checked before any work, and written only once the run succeeded
             trace_path = files.claim(trace_output) if trace_output is not None else None
+            plot_path = files.claim(plot) if plot is not None else None
+            plot_as = roofline_plot.plot_format(plot_path) if plot_path is not None else None
             program = read(object_file)
             output_paths = claim_outputs(files, output_dir, [t.name for t in program.graph.outputs]) \
                 if output_dir is not None else {}
@@ -190,12 +195,16 @@ def load(
                 result.checks = check_outputs(program, values)
                 result.kernel_checks = check_kernels(program, values)
         result.wall_seconds = time.perf_counter() - started
+        # a dry run's simulation is whole too, so it can be plotted
+        s = summary(result, program, object_file, machine, {n: str(p) for n, p in output_paths.items()})
 
         try:
             for name, path in output_paths.items():
                 stage_array(files, path, result.outputs[name])
             if trace_path is not None:
                 files.stage(trace_path, trace_json(result.sim, machine, [k.name for k in program.kernels]))
+            if plot_path is not None:
+                files.stage(plot_path, lambda f: roofline_plot.write(s, machine, f, plot_as))
             files.commit()
         except OutputError as e:
             fail(str(e))
@@ -209,7 +218,6 @@ def load(
             print_dry_run(view, console)
             console.print(cache_use.line(), markup=False, highlight=False, soft_wrap=True)
         return
-    s = summary(result, program, object_file, machine, {n: str(p) for n, p in output_paths.items()})
     s["binding_cache"] = cache_use.state
     if profile:
         print_profile(s, console)
