@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware import ConfigError, load_machine
+from hardware import ConfigError, Machine, load_machine
 
 from .errors import CompileError
 
@@ -39,6 +39,11 @@ def load_target(config: str, accelerator: str | None = None) -> Target:
         m = load_machine(config, accelerator)
     except ConfigError as e:
         raise CompileError(str(e)) from None
+    return target_from_machine(m)
+
+
+def target_from_machine(m: Machine) -> Target:
+    """The target of a machine already read (by `kpu-dse`, from a config document it built)."""
     tiles = m.compute.tiles
     # L3 and L2 are shared: each compute tile plans with its share of the banks. The L3 tiles
     # are one address space, interleaved across them: one bank, a share of its bytes.

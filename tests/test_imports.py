@@ -1,6 +1,7 @@
-"""The CLIs stay light: --help of either loads neither OR-Tools, the simulator, numpy nor onnx, the
-loader imports the solver only when it binds, and a run on a valid f32 object and a JSON config
-loads none of jsonschema (it words refusals), ml_dtypes (bf16 and f8) and PyYAML."""
+"""The CLIs stay light: --help of any of the three loads neither OR-Tools, the simulator, numpy, onnx,
+Dask nor matplotlib, the loader imports the solver only when it binds, and a run on a valid f32
+object and a JSON config loads none of jsonschema (it words refusals), ml_dtypes (bf16 and f8),
+PyYAML and matplotlib (only --plot draws)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from conftest import CONFIGS, gemm_dfg, run_cli
 
-HEAVY = ("ortools", "onnx", "onnxruntime", "pandas", "numpy", "hardware.simulator")
+HEAVY = ("ortools", "onnx", "onnxruntime", "pandas", "numpy", "hardware.simulator", "matplotlib", "dask",
+         "distributed")
 
 
 def _heavy_modules() -> str:
@@ -19,7 +21,8 @@ def _heavy_modules() -> str:
 
 
 @pytest.mark.parametrize("module, tool, option", [("kernel_compiler", "kpu-kernel-compiler", "--target"),
-                                                  ("loader", "kpu-loader", "--no-cache")])
+                                                  ("loader", "kpu-loader", "--no-cache"),
+                                                  ("dse", "kpu-dse", "--scheduler")])
 def test_help_imports_no_solver_simulator_numpy_or_onnx(module, tool, option):
     code = (
         "import sys\n"
@@ -40,11 +43,11 @@ def test_loader_imports_the_solver_only_when_binding():
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr
 
 
-def test_a_valid_object_with_a_json_config_runs_without_jsonschema_ml_dtypes_or_yaml(tmp_path):
+def test_a_valid_object_with_a_json_config_runs_without_jsonschema_ml_dtypes_yaml_or_matplotlib(tmp_path):
     (tmp_path / "g.dfg").write_text(gemm_dfg(64, 64, 64))
     assert run_cli("compiler", tmp_path / "g.dfg", "-o", tmp_path / "g.kpu").returncode == 0
     args = [str(tmp_path / "g.kpu"), "--config", str(CONFIGS / "standard.json"), "--check", "--binder", "greedy"]
-    unused = ("jsonschema", "ml_dtypes", "yaml")
+    unused = ("jsonschema", "ml_dtypes", "yaml", "matplotlib")
     code = (
         "import sys\n"
         "from loader.cli import main\n"

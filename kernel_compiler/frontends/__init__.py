@@ -1,6 +1,8 @@
 """Frontends: turn a model file into the graph IR, then infer shapes.
 
 `load_graph` picks the frontend by file extension; the ONNX and HLO frontends join this table.
+`parse_graph` does the same on a file's bytes already in memory (as `kpu-dse` ships models to
+workers that cannot open the client's files): the name gives the extension and the messages only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,22 @@ BINARY = frozenset({".onnx"})
 
 def load_graph(path: str) -> tuple[Graph, list[str]]:
     """Read `path` with the frontend for its extension and infer shapes; (graph, warning lines)."""
+    _frontend(path)  # an unknown extension is refused before the file is read
+    return parse_graph(path, read_bytes(path))
+
+
+def parse_graph(path: str, data: bytes) -> tuple[Graph, list[str]]:
+    """Parse `data`, the bytes of a model file named `path`, with the frontend for its extension
+    and infer shapes; (graph, warning lines). Nothing is read from `path`: it names the input in
+    messages and gives its extension. (An ONNX model whose tensors keep their data in external
+    files still looks for them in that path's folder.)"""
+    ext, frontend = _frontend(path)
+    graph, warnings = frontend(path, data if ext in BINARY else _text(path, data))
+    return infer_shapes(graph, warnings), warnings
+
+
+def _frontend(path: str) -> tuple[str, Frontend]:
+    """The extension of `path` (lower case) and its frontend, or CompileError naming the choices."""
     suffixes = Path(path).suffixes
     # the longest known ending: `.hlo.txt` before `.txt`
     ext = next((e for e in ("".join(suffixes[-2:]), "".join(suffixes[-1:])) if e.lower() in FRONTENDS),
@@ -40,18 +58,21 @@ def load_graph(path: str) -> tuple[Graph, list[str]]:
     if frontend is None:
         expected = ", ".join(FRONTENDS)
         raise CompileError(f"{path}: unsupported input type '{ext}' (expected {expected})")
-    graph, warnings = frontend(path, read_bytes(path) if ext.lower() in BINARY else read_source(path))
-    return infer_shapes(graph, warnings), warnings
+    return ext.lower(), frontend
 
 
 def read_source(path: str) -> str:
     """The text of an input file, or CompileError "<file>: cannot read: <reason>"."""
+    return _text(path, read_bytes(path))
+
+
+def _text(path: str, data: bytes) -> str:
+    """`data` as UTF-8 text with its line ends made `\\n`, as reading the file in text mode gives it."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CompileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise CompileError(f"{path}: cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_bytes(path: str) -> bytes:

@@ -1,0 +1,131 @@
+"""The results table, `OUTDIR/results.csv`: one row per (point, workload).
+
+Columns: `point` (the row's key: a digest of the point's whole machine, the model's bytes and the
+compile and bind options, so a changed base config or model is evaluated anew), one column per
+axis (its value as the spec gives it), `workload`, then `point.MEASURES`. Every cell is one line
+of text (None is empty, floats as Python writes them back exactly), so every row is one line.
+
+A sweep appends each row and flushes it the moment its point finishes: a sweep killed at any
+moment loses only the points in flight, and at worst leaves the last row half written, which the
+next run cuts off before it appends. The rows already there are the points a rerun skips; a file
+with other columns is another sweep's and is refused, not appended to. At the end of a sweep the
+file is rewritten in the spec's order (each row's line as it was), so a finished sweep's table
+does not depend on the order in which the workers finished.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from .point import MEASURES
+
+
+class ResultsError(ValueError):
+    """A results file this sweep cannot use; str(e) is one line naming it."""
+
+
+def key_columns(axes: Iterable[str]) -> tuple[str, ...]:
+    """What identifies a row, and shows which point and workload it is."""
+    return ("point", *axes, "workload")
+
+
+def columns(axes: Iterable[str]) -> tuple[str, ...]:
+    return (*key_columns(axes), *MEASURES)
+
+
+def cell(value: Any) -> str:
+    """A value as its table cell: one line, the same text for the same value on any run."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)  # a float's shortest text that reads back as the same float
+    if isinstance(value, str):
+        return " ".join(value.splitlines())
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def line(values: Iterable[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerow(values)
+    return out.getvalue()
+
+
+class Table:
+    """The results file of one sweep: `read` the rows it has, `start` appending, `append` each row."""
+
+    def __init__(self, path: Path, header: tuple[str, ...]):
+        self.path, self.header = path, header
+        self.lines: dict[str, str] = {}  # key -> its row's line, as in the file
+        self.rows: dict[str, dict[str, str]] = {}  # key -> its row's cells by column
+        self._complete = 0  # bytes of the file up to its last whole row
+        self._file: io.TextIOWrapper | None = None
+
+    def read(self) -> None:
+        """Read the rows already in the file (none if there is no file); nothing is written yet."""
+        try:
+            data = self.path.read_bytes() if self.path.exists() else b""
+        except OSError as e:
+            raise ResultsError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        self._complete = data.rfind(b"\n") + 1  # a row without its line end was cut short by a kill
+        try:
+            text = data[: self._complete].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ResultsError(f"{self.path}: byte {e.start}: not UTF-8 text, not a kpu-dse results table") from None
+        lines = text.splitlines(keepends=True)
+        if lines:
+            header = next(csv.reader(lines[:1]))
+            if tuple(header) != self.header:
+                raise ResultsError(f"{self.path}: line 1: columns {','.join(header)} are another sweep's, this one "
+                                   f"writes {','.join(self.header)}; choose another -o folder or remove the file")
+        for number, text_line in enumerate(lines[1:], start=2):
+            values = next(csv.reader([text_line]))
+            if len(values) != len(self.header):
+                raise ResultsError(f"{self.path}: line {number}: {len(values)} cells, the header has "
+                                   f"{len(self.header)}; the file was edited, not written by kpu-dse")
+            self.lines.setdefault(values[0], text_line)
+            self.rows.setdefault(values[0], dict(zip(self.header, values)))
+
+    def start(self) -> None:
+        """Cut off a half-written last row and open the file for appending, with the header if it
+        has none."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "ab") as f:  # made if missing
+                f.truncate(self._complete)
+            self._file = open(self.path, "a", encoding="utf-8", newline="")
+            if not self._complete:
+                self._file.write(line(self.header))
+                self._file.flush()
+        except OSError as e:
+            raise ResultsError(f"{self.path}: cannot write: {e.strerror or e}") from None
+
+    def append(self, row: dict[str, Any]) -> None:
+        """Add a row and flush it: from here on a kill cannot lose it."""
+        cells = [cell(row[c]) for c in self.header]
+        text = line(cells)
+        assert self._file is not None
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except OSError as e:
+            raise ResultsError(f"{self.path}: cannot write: {e.strerror or e}") from None
+        self.lines[cells[0]] = text
+        self.rows[cells[0]] = dict(zip(self.header, cells))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def ordered(self, keys: list[str]) -> bytes:
+        """The whole file with the rows of `keys` first, in that order, then any other rows it
+        holds (points of an earlier spec), each line as it was written."""
+        wanted = set(keys)
+        rest = [k for k in self.lines if k not in wanted]
+        return (line(self.header) + "".join(self.lines[k] for k in [*keys, *rest] if k in self.lines)).encode()

@@ -1,0 +1,566 @@
+"""The sweep spec: which machines, which workloads, which objectives.
+
+A spec is a YAML (`.yaml`, `.yml`) or JSON (`.json`) mapping; paths in it are relative to its
+own folder, so a spec and its models travel together:
+
+    base: standard                # a shipped config name, or a config path
+    accelerator: kpu0             # optional: the KPU of a system-schema base with several
+    workloads:                    # model files, each compiled for every point's machine
+      - mobilenet_v1.dfg          # named by its stem...
+      - {name: gemm, path: matmul_256.dfg}   # ...or by `name`
+    axes:                         # the points are every combination of one value per axis
+      - name: array               # the axis's column in results.csv
+        keys: [compute.processor_array.rows, compute.processor_array.cols]   # tied: move together
+        values: [8, 16, 32, 64]   # a scalar sets every key; a list sets one value per key
+        label: "{0}x{1}"          # how a point shows this axis: {i} is key i's value
+      - name: l2_kb
+        key: on_chip_memory.l2.bank_capacity_kb
+        range: {start: 64, stop: 256, factor: 4}   # or {start, stop, step}; stop included
+        label: "{} KiB L2 banks"
+    objectives: [latency, energy] # at least two of cycles, latency, energy, area, utilization
+    dataflow: auto                # auto | os | ws | is, as kpu-kernel-compiler --dataflow
+    fusion: true                  # as kpu-kernel-compiler --fusion/--no-fusion
+    binder: cp-sat                # cp-sat | greedy, as kpu-loader --binder
+
+A key path is the dotted path of a key in the config (`timing.clock_ghz`); `[i]` picks item i of
+a list and `[*]` every item (the system schema lists every bank: `accelerators[0].kpu.memory.
+l2_banks[*].capacity_kb`). A key the base config lacks is added; one the config reader does not
+know is a spec error, as is every other mistake the spec itself holds: `SpecError`, one line
+naming the file, the place in it and the reason. A value the config reader refuses for a point,
+or a combination of values, is not: that point is a failed row of the results.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .point import Job
+
+# the objectives: results column, whether larger is better, the unit shown and its scale
+OBJECTIVES: dict[str, tuple[str, bool, str, float]] = {
+    "cycles": ("cycles", False, "cycles", 1.0),
+    "latency": ("latency_s", False, "µs", 1e6),
+    "energy": ("energy_pj", False, "µJ", 1e-6),
+    "area": ("area_mm2", False, "mm²", 1.0),
+    "utilization": ("utilization", True, "%", 100.0),
+}
+DATAFLOWS = ("auto", "os", "ws", "is")
+BINDERS = ("cp-sat", "greedy")
+# Bounds that keep a typo (a step of 1 instead of 100) from making a sweep of years (a row takes
+# seconds) that the client cannot even hold: it keeps every point's config document, and Dask a
+# task per row.
+MAX_AXIS_VALUES = 1000
+MAX_ROWS = 100_000
+
+_SPEC_KEYS = ("base", "accelerator", "workloads", "axes", "objectives", "dataflow", "fusion", "binder")
+_AXIS_KEYS = ("name", "key", "keys", "values", "range", "label")
+_RANGE_KEYS = ("start", "stop", "step", "factor")
+_WORKLOAD_KEYS = ("name", "path")
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[(?:\d+|\*)\])*)")
+_AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+class SpecError(ValueError):
+    """A spec that cannot describe a sweep; str(e) is one line `file: place: reason`."""
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    keys: tuple[str, ...]  # key paths of the config, all set by this axis
+    values: tuple[Any, ...]  # as the spec gives them
+    label: str  # a format string: {i} is the value key i gets
+
+    def settings(self, value: Any) -> tuple[Any, ...]:
+        """The value each key gets: a scalar sets every key, a list of one per key sets them apart."""
+        if len(self.keys) > 1 and isinstance(value, list):
+            return tuple(value)
+        return (value,) * len(self.keys)
+
+    def shown(self, value: Any) -> str:
+        return self.label.format(*self.settings(value))
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    path: str  # as shown in messages: the spec's folder joined with the path it gives
+    data: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Point:
+    values: tuple[Any, ...]  # one per axis, as the spec gives it
+    config: dict[str, Any]  # the base config with the axes' values set
+
+
+@dataclass(frozen=True)
+class Spec:
+    path: str
+    base: str  # the base config as shown in messages
+    document: dict[str, Any]  # the base config, parsed
+    accelerator: str | None
+    workloads: tuple[Workload, ...]
+    axes: tuple[Axis, ...]
+    objectives: tuple[str, ...]
+    dataflow: str
+    fusion: bool
+    binder: str
+
+    def points(self) -> Iterator[Point]:
+        """Every combination of one value per axis, the last axis varying fastest."""
+        for values in itertools.product(*(axis.values for axis in self.axes)):
+            config = copy.deepcopy(self.document)
+            for axis, value in zip(self.axes, values):
+                for key, setting in zip(axis.keys, axis.settings(value)):
+                    _set(config, _segments(key), setting)
+            yield Point(values, config)
+
+    def jobs(self) -> list[tuple[Point, Job]]:
+        """One job per (point, workload), points outer: the order of the results table."""
+        return [(point, self.job(point, w)) for point in self.points() for w in self.workloads]
+
+    def job(self, point: Point, workload: Workload) -> Job:
+        options = {"accelerator": self.accelerator, "dataflow": self.dataflow, "fusion": self.fusion,
+                   "binder": self.binder}
+        # the key names what the row measured: the whole machine (not only the axes' values, so
+        # a changed base config is evaluated anew), the model's bytes and the options
+        identity = json.dumps({"config": point.config, "workload": workload.name, "model": workload.sha256,
+                               **options}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return Job(key=hashlib.sha256(identity.encode()).hexdigest()[:16], workload=workload.name,
+                   source=workload.path, config=point.config, config_source=self.base, **options)
+
+
+def read_spec(path: str) -> Spec:
+    """Read and check the spec at `path`; SpecError on any mistake in it."""
+    document = _parse(path)
+    folder = Path(path).parent
+
+    def fail(place: str, reason: str) -> SpecError:
+        return SpecError(" ".join(f"{path}: {place}: {reason}".splitlines()))
+
+    if not isinstance(document, dict):
+        raise SpecError(f"{path}: a spec is a mapping with the keys {', '.join(_SPEC_KEYS)}")
+    _closed(document, _SPEC_KEYS, "", fail)
+    accelerator = _optional_str(document, "accelerator", "", fail)
+    base, base_document = _base(document.get("base", "standard"), accelerator, folder, fail)
+    workloads = _workloads(document.get("workloads"), folder, fail)
+    axes = _axes(document.get("axes", []), base_document, accelerator, fail)
+    rows = math.prod(len(a.values) for a in axes) * len(workloads)
+    if rows > MAX_ROWS:
+        raise fail("axes", f"{rows:,} rows ((point, workload) pairs), more than the {MAX_ROWS:,} a sweep may have")
+    return Spec(
+        path=path, base=base, document=base_document, accelerator=accelerator, workloads=workloads, axes=axes,
+        objectives=_objectives(document.get("objectives", ["latency", "area"]), fail),
+        dataflow=_choice(document, "dataflow", DATAFLOWS, "auto", fail),
+        fusion=_flag(document, "fusion", True, fail),
+        binder=_choice(document, "binder", BINDERS, "cp-sat", fail),
+    )
+
+
+# ---- reading the file ------------------------------------------------------------------------
+
+
+def _parse(path: str) -> Any:
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".yaml", ".yml", ".json"):
+        raise SpecError(f"{path}: unsupported spec type '{suffix}' (expected .yaml, .yml or .json)")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if suffix == ".json":
+        try:
+            return json.loads(text, object_pairs_hook=lambda pairs: _unique(pairs, path))
+        except json.JSONDecodeError as e:
+            raise SpecError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """YAML keeps the last of a key given twice: a second `axes:` would drop the first unseen."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    try:
+        return yaml.load(text, Loader=Loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        reason = ", ".join(part for part in (e.context, e.problem) if part)
+        raise SpecError(" ".join(f"{path}: {where}invalid YAML: {reason}".splitlines())) from None
+    except yaml.YAMLError as e:
+        raise SpecError(" ".join(f"{path}: invalid YAML: {e}".splitlines())) from None
+
+
+def _unique(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
+    mapping: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in mapping:  # json.loads would keep the last silently
+            raise SpecError(f"{path}: the key {key!r} is given twice")
+        mapping[key] = value
+    return mapping
+
+
+def _closed(mapping: dict[str, Any], keys: tuple[str, ...], place: str, fail) -> None:
+    for key in mapping:
+        if key not in keys:
+            where = f"{place}.{key}" if place else str(key)
+            raise fail(where, f"unknown key (expected one of: {', '.join(keys)})")
+
+
+def _optional_str(mapping: dict[str, Any], key: str, place: str, fail) -> str | None:
+    value = mapping.get(key)
+    if value is not None and not (isinstance(value, str) and value):
+        raise fail(f"{place}.{key}" if place else key, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _choice(mapping: dict[str, Any], key: str, choices: tuple[str, ...], default: str, fail) -> str:
+    value = mapping.get(key, default)
+    if value not in choices:
+        raise fail(key, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _flag(mapping: dict[str, Any], key: str, default: bool, fail) -> bool:
+    value = mapping.get(key, default)
+    if not isinstance(value, bool):
+        raise fail(key, f"must be true or false, got {value!r}")
+    return value
+
+
+# ---- the base config -------------------------------------------------------------------------
+
+
+def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, dict[str, Any]]:
+    """The base config's name for messages, and its document."""
+    from hardware import ConfigError, load_machine, resolve_config
+
+    if not isinstance(name, str) or not name:
+        raise fail("base", f"must be a shipped config name or a config path, got {name!r}")
+    try:
+        # a name with a suffix or a folder is a path, relative to the spec; else a shipped config
+        shown = name if Path(name).is_absolute() or not (Path(name).suffix or "/" in name) else str(folder / name)
+        source = resolve_config(shown)
+        load_machine(source, accelerator)  # checks it as the loader would, limits included
+    except ConfigError as e:
+        raise fail("base", str(e)) from None
+    # load_machine has read the file within its limits (size, nesting, no aliases, no key twice),
+    # so the plain parsers are safe on it now
+    text = Path(source).read_text(encoding="utf-8-sig")
+    if Path(source).suffix.lower() == ".json":
+        return shown, json.loads(text)
+    import yaml
+
+    return shown, yaml.safe_load(text)
+
+
+# ---- workloads --------------------------------------------------------------------------------
+
+
+def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
+    from kernel_compiler.frontends import BINARY, FRONTENDS
+
+    if not isinstance(value, list) or not value:
+        raise fail("workloads", "must be a non-empty list of model files (or {name, path} mappings)")
+    workloads: dict[str, Workload] = {}
+    for i, item in enumerate(value):
+        place = f"workloads[{i}]"
+        if isinstance(item, dict):
+            _closed(item, _WORKLOAD_KEYS, place, fail)
+            given, name = item.get("path"), item.get("name")
+        else:
+            given, name = item, None
+        if not isinstance(given, str) or not given:
+            raise fail(place, f"must be a model path or a {{name, path}} mapping, got {item!r}")
+        path = given if Path(given).is_absolute() else str(folder / given)
+        ext = max((e for e in FRONTENDS if path.lower().endswith(e)), key=len, default=None)
+        if ext is None:
+            raise fail(place, f"{path}: unsupported model type (expected {', '.join(FRONTENDS)})")
+        if name is None:
+            name = Path(path).name[: -len(ext)]
+        if not isinstance(name, str) or not _plain(name):
+            raise fail(f"{place}.name", f"must be a printable name of 1 to 100 characters, got {name!r}")
+        if name in workloads:
+            raise fail(place, f"the name '{name}' is also {workloads[name].path}'s; give one a `name`")
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise fail(place, f"{path}: cannot read: {e.strerror or e}") from None
+        if ext in BINARY:
+            _self_contained_onnx(path, data, place, fail)
+        workloads[name] = Workload(name, path, data)
+    return tuple(workloads.values())
+
+
+def _self_contained_onnx(path: str, data: bytes, place: str, fail) -> None:
+    """The workers get the model's bytes alone: an ONNX model whose tensors keep their data in
+    external files would send them looking for those files on their own disks."""
+    import onnx
+    from onnx import external_data_helper
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception:  # protobuf's DecodeError and kin: the compiler words it, per point
+        return
+    for tensor in external_data_helper._get_all_tensors(model):
+        if external_data_helper.uses_external_data(tensor):
+            raise fail(place, f"{path}: tensor '{tensor.name}' keeps its data in an external file, which the "
+                              "workers cannot read; save the model with its data inside "
+                              "(onnx.save(model, path, save_as_external_data=False))")
+
+
+def _plain(name: str) -> bool:
+    return 0 < len(name) <= 100 and name.isprintable()
+
+
+# ---- axes -------------------------------------------------------------------------------------
+
+
+def _axes(value: Any, base: dict[str, Any], accelerator: str | None, fail) -> tuple[Axis, ...]:
+    if not isinstance(value, list):
+        raise fail("axes", "must be a list of axes, each {name, key or keys, values or range, label}")
+    axes: list[Axis] = []
+    setter: dict[str, str] = {}  # key path -> the axis that sets it
+    from .point import MEASURES
+    from .results import key_columns
+
+    reserved = set(key_columns(())) | set(MEASURES)
+    for i, item in enumerate(value):
+        place = f"axes[{i}]"
+        if not isinstance(item, dict):
+            raise fail(place, f"must be a mapping with the keys {', '.join(_AXIS_KEYS)}, got {item!r}")
+        _closed(item, _AXIS_KEYS, place, fail)
+        name = item.get("name")
+        if not isinstance(name, str) or not _AXIS_NAME.fullmatch(name):
+            raise fail(f"{place}.name", f"must be a name of letters, digits and _ (a results column), got {name!r}")
+        if name in reserved or any(a.name == name for a in axes):
+            raise fail(f"{place}.name", f"'{name}' is already a column of the results")
+        keys = _keys(item, place, fail)
+        for key in keys:
+            if key in setter:
+                raise fail(place, f"{key} is also set by axis '{setter[key]}'")
+            setter[key] = name
+        values = _values(item, len(keys), place, fail)
+        label = item.get("label", f"{name}=" + "/".join(f"{{{k}}}" for k in range(len(keys))))
+        axis = Axis(name, keys, values, _label(label, len(keys), f"{place}.label", fail))
+        for j, v in enumerate(values):
+            try:
+                axis.shown(v)
+            except (IndexError, KeyError, ValueError) as e:
+                raise fail(f"{place}.label", f"cannot show values[{j}] {v!r}: {e}") from None
+        for key in keys:
+            _check_key(base, key, axis.settings(values[0])[keys.index(key)], accelerator, f"{place}", fail)
+        axes.append(axis)
+    return tuple(axes)
+
+
+def _keys(item: dict[str, Any], place: str, fail) -> tuple[str, ...]:
+    if ("key" in item) == ("keys" in item):
+        raise fail(place, "needs `key` (one config key path) or `keys` (several that move together), one of them")
+    keys = [item["key"]] if "key" in item else item["keys"]
+    where = f"{place}.{'key' if 'key' in item else 'keys'}"
+    if not isinstance(keys, list) or not keys:
+        raise fail(where, f"must be a non-empty list of config key paths, got {keys!r}")
+    for key in keys:
+        if not isinstance(key, str) or not all(_SEGMENT.fullmatch(s) for s in key.split(".")):
+            raise fail(where, f"{key!r} is not a key path like compute.processor_array.rows")
+    if len(set(keys)) < len(keys):
+        raise fail(where, "names a key path twice")
+    return tuple(keys)
+
+
+def _values(item: dict[str, Any], nkeys: int, place: str, fail) -> tuple[Any, ...]:
+    if ("values" in item) == ("range" in item):
+        raise fail(place, "needs `values` (a list) or `range` ({start, stop, step or factor}), one of them")
+    if "range" in item:
+        values = _range(item["range"], f"{place}.range", fail)
+    else:
+        values = item["values"]
+        if not isinstance(values, list):
+            raise fail(f"{place}.values", f"must be a list, got {values!r}")
+    if not values:
+        raise fail(f"{place}.values" if "values" in item else f"{place}.range", "an axis needs at least one value")
+    if len(values) > MAX_AXIS_VALUES:
+        raise fail(place, f"{len(values):,} values, more than the {MAX_AXIS_VALUES} an axis may have")
+    seen: dict[str, int] = {}
+    for j, v in enumerate(values):
+        where = f"{place}.values[{j}]"
+        if not _setting(v):
+            raise fail(where, f"must be a finite number, a string, true/false or a list of them, got {v!r}")
+        if nkeys > 1 and isinstance(v, list) and len(v) != nkeys:
+            raise fail(where, f"a list sets one value per key: {nkeys} keys, {len(v)} values")
+        text = json.dumps(v, sort_keys=True)
+        if text in seen:
+            raise fail(where, f"{v!r} is also values[{seen[text]}]")
+        seen[text] = j
+    return tuple(values)
+
+
+def _range(value: Any, place: str, fail) -> list[Any]:
+    """start, start + step, ... or start, start * factor, ... up to stop, stop included."""
+    if not isinstance(value, dict):
+        raise fail(place, f"must be a mapping {{start, stop, step}} or {{start, stop, factor}}, got {value!r}")
+    _closed(value, _RANGE_KEYS, place, fail)
+    for key in ("start", "stop"):
+        if not _number(value.get(key)):
+            raise fail(f"{place}.{key}", f"must be a finite number, got {value.get(key)!r}")
+    if ("step" in value) == ("factor" in value):
+        raise fail(place, "needs `step` (added) or `factor` (multiplied), one of them")
+    start, stop = value["start"], value["stop"]
+    if stop < start:
+        raise fail(place, f"stop {stop} is below start {start}")
+    by = "step" if "step" in value else "factor"
+    amount = value[by]
+    if not _number(amount) or (amount <= 0 if by == "step" else amount <= 1) or (by == "factor" and start <= 0):
+        need = "a number above 0" if by == "step" else "a number above 1, with a start above 0"
+        raise fail(f"{place}.{by}", f"must be {need}, got {amount!r}")
+    integral = all(isinstance(v, int) for v in (start, amount))
+    values: list[Any] = []
+    slack = 1e-9 * max(abs(start), abs(stop), 1)  # 0.1 + 0.2 must reach a stop of 0.3
+    for n in itertools.count():
+        v = start + n * amount if by == "step" else start * amount**n
+        if v > stop + slack:
+            break
+        if len(values) == MAX_AXIS_VALUES:
+            raise fail(place, f"gives more than the {MAX_AXIS_VALUES} values an axis may have")
+        # each value computed from start, not summed, and rounded so that 0.1 * 3 shows as 0.3
+        values.append(v if integral else float(f"{v:.12g}"))
+    return values
+
+
+def _setting(v: Any) -> bool:
+    """A value a config key can take, as JSON holds it (YAML also reads dates and NaN)."""
+    if isinstance(v, list):
+        return all(map(_setting, v))
+    return isinstance(v, (str, bool)) or _number(v)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _label(label: Any, nkeys: int, place: str, fail) -> str:
+    """A format string whose fields are only {} or {i}, i below the key count: no attribute or
+    item access, no nested fields."""
+    if not isinstance(label, str) or not _plain(label):
+        raise fail(place, f"must be a printable format string like '{{}} GB/s', got {label!r}")
+    try:
+        fields = [(field, spec) for _, field, spec, _ in string.Formatter().parse(label) if field is not None]
+    except ValueError as e:
+        raise fail(place, f"{label!r}: {e}") from None
+    for field, spec in fields:
+        if not (field == "" or (field.isdigit() and int(field) < nkeys)) or "{" in (spec or ""):
+            fields = "{} or {0} (the value)" if nkeys == 1 else f"{{}} or {{0}} to {{{nkeys - 1}}} (each key's value)"
+            raise fail(place, f"{label!r}: the fields are {fields}, not {{{field}{':' + spec if spec else ''}}}")
+    return label
+
+
+def _objectives(value: Any, fail) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) < 2:
+        raise fail("objectives", f"must be a list of at least two of {', '.join(OBJECTIVES)} (a frontier trades "
+                                 f"one against another), got {value!r}")
+    for i, name in enumerate(value):
+        if name not in OBJECTIVES:
+            raise fail(f"objectives[{i}]", f"unknown objective {name!r} (expected one of: {', '.join(OBJECTIVES)})")
+        if name in value[:i]:
+            raise fail(f"objectives[{i}]", f"{name} is given twice")
+    return tuple(value)
+
+
+# ---- key paths ----------------------------------------------------------------------------------
+
+
+def _segments(key: str) -> list[str | int | None]:
+    """`a.b[2][*]` -> ['a', 'b', 2, None]: a name, an index, or None for every item."""
+    out: list[str | int | None] = []
+    for part in key.split("."):
+        match = _SEGMENT.fullmatch(part)
+        out.append(match.group(1))
+        out += [None if i == "*" else int(i) for i in re.findall(r"\[(\d+|\*)\]", match.group(2))]
+    return out
+
+
+def _set(node: Any, segments: list[str | int | None], value: Any) -> None:
+    """Set the key at `segments` (checked by _check_key) to a copy of `value`, adding missing sections."""
+    head, rest = segments[0], segments[1:]
+    if head is None:  # every item of the list
+        for index in range(len(node)):
+            _set(node, [index, *rest], value)
+        return
+    if not rest:
+        node[head] = copy.deepcopy(value)
+        return
+    if isinstance(head, str) and head not in node:
+        node[head] = {}
+    _set(node[head], rest, value)
+
+
+def _text(segments: list[str | int | None]) -> str:
+    out = ""
+    for s in segments:
+        out += f"[{'*' if s is None else s}]" if not isinstance(s, str) else (f".{s}" if out else s)
+    return out
+
+
+def _check_key(base: dict[str, Any], key: str, probe: Any, accelerator: str | None, place: str, fail) -> None:
+    """A key path must lead through the base config's sections and lists to a key the config
+    reader knows. Where the base has the key, it is known; where it lacks it, the reader is asked,
+    with the key set to the axis's first value: only its 'unknown key' refusal makes a spec error."""
+    from hardware import ConfigError, machine_from_dict
+
+    segments = _segments(key)
+    node: Any = base
+    for n, s in enumerate(segments):
+        here = _text(segments[: n + 1])
+        if isinstance(s, str):
+            if not isinstance(node, dict):
+                raise fail(place, f"{key}: {_text(segments[:n])} is a value ({node!r}), not a section")
+            if s not in node:
+                if any(not isinstance(t, str) for t in segments[n:]):
+                    raise fail(place, f"{key}: the base config has no list at {here} to index")
+                break
+            node = node[s]
+        elif not isinstance(node, list):
+            raise fail(place, f"{key}: {_text(segments[:n])} is not a list in the base config")
+        elif s is not None and s >= len(node):
+            raise fail(place, f"{key}: {_text(segments[:n])} has {len(node)} items, no [{s}]")
+        elif node:
+            node = node[0 if s is None else s]
+        else:
+            raise fail(place, f"{key}: {_text(segments[:n])} is an empty list")
+    else:
+        return  # the base config has the key
+    document = copy.deepcopy(base)
+    _set(document, segments, probe)
+    try:
+        machine_from_dict(document, "<spec>", accelerator)
+    except ConfigError as e:
+        # the reader names the first item of a list it refuses a key in: [*] is item [0] there
+        named = [_text([0 if s is None else s for s in segments[: m + 1]]) for m in range(n, len(segments))]
+        if any(str(e).startswith(f"<spec>: {p}: unknown key") for p in named):
+            reason = str(e).split(": unknown key", 1)[1].strip()
+            raise fail(place, f"{key}: not a key of the config {reason}") from None

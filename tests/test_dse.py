@@ -1,0 +1,264 @@
+"""`kpu-dse`: the Dask engine's rows equal the serial engine's, a killed sweep resumes with only
+the missing points, a point that cannot run is a row, a bad spec is one line, and the frontier
+and its plot are right."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import CONFIGS, ROOT, assert_one_line_error, gemm_dfg
+
+from dse.pareto import frontier
+from dse.point import WALL_SECONDS, Job, evaluate
+from dse.spec import SpecError, read_spec
+
+ARRAY = ["compute.processor_array.rows", "compute.processor_array.cols"]
+
+
+def run_dse(*args, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dse", *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def write_spec(folder: Path, axes: list, name: str = "sweep.yaml", **more) -> Path:
+    """A sweep of one small GEMM on `minimal`, with the greedy binder unless `more` says otherwise."""
+    (folder / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    spec = {"base": "minimal", "workloads": ["g32.dfg"], "axes": axes, "objectives": ["latency", "energy", "area"],
+            "binder": "greedy", **more}
+    path = folder / name
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+def without_wall_seconds(table: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in row.items() if k not in WALL_SECONDS} for row in table]
+
+
+def counts(stderr: str) -> tuple[int, int, int]:
+    """(evaluated, failed, skipped) as the last line of a sweep says them."""
+    m = re.search(r"evaluated (\d+) rows \((\d+) failed\), skipped (\d+) already", stderr)
+    assert m, stderr
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+# 3 arrays x 2 L2 banks x 2 DRAM rates = 12 points; a 64x64 array's tiles do not fit 1 KB L2 banks
+TWELVE = [{"name": "array", "keys": ARRAY, "values": [4, 8, 64], "label": "{0}x{1}"},
+          {"name": "l2_kb", "key": "on_chip_memory.l2.bank_capacity_kb", "values": [1, 16], "label": "{} KiB L2"},
+          {"name": "dram_gbps", "key": "external_memory.bandwidth_gbps", "values": [10, 50], "label": "{} GB/s"}]
+
+
+def test_a_local_dask_cluster_gives_the_serial_rows(tmp_path):
+    spec = write_spec(tmp_path, TWELVE, binder="cp-sat")
+    serial = run_dse(spec, "-o", tmp_path / "serial", "--serial")
+    assert serial.returncode == 0, serial.stderr
+    dask = run_dse(spec, "-o", tmp_path / "dask", "--workers", "2")
+    assert dask.returncode == 0, dask.stderr
+    assert "on a local Dask cluster of 2 worker process(es)" in dask.stderr
+    assert counts(serial.stderr) == counts(dask.stderr) == (12, 2, 0)
+    expected = rows(tmp_path / "serial" / "results.csv")
+    assert len(expected) == 12
+    # row for row, in the spec's order, however the workers finished
+    assert without_wall_seconds(rows(tmp_path / "dask" / "results.csv")) == without_wall_seconds(expected)
+    assert [(r["array"], r["l2_kb"], r["dram_gbps"]) for r in expected][:3] == [("4", "1", "10"), ("4", "1", "50"),
+                                                                                 ("4", "16", "10")]
+    assert [r["status"] == "ok" for r in expected] == [r["array"] != "64" or r["l2_kb"] != "1" for r in expected]
+    assert (tmp_path / "dask" / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_killed_sweep_resumes_with_only_the_missing_points(tmp_path):
+    axes = [{"name": "array", "keys": ARRAY, "values": [2, 4, 8, 16]},
+            {"name": "l2_kb", "key": "on_chip_memory.l2.bank_capacity_kb", "values": [1, 4, 16]},
+            {"name": "dram_gbps", "key": "external_memory.bandwidth_gbps", "values": [5, 10, 25, 50]}]
+    spec = write_spec(tmp_path, axes)
+    results = tmp_path / "out" / "results.csv"
+    proc = subprocess.Popen([sys.executable, "-m", "dse", str(spec), "-o", str(tmp_path / "out"), "--serial"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (results.exists() and results.read_bytes().count(b"\n") >= 4):  # the header and 3 rows
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before it was killed"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    written = results.read_bytes()
+    kept = written[: written.rfind(b"\n") + 1].decode().splitlines(keepends=True)[1:]  # whole rows
+    assert 3 <= len(kept) < 48
+
+    rerun = run_dse(spec, "-o", tmp_path / "out", "--serial")
+    assert rerun.returncode == 0, rerun.stderr
+    assert counts(rerun.stderr) == (48 - len(kept), 0, len(kept))
+    final = results.read_text().splitlines(keepends=True)
+    assert all(line in final for line in kept)  # the first run's rows, byte for byte
+    assert run_dse(spec, "-o", tmp_path / "fresh", "--serial").returncode == 0  # never interrupted
+    assert without_wall_seconds(rows(results)) == without_wall_seconds(rows(tmp_path / "fresh" / "results.csv"))
+
+    # nothing missing: a third run evaluates nothing and leaves the table as it was
+    again = run_dse(spec, "-o", tmp_path / "out", "--serial")
+    assert counts(again.stderr) == (0, 0, 48)
+    assert results.read_text().splitlines(keepends=True) == final
+
+
+def test_a_half_written_last_row_is_cut_off_and_evaluated_again(tmp_path):
+    spec = write_spec(tmp_path, [{"name": "array", "keys": ARRAY, "values": [4, 8, 16]}])
+    assert run_dse(spec, "-o", tmp_path / "out", "--serial").returncode == 0
+    results = tmp_path / "out" / "results.csv"
+    whole = results.read_bytes()
+    results.write_bytes(whole[: whole.rfind(b"\n", 0, -1) + 1] + b"0123abcd,16,g3")  # killed mid-row
+    rerun = run_dse(spec, "-o", tmp_path / "out", "--serial")
+    assert rerun.returncode == 0, rerun.stderr
+    assert counts(rerun.stderr) == (1, 0, 2)
+    before = list(csv.DictReader(io.StringIO(whole.decode())))
+    assert without_wall_seconds(rows(results)) == without_wall_seconds(before)
+
+
+def test_a_point_that_cannot_run_is_a_row_with_its_reason(tmp_path):
+    axes = [{"name": "array", "keys": ARRAY, "values": [0, 8, 64]},
+            {"name": "l1_kb", "key": "on_chip_memory.l1.buffer_capacity_kb", "values": [1]}]
+    spec = write_spec(tmp_path, axes)
+    proc = run_dse(spec, "-o", tmp_path / "out", "--serial")
+    assert proc.returncode == 0, proc.stderr
+    assert counts(proc.stderr) == (3, 2, 0)
+    bad_config, ok, too_big = rows(tmp_path / "out" / "results.csv")
+    assert bad_config["status"] == "failed" and bad_config["area_mm2"] == "" and bad_config["cycles"] == ""
+    assert bad_config["reason"] == "config: minimal: compute.processor_array.rows: must be a positive integer up " \
+                                   "to 1048576, got 0"
+    assert too_big["status"] == "failed" and float(too_big["area_mm2"]) > float(ok["area_mm2"])
+    assert too_big["reason"].startswith("compile: ") and "no tiling of MATMUL 32x32x32 fits" in too_big["reason"]
+    assert ok["status"] == "ok" and ok["reason"] == "" and int(ok["macs"]) == 32**3
+    assert float(ok["latency_s"]) == int(ok["cycles"]) / 1e9  # minimal's clock: 1 GHz
+    assert float(ok["energy_pj"]) > 0 and 0 < float(ok["utilization"]) <= 1
+
+
+def test_a_worker_reads_no_file_of_the_client():
+    config = json.loads((CONFIGS / "minimal.json").read_text())
+    job = Job(key="k", workload="g", source="/nowhere/on/this/host/g.dfg", config=config, config_source="minimal",
+              accelerator=None, dataflow="auto", fusion=True, binder="greedy")
+    row = evaluate(job, gemm_dfg(16, 16, 16).encode())
+    assert row["status"] == "ok", row["reason"]
+
+
+def test_the_example_sweep_is_a_valid_spec():
+    spec = read_spec(str(ROOT / "examples" / "sweep.yaml"))
+    assert [len(a.values) for a in spec.axes] == [4, 2, 2] and len(spec.workloads) == 2
+    point = next(spec.points())
+    assert point.config["compute"]["processor_array"] == {"rows": 8, "cols": 8, "topology": "rectangular"}
+    assert [a.shown(v) for a, v in zip(spec.axes, point.values)] == ["8x8", "8x64 KiB L2", "2x25 GB/s"]
+
+
+def spec_error(tmp_path: Path, document, name: str = "bad.yaml") -> str:
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    path = tmp_path / name
+    path.write_text(document if isinstance(document, str) else yaml.safe_dump(document))
+    with pytest.raises(SpecError) as info:
+        read_spec(str(path))
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"{path}: ")
+    return message[len(f"{path}: "):]
+
+
+def axis(**fields):
+    return {"workloads": ["g32.dfg"], "axes": [{"name": "a", **fields}]}
+
+
+@pytest.mark.parametrize("document, expected", [
+    (axis(key="compute.processor_array.rowz", values=[4]),
+     "axes[0]: compute.processor_array.rowz: not a key of the config (expected one of: rows, cols, topology)"),
+    (axis(key="timing.vector_cycles_per_element.weird", values=[4]),
+     "axes[0]: timing.vector_cycles_per_element.weird: not a key of the config (expected one of: simple, "
+     "transcendental, reduction)"),
+    (axis(key="compute.tile_count.x", values=[4]),
+     "axes[0]: compute.tile_count.x: compute.tile_count is a value (2), not a section"),
+    (axis(key="compute.processor_array.rows", values=[]), "axes[0].values: an axis needs at least one value"),
+    (axis(key="timing.clock_ghz", range={"start": 1, "stop": 2, "step": 0}), "axes[0].range.step: must be a number"),
+    (axis(key="timing.clock_ghz", range={"start": 1, "stop": 10**6, "step": 1}),
+     "axes[0].range: gives more than the 1000 values"),
+    (axis(keys=ARRAY, values=[[4, 8, 16]]), "axes[0].values[0]: a list sets one value per key: 2 keys, 3 values"),
+    (axis(key="timing.clock_ghz", values=[1, 1]), "axes[0].values[1]: 1 is also values[0]"),
+    (axis(key="timing.clock_ghz", values=[1], label="{0.real}"), "axes[0].label: '{0.real}': the fields are"),
+    ({"workloads": ["g32.dfg"], "objectives": ["latency", "speed"]}, "objectives[1]: unknown objective 'speed'"),
+    ({"workloads": ["g32.dfg"], "objectives": ["latency"]}, "objectives: must be a list of at least two"),
+    ({"workloads": ["missing.dfg"]}, "missing.dfg: cannot read: No such file or directory"),
+    ({"workloads": ["g32.dfg", "g32.dfg"]}, "workloads[1]: the name 'g32' is also"),
+    ({"workloads": ["g32.pb"]}, "workloads[0]: "),
+    ({"workloads": ["g32.dfg"], "base": "nonesuch"}, "base: nonesuch: not a config file"),
+    ({"workloads": ["g32.dfg"], "binder": "fast"}, "binder: expected one of cp-sat, greedy, got 'fast'"),
+    ({"workloads": ["g32.dfg"], "sweeps": 3}, "sweeps: unknown key"),
+    ("workloads: [g32.dfg]\nworkloads: [g32.dfg]\n",
+     "line 2, column 1: invalid YAML: the key 'workloads' is given twice"),
+])
+def test_a_bad_spec_is_one_line_naming_the_place(tmp_path, document, expected):
+    assert expected in spec_error(tmp_path, document)
+
+
+def test_a_bad_spec_exits_2_with_one_line(tmp_path):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(axis(key="compute.processor_array.rowz", values=[4])))
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    proc = run_dse(tmp_path / "bad.yaml", "-o", tmp_path / "out")
+    assert_one_line_error(proc, "bad.yaml", "axes[0]", "compute.processor_array.rowz", "not a key of the config")
+    assert not (tmp_path / "out").exists()
+    proc = run_dse(tmp_path / "nope.yaml", "-o", tmp_path / "out", "--serial")
+    assert_one_line_error(proc, "nope.yaml", "cannot read")
+    assert_one_line_error(run_dse(tmp_path / "bad.yaml", "-o", tmp_path / "out", "--serial", "--workers", "2"),
+                          "--serial", "--workers")
+
+
+def test_a_results_table_of_another_sweep_is_refused(tmp_path):
+    spec = write_spec(tmp_path, [{"name": "array", "keys": ARRAY, "values": [4]}])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "results.csv").write_text("point,other,workload\n")
+    assert_one_line_error(run_dse(spec, "-o", tmp_path / "out", "--serial"), "results.csv", "another sweep's")
+
+
+def test_the_frontier_of_hand_made_points():
+    # (latency, area): lower is better in both
+    points = [(1, 9), (2, 4), (3, 4), (4, 1), (2, 5), (1, 9), (5, 5)]
+    # (3, 4) is beaten by (2, 4), (2, 5) by (2, 4), (5, 5) by all but (1, 9); the two (1, 9) tie
+    assert frontier(points, (False, False)) == [0, 1, 3, 5]
+    # utilization is maximised: (2, 0.9) beats (3, 0.5); (1, 0.1) is fastest
+    assert frontier([(3, 0.5), (2, 0.9), (1, 0.1), (2, 0.8)], (False, True)) == [1, 2]
+    # three objectives: a point worst in two may stay for the third
+    assert frontier([(1, 1, 9), (2, 2, 1), (3, 3, 3), (2, 2, 2)], (False, False, False)) == [0, 1]
+    assert frontier([], (False, False)) == []
+
+
+def test_the_plot_is_a_png_and_an_svg_of_sensible_size():
+    from dse.plot import Panel, render
+
+    panels = [Panel("mobilenet", [1e-3, 2e-3, 4e-3, 3e-3], [9.0, 4.0, 1.0, 5.0], ["8x8", "16x16", "32x32", "64x64"], 1,
+                    [False, False, False, True], "latency, area, energy"),
+              Panel("gemm", [], [], [], 4, [], "latency, area, energy")]
+    png, svg = render(panels, "latency", "area", "sweep.yaml")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk
+    assert 800 <= width <= 4000 and 400 <= height <= 3000
+    assert 10_000 < len(png) < 2_000_000
+    assert b"<svg" in svg[:1000] and b"32x32" in svg and b"no point ran" in svg
+    assert render(panels, "latency", "area", "sweep.yaml") == (png, svg)  # the same rows, the same files
+
+
+def test_a_graph_parses_from_bytes_as_from_its_file(tmp_path):
+    from kernel_compiler import load_graph, load_target, parse_graph, target_from_machine
+    from hardware import load_machine
+
+    path = tmp_path / "g.dfg"
+    path.write_text(gemm_dfg(32, 32, 32))
+    assert parse_graph(str(path), path.read_bytes()) == load_graph(str(path))
+    graph, _ = parse_graph("elsewhere/g.dfg", path.read_bytes())  # a name for messages: nothing is read there
+    assert graph.ops[0].source == "elsewhere/g.dfg:7 node 2 'matmul'"
+    assert target_from_machine(load_machine("standard")) == load_target("standard")
