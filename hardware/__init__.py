@@ -1,7 +1,7 @@
 """The machine: config loading and validation, timing models, simulator core."""
 
 from hardware.config import ConfigError, load_machine, machine_from_dict, resolve_config
-from hardware.energy import AreaModel, EnergyCounts, EnergyModel, kernel_energy, machine_area
+from hardware.energy import AreaModel, EnergyCounts, EnergyModel, kernel_energy, machine_area, total_energy
 from hardware.machine import (
     DATAFLOWS,
     VECTOR_CYCLES_PER_ELEMENT,
@@ -49,6 +49,7 @@ __all__ = [
     "matmul_cycles",
     "move_timer",
     "resolve_config",
+    "total_energy",
     "trace_json",
     "vector_cycles",
 ]

@@ -24,7 +24,7 @@ Area = PEs x pe_um2 + vector lanes x vector_lane_um2 + KB of each SRAM level x i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -113,16 +113,22 @@ class EnergyCounts:
     moves: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
+def no_energy() -> dict[str, Any]:
+    """The shape of an energy report, all zero: pJ in all, by level and by unit."""
+    return {"total_pj": 0.0, "by_level": dict.fromkeys(("compute", *LEVELS), 0.0),
+            "by_unit": dict.fromkeys(("array", "vector", *ENGINE_KINDS), 0.0)}
+
+
 def kernel_energy(model: EnergyModel, counts: EnergyCounts,
                   engine_kind: Callable[[str, str], str]) -> dict[str, Any]:
     """pJ one kernel spent, in all and two ways that each add up to it: by level (compute: the
     MACs and vector elements; then each level's accesses) and by unit (the array with its
     operand reads, the vector unit, and the engine kind `engine_kind(src, dst)` of each move)."""
     access = model.access_pj_per_byte
-    by_level = dict.fromkeys(("compute", *LEVELS), 0.0)
-    by_unit = dict.fromkeys(("array", "vector", *ENGINE_KINDS), 0.0)
+    energy = no_energy()
+    by_level, by_unit = energy["by_level"], energy["by_unit"]
     mac = counts.macs * model.mac_pj[counts.dtype]
-    vector = sum(n * model.vector_pj_per_element[cls] for cls, n in counts.vector_elements.items())
+    vector = sum((n * model.vector_pj_per_element[cls] for cls, n in counts.vector_elements.items()), 0.0)
     operands = {"register": counts.macs * 2 * counts.itemsize * access["register"],
                 "l1": counts.array_operand_elements * counts.itemsize * access["l1"]}
     by_level["compute"] = mac + vector
@@ -134,7 +140,19 @@ def kernel_energy(model: EnergyModel, counts: EnergyCounts,
         for level in (src.lower(), dst.lower()):
             by_level[level] += nbytes * access[level]
             by_unit[engine_kind(src, dst)] += nbytes * access[level]
-    return {"total_pj": sum(by_level.values()), "by_level": by_level, "by_unit": by_unit}
+    energy["total_pj"] = sum(by_level.values())
+    return energy
+
+
+def total_energy(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The sum of energy reports (a run's kernels'), in the same shape."""
+    total = no_energy()
+    for part in parts:
+        total["total_pj"] += part["total_pj"]
+        for view in ("by_level", "by_unit"):
+            for key, pj in part[view].items():
+                total[view][key] += pj
+    return total
 
 
 def machine_area(machine: Machine) -> dict[str, Any]:

@@ -219,7 +219,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         hints={
             "macs": macs,
             "estimated_dram_bytes": dram,
-            "l3_resident": f"{tiling.resident} panel of {Bi if tiling.resident == 'A' else Bj} x {K}, "
+            "l3_resident": f"{tiling.resident} panel of {f'{Bi} x {K}' if tiling.resident == 'A' else f'{K} x {Bj}'}, "
                            f"{tiling.panel_depth} deep{', the other in K tiles' if tiling.streamed_tiles else ''}"
                            if tiling.resident else "none",
             "dram_bytes_per_stream": per_stream,

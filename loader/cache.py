@@ -4,8 +4,8 @@ code it compiled from PTX.
 
 An entry is one JSON file named by the hash of its key:
 - `object`: the sha256 of the object file's bytes;
-- `config`: the sha256 of the machine as the loader read it (every field of `hardware.Machine`,
-  canonical JSON), so a config's layout, comments or schema (flat or system) do not matter but
+- `config`: the sha256 of the machine as the loader read it (every field of `hardware.Machine`
+  but its energy and area models, canonical JSON), so a config's layout, comments or schema (flat or system) do not matter but
   any value the binders see does, defaults included; with `accelerator`, the `--accelerator` given;
 - `binder`: `cp-sat` or `greedy`;
 - `loader`: the loader's version, a sha256 of the sources of the packages a binding depends on
@@ -108,9 +108,17 @@ def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
+def _binding_machine(machine: Machine) -> dict[str, Any]:
+    """The machine's fields a binding depends on: all but the energy and area models, which
+    cost a run and place nothing."""
+    fields = dataclasses.asdict(machine)
+    del fields["energy"], fields["area"]
+    return fields
+
+
 def cache_key(object_path: str, machine: Machine, accelerator: str | None, binder: str) -> dict[str, Any]:
     return {"object": hashlib.sha256(Path(object_path).read_bytes()).hexdigest(),
-            "config": hashlib.sha256(_canonical(dataclasses.asdict(machine))).hexdigest(),
+            "config": hashlib.sha256(_canonical(_binding_machine(machine))).hexdigest(),
             "accelerator": accelerator, "binder": binder, "loader": loader_version(binder)}
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dfx import Barrier, Graph, Kernel, Program, itemsize
-from hardware import UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area
+from hardware import (UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area,
+                      total_energy)
 from hardware.units.bandwidth import Bandwidth
 
 from .binding import Binding
@@ -122,18 +123,6 @@ def energy_counts(span: PhaseSpan, kernel: Kernel, graph: Graph) -> EnergyCounts
                         {tuple(path.split("->")): n for path, n in span.bytes_moved.items()})
 
 
-def run_energy(kernels: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The run's energy: its kernels' summed, in pJ, in all and by level and by unit."""
-    total: dict[str, Any] = {"total_pj": 0.0, "by_level": {}, "by_unit": {}}
-    for k in kernels.values():
-        e = k["energy"]
-        total["total_pj"] += e["total_pj"]
-        for view in ("by_level", "by_unit"):
-            for part, pj in e[view].items():
-                total[view][part] = total[view].get(part, 0.0) + pj
-    return total
-
-
 def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dict[str, dict[str, Any]]:
     """Each kernel that ran, in program order: its span, op, result shape, cost and energy. A
     kernel of views alone runs no task, so the simulator has no span of it."""
@@ -181,7 +170,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
         })
-        out["energy"] = run_energy(out["kernels"])
+        out["energy"] = total_energy(k["energy"] for k in out["kernels"].values())
     out["area"] = machine_area(machine)
     if machine.host_link is not None:
         out["host_transfer"] = host_transfer(program, machine.host_link)
@@ -238,11 +227,12 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     for kernel, b in s["bindings"].items():
         for note in b["notes"]:
             console.print(f"{kernel}: {note}")
-    e, area = s["energy"], s["area"]
-    console.print(f"Energy per inference: [bold]{e['total_pj'] / 1e6:,.2f} µJ[/] "
-                  f"({e['total_pj'] / max(1, s['macs']):,.2f} pJ per MAC); by level: "
-                  + ", ".join(f"{part} {pj / e['total_pj']:.0%}" for part, pj in e["by_level"].items() if pj)
-                  + f". Area {area['total_mm2']:,.2f} mm² (45 nm figures unless the config gives its own)")
+    e = s["energy"]
+    shares = ", ".join(f"{part} {pj / e['total_pj']:.0%}" for part, pj in e["by_level"].items() if pj)
+    console.print(f"Energy per inference: [bold]{e['total_pj'] / 1e6:,.2f} µJ[/]"
+                  + (f" ({e['total_pj'] / s['macs']:,.2f} pJ per MAC)" if s["macs"] else "")
+                  + (f"; by level: {shares}" if shares else "")
+                  + f". Area {s['area']['total_mm2']:,.2f} mm² (45 nm figures unless the config gives its own)")
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")

@@ -111,7 +111,7 @@ def _draw(ax: Axes, panel: Panel, bw: float, norm: Normalize) -> None:
     # at least a decade either side of the ridge and two below the peak, so that both ceilings show
     xs = [p.intensity for p in finite] + ([ridge / 10, ridge * 10] if ridge else [])
     left, right = (min(xs) / 2, max(xs) * 2) if xs else (0.1, 10.0)
-    bottom = min(min(p.rate for p in panel.points), panel.peak / 100) / 2
+    bottom = min([p.rate for p in panel.points] + [panel.peak / 100]) / 2  # no points: moves-only kernels
     ax.set(xscale="log", yscale="log", xlim=(left, right), ylim=(bottom, panel.peak * 2),
            xlabel=f"arithmetic intensity ({panel.work} per DRAM byte)", ylabel=f"achieved {panel.work} per cycle")
     ax.set_title(panel.title, fontsize=10)

@@ -119,6 +119,11 @@ def test_the_key_holds_object_config_accelerator_binder_and_loader(objects, tmp_
     relaid = tmp_path / "relaid.json"
     relaid.write_text(json.dumps(json.loads(IDEAL.read_text()), indent=4, sort_keys=True))
     assert cache_key(str(objects["gemm"]), load_machine(relaid), None, "greedy") == key
+    # the energy and area models place nothing: another figure is the same key
+    costed = tmp_path / "costed.json"
+    costed.write_text(json.dumps({**json.loads(IDEAL.read_text()), "energy": {"mac_pj": {"f32": 1.0}},
+                                  "area": {"pe_um2": 1.0}}))
+    assert cache_key(str(objects["gemm"]), load_machine(costed), None, "greedy") == key
 
 
 def _first(entry: dict, level: str, count: int = 1) -> list[dict]:

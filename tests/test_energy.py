@@ -10,9 +10,11 @@ import orjson
 import pytest
 
 from conftest import CONFIGS, DATA, run_cli
-from hardware import ConfigError, load_machine, machine_area, machine_from_dict
-from hardware.energy import ACCESS_PJ_PER_BYTE, MAC_PJ
+from hardware import ConfigError, machine_area, machine_from_dict
+from dfx import DTYPES
+from hardware.energy import ACCESS_PJ_PER_BYTE, MAC_PJ, VECTOR_PJ_PER_ELEMENT
 from test_bind import matmul_dfg
+from test_kernel_profile import CHAIN, SHAPES, N, profile
 
 STANDARD = json.loads((CONFIGS / "standard.json").read_text())
 
@@ -61,11 +63,21 @@ def test_hand_worked_gemm_energy(tmp_path):
     assert kernel["energy"]["total_pj"] == pytest.approx(expected)
 
 
-def test_defaults_are_the_published_figures():
-    m = load_machine("standard")
-    assert m.energy.mac_pj["f32"] == MAC_PJ["f32"] == 4.6  # Horowitz 2014: 3.7 + 0.9
-    assert m.energy.access_pj_per_byte == ACCESS_PJ_PER_BYTE
-    assert ACCESS_PJ_PER_BYTE["external"] == 1300 / 8
+def test_every_dtype_has_a_mac_figure():
+    """hardware/ knows no DFX, so its table repeats the dtypes: a new one must get its figure."""
+    assert set(MAC_PJ) == set(DTYPES)
+
+
+def test_a_vector_kernel_costs_its_elements():
+    """An unfused ReLU (one simple vector op per element) and a transpose (moves only)."""
+    s = profile(CHAIN, SHAPES)
+    relu, transpose = s["kernels"]["relu_0"]["energy"], s["kernels"]["transpose_2"]["energy"]
+    elements = s["kernels"]["relu_0"]["vector_elements"]
+    assert elements == N * N
+    assert relu["by_unit"]["vector"] == relu["by_level"]["compute"] == elements * VECTOR_PJ_PER_ELEMENT["simple"]
+    assert relu["by_unit"]["array"] == 0.0
+    assert transpose["by_level"]["compute"] == 0.0 and transpose["total_pj"] > 0
+    assert s["energy"]["total_pj"] == pytest.approx(sum(k["energy"]["total_pj"] for k in s["kernels"].values()))
 
 
 def test_area_by_part():

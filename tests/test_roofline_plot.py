@@ -73,6 +73,16 @@ def test_every_kernel_is_drawn_named_or_noted(run, drawn):
     assert "transpose_2" in drawn.get_supxlabel()
 
 
+def test_a_program_that_only_moves_data_draws_the_empty_roofline(run):
+    s = {**run, "kernels": {"transpose_2": run["kernels"]["transpose_2"]}}
+    fig = figure(s, load_machine(STANDARD))
+    (arrays,) = fig.axes[:1]
+    assert not artists(arrays, "kernels")
+    assert set(artists(arrays, "peak")[0].get_ydata()) == {1024}
+    assert "transpose_2" in fig.get_supxlabel()
+    fig.savefig(io.BytesIO(), format="png")
+
+
 def test_a_kernel_moving_no_dram_byte_sits_on_the_right_edge(run):
     s = {**run, "kernels": {**run["kernels"], "relu_0": {**run["kernels"]["relu_0"],
                                                           "arithmetic_intensity": math.inf}}}
