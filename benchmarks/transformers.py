@@ -178,7 +178,7 @@ def write_results(work: Path) -> None:
     gpt2_text = "; ".join(f"{c}: {f:,} fused against {u:,} unfused ({f / u:.2f})" for c, f, u in gpt2)
     verdict = ", ".join(f"{'met' if 2 * f <= u else 'not met'} on {config}" for config, f, u in gpt2)
     c = compulsory["gpt2_ffn"]
-    over = ", ".join(f"{f / c:.2f}x on {config}" for config, f, _ in gpt2)
+    over = ", ".join(f"{f / c:.2f}x that on {config}" for config, f, _ in gpt2)
     finished = "Both `--timing-only` and `--check` finish on every row." if not failures else \
         "Not every run finished: see the failures below."
     models = "\n".join(f"- {label}: {what}, `{stem}` of `examples/make_onnx.py`." for label, stem, what in MODELS)
@@ -191,8 +191,7 @@ Reproduce: `.venv/bin/python benchmarks/transformers.py`.
 
 Both are opset 17, f32, with seeded weights as initializers; the GELUs are written as their tanh
 (GPT-2) and erf (BERT) chains of primitive ops, which the compiler makes one GELU (and leaves
-as their ops with `--no-fusion`), and
-BERT's layer norms as LayerNormalization. Each is compiled by `kpu-kernel-compiler MODEL.onnx
+as their ops with `--no-fusion`), and BERT's layer norms as LayerNormalization. Each is compiled by `kpu-kernel-compiler MODEL.onnx
 --target CONFIG` (dataflow auto) and again with `--no-fusion`, and run by `kpu-loader OBJECT
 --config CONFIG --json`. Cycles, array utilization (MACs over the run's cycles times the peak of
 all arrays) and DRAM bytes (reads and writes over external memory, as the simulator moved them)
@@ -215,11 +214,13 @@ unfused object is new to it, so its run binds too. {finished}
 |---|---|---:|---:|---:|---:|---:|---:|---:|---:|
 """ + "\n".join(times) + f"""
 
-Fusion on the GPT-2 FFN block, DRAM bytes: {gpt2_text}. The target of at most half: {verdict}. Fused, the block moves
-{over} its compulsory {c:,} bytes: its first MATMUL holds X whole in L3 and streams W1 past it
-once, the second re-reads its [128, 3072] A (too large for L3) once per column tile of its
-result, and the GELU result makes one round trip. `--no-fusion` runs every graph op as its own kernel, the GELU chain's too, so each
-of them sends its [128, 3072] result out and the next brings it back.
+Fusion on the GPT-2 FFN block, DRAM bytes: {gpt2_text}. The target of at most half: {verdict}.
+
+Against its compulsory {c:,} bytes, the fused block moves {over}. Its first MATMUL holds X
+whole in L3 and streams W1 past it once; the second re-reads its [128, 3072] A (too large for
+L3) once per column tile of its result; the GELU result makes one round trip. `--no-fusion` runs
+every graph op as its own kernel, the GELU chain's too, so each of them sends its [128, 3072]
+result out and the next brings it back.
 
 Where a fused MATMUL is tiled otherwise than the same MATMUL unfused (its epilogue's operands
 take room on chip), and what that costs in bytes read (the fused kernel's reads include its

@@ -9,11 +9,14 @@ object back as the loader reads it, check that it fits, bind, simulate, summaris
 
 It never raises: a point that cannot be read, compiled, bound or run is a row with status
 "failed" and a one-line reason, prefixed by the stage that refused it (`config`, `compile`, `fit`,
-`bind`, `simulate`). A machine that was read still has its area in a failed row.
+`bind`, `simulate`). A machine that was read still has its area in a failed row. A number that
+comes out infinite or NaN (costs so large that a sum overflows a float) is no measurement: it is
+left empty, and a row that has one is failed, naming it.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -23,6 +26,9 @@ MEASURES = ("status", "reason", "cycles", "latency_s", "energy_pj", "area_mm2", 
             "macs", "compile_s", "bind_s", "simulate_s")
 # wall-clock seconds: they differ run to run, the other columns never do
 WALL_SECONDS = ("compile_s", "bind_s", "simulate_s")
+# the measures that are numbers (None where unmeasured, never NaN or infinite), and a row's statuses
+NUMBERS = MEASURES[2:]
+STATUSES = ("ok", "failed")
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,14 @@ def evaluate(job: Job, model: bytes) -> dict[str, Any]:
     except Exception as e:  # a fault of the toolchain on one point must not end the sweep: recorded, named
         reason = f"internal error: {type(e).__name__}: {e}"
     else:
+        reason = None
+    unmeasured = [c for c in NUMBERS if isinstance(row[c], float) and not math.isfinite(row[c])]
+    if unmeasured and reason is None:
+        stage = "config" if unmeasured == ["area_mm2"] else "simulate"
+        reason = ", ".join(f"{c} came out {row[c]}" for c in unmeasured) + ", not a measurement"
+    for c in unmeasured:
+        row[c] = None
+    if reason is None:
         row["status"] = "ok"
         return row
     row.update(status="failed", reason=" ".join(f"{stage}: {reason}".splitlines()))

@@ -1,16 +1,19 @@
 """The results table, `OUTDIR/results.csv`: one row per (point, workload).
 
-Columns: `point` (the row's key: a digest of the point's whole machine, the model's bytes and the
-compile and bind options, so a changed base config or model is evaluated anew), one column per
-axis (its value as the spec gives it), `workload`, then `point.MEASURES`. Every cell is one line
-of text (None is empty, floats as Python writes them back exactly), so every row is one line.
+Columns: `point` (the row's key: a digest of the point's whole machine, the model's bytes, the
+compile and bind options and the toolchain's code, so a changed base config, model or toolchain
+is evaluated anew), one column per axis (its value as the spec gives it), `workload`, then
+`point.MEASURES`. Every cell is one line of text (None is empty, floats as Python writes them
+back exactly), so every row is one line.
 
 A sweep appends each row and flushes it the moment its point finishes: a sweep killed at any
 moment loses only the points in flight, and at worst leaves the last row half written, which the
 next run cuts off before it appends. The rows already there are the points a rerun skips; a file
-with other columns is another sweep's and is refused, not appended to. At the end of a sweep the
-file is rewritten in the spec's order (each row's line as it was), so a finished sweep's table
-does not depend on the order in which the workers finished.
+with other columns is another sweep's and is refused, not appended to, and so is a file with a
+whole row kpu-dse cannot have written (a status other than ok or failed, a measurement that is
+not a finite number). At the end of a sweep the file is rewritten in the spec's order (each row's
+line as it was), so a finished sweep's table does not depend on the order in which the workers
+finished.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from .point import MEASURES
+from .point import MEASURES, NUMBERS, STATUSES
 
 
 class ResultsError(ValueError):
@@ -88,8 +92,29 @@ class Table:
             if len(values) != len(self.header):
                 raise ResultsError(f"{self.path}: line {number}: {len(values)} cells, the header has "
                                    f"{len(self.header)}; the file was edited, not written by kpu-dse")
+            self._check(number, dict(zip(self.header, values)))
             self.lines.setdefault(values[0], text_line)
             self.rows.setdefault(values[0], dict(zip(self.header, values)))
+
+    def _check(self, number: int, row: dict[str, str]) -> None:
+        """A whole row must be one kpu-dse wrote: a known status, and each measurement empty or a
+        finite number. A row that is not is refused, not evaluated again: only a hand (or another
+        program) makes one, and a rerun that quietly replaced it would hide that its file is not
+        what the sweep wrote; the user fixes or removes the row, or chooses another -o folder.
+        (A half-written last row is a kill's doing, never checked here: start() cuts it off.)"""
+        status = row["status"]
+        if status not in STATUSES:
+            raise ResultsError(f"{self.path}: line {number}: status: {_clip(status)!r} is not "
+                               f"{' or '.join(STATUSES)}; the file was edited, not written by kpu-dse")
+        for column in NUMBERS:
+            text = row[column]
+            try:
+                ok = text == "" or math.isfinite(float(text))  # nan and inf measure nothing
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ResultsError(f"{self.path}: line {number}: {column}: {_clip(text)!r} is not a finite number; "
+                                   "the file was edited, not written by kpu-dse")
 
     def start(self) -> None:
         """Cut off a half-written last row and open the file for appending, with the header if it
@@ -129,3 +154,7 @@ class Table:
         wanted = set(keys)
         rest = [k for k in self.lines if k not in wanted]
         return (line(self.header) + "".join(self.lines[k] for k in [*keys, *rest] if k in self.lines)).encode()
+
+
+def _clip(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

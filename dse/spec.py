@@ -28,18 +28,31 @@ l2_banks[*].capacity_kb`). A key the base config lacks is added; one the config 
 know is a spec error, as is every other mistake the spec itself holds: `SpecError`, one line
 naming the file, the place in it and the reason. A value the config reader refuses for a point,
 or a combination of values, is not: that point is a failed row of the results.
+
+A row's key (`Spec.job`) names all that decides what the row measures: the point's whole config,
+the model's bytes, the compile and bind options, and the toolchain's code: a digest of the source
+files of the packages that compile, bind, simulate and cost a point (`TOOLCHAIN`: dfx,
+kernel_compiler, hardware, loader, and dse's own `point.py`), with OR-Tools' version when the
+binder is CP-SAT. It is read once, when the spec is read, on the client: a rerun after a change to
+the compiler, the simulator or the default energy and area figures evaluates every point again
+instead of reusing rows the old code measured. Workers are expected to run the client's code.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import itertools
 import json
 import math
+import os
 import re
 import string
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -60,6 +73,18 @@ BINDERS = ("cp-sat", "greedy")
 # task per row.
 MAX_AXIS_VALUES = 1000
 MAX_ROWS = 100_000
+# Limits on the file itself, as the config reader has them: a spec is a few KB, a few levels deep.
+MAX_SPEC_BYTES = 1024 * 1024
+MAX_DEPTH = 16  # json.loads and the YAML composer recurse once per level of nesting
+MAX_INT_CHARS = 64  # Python refuses to convert decimal literals past 4300 digits; no config key needs more
+# A label shows a point in the plot and the frontier tables: its fields' widths and precisions,
+# and the text it gives for each value, are bounded before a stray `{:>1500000000}` builds 1.5 GB.
+MAX_LABEL_FIELD = 100
+MAX_SHOWN = 200
+# the packages whose code decides what a row measures (see the module's docstring); and the
+# module of dse that runs them
+TOOLCHAIN = ("dfx", "kernel_compiler", "hardware", "loader")
+TOOLCHAIN_MODULES = ("dse.point",)
 
 _SPEC_KEYS = ("base", "accelerator", "workloads", "axes", "objectives", "dataflow", "fusion", "binder")
 _AXIS_KEYS = ("name", "key", "keys", "values", "range", "label")
@@ -71,6 +96,24 @@ _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 class SpecError(ValueError):
     """A spec that cannot describe a sweep; str(e) is one line `file: place: reason`."""
+
+
+class _Unreadable:
+    """Stands in for an integer literal too long to be a number (Python refuses to convert one
+    past 4300 digits, and a huge one is slow to print): it is no number, string or list, so the
+    check of its place refuses it there, worded by its length as the config reader words it."""
+
+    def __init__(self, literal: str) -> None:
+        self.what = f"an integer literal of {len(literal)} characters (at most {MAX_INT_CHARS})"
+
+    def __repr__(self) -> str:
+        return self.what
+
+    __str__ = __repr__
+
+
+def _json_int(literal: str) -> int | _Unreadable:
+    return _Unreadable(literal) if len(literal) > MAX_INT_CHARS else int(literal)
 
 
 @dataclass(frozen=True)
@@ -119,6 +162,7 @@ class Spec:
     dataflow: str
     fusion: bool
     binder: str
+    toolchain: str  # toolchain_digest(binder): the code that measures a row
 
     def points(self) -> Iterator[Point]:
         """Every combination of one value per axis, the last axis varying fastest."""
@@ -137,9 +181,10 @@ class Spec:
         options = {"accelerator": self.accelerator, "dataflow": self.dataflow, "fusion": self.fusion,
                    "binder": self.binder}
         # the key names what the row measured: the whole machine (not only the axes' values, so
-        # a changed base config is evaluated anew), the model's bytes and the options
+        # a changed base config is evaluated anew), the model's bytes, the options and the code
         identity = json.dumps({"config": point.config, "workload": workload.name, "model": workload.sha256,
-                               **options}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+                               "toolchain": self.toolchain, **options}, sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=True)
         return Job(key=hashlib.sha256(identity.encode()).hexdigest()[:16], workload=workload.name,
                    source=workload.path, config=point.config, config_source=self.base, **options)
 
@@ -162,13 +207,43 @@ def read_spec(path: str) -> Spec:
     rows = math.prod(len(a.values) for a in axes) * len(workloads)
     if rows > MAX_ROWS:
         raise fail("axes", f"{rows:,} rows ((point, workload) pairs), more than the {MAX_ROWS:,} a sweep may have")
-    return Spec(
-        path=path, base=base, document=base_document, accelerator=accelerator, workloads=workloads, axes=axes,
-        objectives=_objectives(document.get("objectives", ["latency", "area"]), fail),
-        dataflow=_choice(document, "dataflow", DATAFLOWS, "auto", fail),
-        fusion=_flag(document, "fusion", True, fail),
-        binder=_choice(document, "binder", BINDERS, "cp-sat", fail),
-    )
+    objectives = _objectives(document.get("objectives", ["latency", "area"]), fail)
+    dataflow = _choice(document, "dataflow", DATAFLOWS, "auto", fail)
+    fusion = _flag(document, "fusion", True, fail)
+    binder = _choice(document, "binder", BINDERS, "cp-sat", fail)
+    return Spec(path=path, base=base, document=base_document, accelerator=accelerator, workloads=workloads,
+                axes=axes, objectives=objectives, dataflow=dataflow, fusion=fusion, binder=binder,
+                toolchain=toolchain_digest(binder))
+
+
+@functools.cache
+def toolchain_digest(binder: str) -> str:
+    """A digest of the code that measures a row with `binder`: the source files (.py, and the
+    .json a package reads, such as the object file's schema) of the TOOLCHAIN packages and
+    TOOLCHAIN_MODULES, each named by its path within them, and OR-Tools' version for CP-SAT.
+    Found without importing them, read once per process."""
+    digest = hashlib.sha256()
+    for name in (*TOOLCHAIN, *TOOLCHAIN_MODULES):
+        found = importlib.util.find_spec(name)
+        if found is None or found.origin is None:  # not installed: nothing can run a point anyway
+            digest.update(f"{name}: missing\0".encode())
+            continue
+        origin = Path(found.origin)
+        files = [origin]
+        if found.submodule_search_locations:  # a package: every file under it, links not followed
+            files = sorted(Path(folder, f) for folder, subfolders, names in os.walk(origin.parent)
+                           if "__pycache__" not in Path(folder).parts
+                           for f in names if Path(f).suffix in (".py", ".json"))
+        for file in files:
+            digest.update(f"{name}/{file.relative_to(origin.parent).as_posix()}\0".encode())
+            digest.update(file.read_bytes())
+            digest.update(b"\0")
+    if binder == "cp-sat":
+        try:
+            digest.update(f"ortools {importlib.metadata.version('ortools')}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(b"ortools: missing")
+    return digest.hexdigest()
 
 
 # ---- reading the file ------------------------------------------------------------------------
@@ -179,33 +254,26 @@ def _parse(path: str) -> Any:
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: unsupported spec type '{suffix}' (expected .yaml, .yml or .json)")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as file:
+            data = file.read(MAX_SPEC_BYTES + 1)  # no further: the file may be huge, or endless
     except OSError as e:
         raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 1024} KB; a spec is a few KB")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if suffix == ".json":
+        _check_json_depth(text, path)
         try:
-            return json.loads(text, object_pairs_hook=lambda pairs: _unique(pairs, path))
+            return json.loads(text, parse_int=_json_int, object_pairs_hook=lambda pairs: _unique(pairs, path))
         except json.JSONDecodeError as e:
             raise SpecError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
     import yaml
 
-    class Loader(yaml.SafeLoader):
-        """YAML keeps the last of a key given twice: a second `axes:` would drop the first unseen."""
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep)
-
     try:
-        return yaml.load(text, Loader=Loader)
+        return yaml.load(text, Loader=_yaml_loader())
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -213,6 +281,88 @@ def _parse(path: str) -> Any:
         raise SpecError(" ".join(f"{path}: {where}invalid YAML: {reason}".splitlines())) from None
     except yaml.YAMLError as e:
         raise SpecError(" ".join(f"{path}: invalid YAML: {e}".splitlines())) from None
+
+
+# a JSON string (brackets inside it do not nest; an unterminated one runs to the end, which keeps
+# the scan linear) or a bracket
+_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
+
+
+def _check_json_depth(text: str, path: str) -> None:
+    """json.loads recurses once per level: a deep enough file would end it in a RecursionError."""
+    depth = 0
+    for token in _JSON_TOKEN.finditer(text):
+        if token.group() in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = text.count("\n", 0, token.start()) + 1
+                raise SpecError(f"{path}: line {line}: nested deeper than {MAX_DEPTH} levels")
+        elif token.group() in ("]", "}"):
+            depth -= 1
+
+
+@functools.cache
+def _yaml_loader() -> type:
+    """PyYAML's safe loader, refusing also what a spec never needs and a bad file could abuse,
+    each as a YAML error at its line."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        _depth = 0  # collections open around the node being composed
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()
+            if event.anchor is not None:  # set on anchors and aliases alike
+                # a few hundred bytes of nested aliases expand to billions of values ("billion laughs")
+                raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed",
+                                                  event.start_mark)
+            if self._depth == MAX_DEPTH and not isinstance(event, yaml.ScalarEvent):
+                # the composer recurses once per level: a deep enough file would end it in a RecursionError
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                                  event.start_mark)
+            self._depth += 1
+            node = super().compose_node(parent, index)
+            self._depth -= 1
+            return node
+
+        def construct_object(self, node: Any, deep: bool = False) -> Any:
+            try:
+                return super().construct_object(node, deep)
+            except yaml.YAMLError:
+                raise
+            except Exception:  # PyYAML's constructors raise plain errors on `!!float abc`, `2001-13-45`...
+                kind = node.tag.rsplit(":", 1)[-1]
+                value = _clip(repr(node.value)) if isinstance(node.value, str) else "the value"
+                raise yaml.constructor.ConstructorError(None, None, f"{value} is not a valid {kind}",
+                                                        node.start_mark) from None
+
+        def construct_yaml_int(self, node: Any) -> int | _Unreadable:
+            literal = self.construct_scalar(node)
+            return _Unreadable(literal) if len(literal) > MAX_INT_CHARS else super().construct_yaml_int(node)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            # YAML keeps the last of a key given twice: a second `axes:` would drop the first unseen
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:  # `? [a, b]`: a list, a mapping or a set as a key
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"a key is a name, not a {'list' if isinstance(key, list) else 'mapping'}",
+                        key_node.start_mark) from None
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
+                                                            key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    return Loader
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _unique(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
@@ -282,7 +432,7 @@ def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, 
 
 
 def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
-    from kernel_compiler.frontends import BINARY, FRONTENDS
+    from kernel_compiler import GRAPH_EXTENSIONS, graph_extension
 
     if not isinstance(value, list) or not value:
         raise fail("workloads", "must be a non-empty list of model files (or {name, path} mappings)")
@@ -297,9 +447,9 @@ def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
         if not isinstance(given, str) or not given:
             raise fail(place, f"must be a model path or a {{name, path}} mapping, got {item!r}")
         path = given if Path(given).is_absolute() else str(folder / given)
-        ext = max((e for e in FRONTENDS if path.lower().endswith(e)), key=len, default=None)
+        ext = graph_extension(path)  # as the compiler picks its frontend
         if ext is None:
-            raise fail(place, f"{path}: unsupported model type (expected {', '.join(FRONTENDS)})")
+            raise fail(place, f"{path}: unsupported model type (expected {', '.join(GRAPH_EXTENSIONS)})")
         if name is None:
             name = Path(path).name[: -len(ext)]
         if not isinstance(name, str) or not _plain(name):
@@ -310,7 +460,7 @@ def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
             data = Path(path).read_bytes()
         except OSError as e:
             raise fail(place, f"{path}: cannot read: {e.strerror or e}") from None
-        if ext in BINARY:
+        if ext == ".onnx":
             _self_contained_onnx(path, data, place, fail)
         workloads[name] = Workload(name, path, data)
     return tuple(workloads.values())
@@ -369,9 +519,12 @@ def _axes(value: Any, base: dict[str, Any], accelerator: str | None, fail) -> tu
         axis = Axis(name, keys, values, _label(label, len(keys), f"{place}.label", fail))
         for j, v in enumerate(values):
             try:
-                axis.shown(v)
-            except (IndexError, KeyError, ValueError) as e:
+                shown = axis.shown(v)
+            except (IndexError, KeyError, ValueError, TypeError) as e:  # `{:d}` of a string, `{:>5}` of a list
                 raise fail(f"{place}.label", f"cannot show values[{j}] {v!r}: {e}") from None
+            if len(shown) > MAX_SHOWN:
+                raise fail(f"{place}.label", f"shows values[{j}] in {len(shown):,} characters, more than the "
+                                             f"{MAX_SHOWN} a label may have")
         for key in keys:
             _check_key(base, key, axis.settings(values[0])[keys.index(key)], accelerator, f"{place}", fail)
         axes.append(axis)
@@ -410,7 +563,7 @@ def _values(item: dict[str, Any], nkeys: int, place: str, fail) -> tuple[Any, ..
     for j, v in enumerate(values):
         where = f"{place}.values[{j}]"
         if not _setting(v):
-            raise fail(where, f"must be a finite number, a string, true/false or a list of them, got {v!r}")
+            raise fail(where, f"must be a finite number, a string, true/false or a list of them, got {_given(v)}")
         if nkeys > 1 and isinstance(v, list) and len(v) != nkeys:
             raise fail(where, f"a list sets one value per key: {nkeys} keys, {len(v)} values")
         text = json.dumps(v, sort_keys=True)
@@ -442,14 +595,25 @@ def _range(value: Any, place: str, fail) -> list[Any]:
     values: list[Any] = []
     slack = 1e-9 * max(abs(start), abs(stop), 1)  # 0.1 + 0.2 must reach a stop of 0.3
     for n in itertools.count():
-        v = start + n * amount if by == "step" else start * amount**n
-        if v > stop + slack:
+        v = start + n * amount if by == "step" else _power(start, amount, n)
+        if v > stop + slack or not math.isfinite(v):  # a float past the largest one is inf
             break
         if len(values) == MAX_AXIS_VALUES:
             raise fail(place, f"gives more than the {MAX_AXIS_VALUES} values an axis may have")
         # each value computed from start, not summed, and rounded so that 0.1 * 3 shows as 0.3
         values.append(v if integral else float(f"{v:.12g}"))
     return values
+
+
+def _power(start: int | float, factor: int | float, n: int) -> int | float:
+    """start * factor**n; a float beyond the largest float is inf."""
+    try:
+        return start * factor**n
+    except OverflowError:  # a float factor**n past the largest float, which a start below 1 may bring back
+        try:
+            return float(Fraction(start) * Fraction(factor) ** n)
+        except OverflowError:
+            return math.inf
 
 
 def _setting(v: Any) -> bool:
@@ -460,12 +624,22 @@ def _setting(v: Any) -> bool:
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number; an integer of more than MAX_INT_CHARS digits is none (a range can make one)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return len(str(abs(v))) <= MAX_INT_CHARS if isinstance(v, int) else math.isfinite(v)
+
+
+def _given(v: Any) -> str:
+    """A value as a message shows it: a long integer by its length, as the config reader words it."""
+    if isinstance(v, int) and not isinstance(v, bool) and len(str(abs(v))) > MAX_INT_CHARS:
+        return f"an integer of {len(str(abs(v)))} digits (at most {MAX_INT_CHARS})"
+    return repr(v)
 
 
 def _label(label: Any, nkeys: int, place: str, fail) -> str:
     """A format string whose fields are only {} or {i}, i below the key count: no attribute or
-    item access, no nested fields."""
+    item access, no nested fields, no width or precision above MAX_LABEL_FIELD."""
     if not isinstance(label, str) or not _plain(label):
         raise fail(place, f"must be a printable format string like '{{}} GB/s', got {label!r}")
     try:
@@ -473,9 +647,13 @@ def _label(label: Any, nkeys: int, place: str, fail) -> str:
     except ValueError as e:
         raise fail(place, f"{label!r}: {e}") from None
     for field, spec in fields:
-        if not (field == "" or (field.isdigit() and int(field) < nkeys)) or "{" in (spec or ""):
+        if not (field == "" or (field.isascii() and field.isdigit() and int(field) < nkeys)) or "{" in (spec or ""):
             fields = "{} or {0} (the value)" if nkeys == 1 else f"{{}} or {{0}} to {{{nkeys - 1}}} (each key's value)"
             raise fail(place, f"{label!r}: the fields are {fields}, not {{{field}{':' + spec if spec else ''}}}")
+        # the numbers of a format spec are its width and precision (and a fill that is a digit)
+        widest = max(map(int, re.findall(r"[0-9]+", spec or "")), default=0)
+        if widest > MAX_LABEL_FIELD:
+            raise fail(place, f"{label!r}: a field's width and precision are at most {MAX_LABEL_FIELD}, not {widest}")
     return label
 
 
@@ -484,7 +662,7 @@ def _objectives(value: Any, fail) -> tuple[str, ...]:
         raise fail("objectives", f"must be a list of at least two of {', '.join(OBJECTIVES)} (a frontier trades "
                                  f"one against another), got {value!r}")
     for i, name in enumerate(value):
-        if name not in OBJECTIVES:
+        if not isinstance(name, str) or name not in OBJECTIVES:  # a list or mapping is no key of it
             raise fail(f"objectives[{i}]", f"unknown objective {name!r} (expected one of: {', '.join(OBJECTIVES)})")
         if name in value[:i]:
             raise fail(f"objectives[{i}]", f"{name} is given twice")

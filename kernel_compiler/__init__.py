@@ -7,7 +7,8 @@ from dfx.lazy import lazy_exports
 _EXPORTS = {
     "LOWERINGS": "compile", "compile_graph": "compile",
     "CompileError": "errors",
-    "load_graph": "frontends", "parse_graph": "frontends",
+    "GRAPH_EXTENSIONS": "frontends", "graph_extension": "frontends", "load_graph": "frontends",
+    "parse_graph": "frontends",
     "Target": "target", "load_target": "target", "target_from_machine": "target",
 }
 

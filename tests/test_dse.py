@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from conftest import CONFIGS, ROOT, assert_one_line_error, gemm_dfg
 
 from dse.pareto import frontier
 from dse.point import WALL_SECONDS, Job, evaluate
+from dse.results import line
 from dse.spec import SpecError, read_spec
 
 ARRAY = ["compute.processor_array.rows", "compute.processor_array.cols"]
@@ -201,9 +203,63 @@ def axis(**fields):
     ({"workloads": ["g32.dfg"], "sweeps": 3}, "sweeps: unknown key"),
     ("workloads: [g32.dfg]\nworkloads: [g32.dfg]\n",
      "line 2, column 1: invalid YAML: the key 'workloads' is given twice"),
+    # numbers past a float: a literal by its length, as the config reader words it
+    (axis(key="timing.clock_ghz", values=[10**400]), "axes[0].values[0]: must be a finite number, a string, "
+     "true/false or a list of them, got an integer literal of 401 characters (at most 64)"),
+    (axis(key="timing.clock_ghz", range={"start": 1, "stop": 10**300, "step": 1}),
+     "axes[0].range.stop: must be a finite number, got an integer literal of 301 characters (at most 64)"),
+    (axis(key="timing.clock_ghz", range={"start": 1, "stop": 1e100, "factor": 10}),
+     "axes[0].values[64]: must be a finite number, a string, true/false or a list of them, got an integer of "
+     "65 digits (at most 64)"),
+    # a list or mapping where a name belongs
+    ({"workloads": ["g32.dfg"], "objectives": [[1], "latency"]}, "objectives[0]: unknown objective [1] (expected"),
+    ({"workloads": ["g32.dfg"], "objectives": [{"a": 1}, "latency"]}, "objectives[0]: unknown objective {'a': 1}"),
+    ("? [a, b]\n: 1\nworkloads: [g32.dfg]\n", "line 1, column 3: invalid YAML: a key is a name, not a list"),
+    # what the YAML parser itself would end in a traceback, or a bomb
+    ("workloads: [g32.dfg]\naxes: [{name: a, key: timing.clock_ghz, values: [!!float abc]}]\n",
+     "line 2, column 50: invalid YAML: 'abc' is not a valid float"),
+    ("workloads: " + "[" * 5000 + "]" * 5000 + "\n", "invalid YAML: nested deeper than 16 levels"),
+    ("workloads: &w [g32.dfg]\n", "line 1, column 12: invalid YAML: anchors and aliases are not allowed"),
+    # a label's text is bounded before it is built
+    (axis(key="timing.clock_ghz", values=[1], label="{:>1500000000}"),
+     "axes[0].label: '{:>1500000000}': a field's width and precision are at most 100, not 1500000000"),
+    (axis(key="timing.clock_ghz", values=[1.5], label="{:.1000f} GHz"),
+     "axes[0].label: '{:.1000f} GHz': a field's width and precision are at most 100, not 1000"),
+    (axis(key="timing.clock_ghz", values=["x" * 300]),
+     "axes[0].label: shows values[0] in 302 characters, more than the 200 a label may have"),
+    (axis(key="timing.clock_ghz", values=[[1, 2]], label="{:>5}"),
+     "axes[0].label: cannot show values[0] [1, 2]: unsupported format string passed to list.__format__"),
+    (axis(key="timing.clock_ghz", values=[1], label="{\u00b2}"), "axes[0].label: '{\u00b2}': the fields are"),
 ])
 def test_a_bad_spec_is_one_line_naming_the_place(tmp_path, document, expected):
     assert expected in spec_error(tmp_path, document)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"workloads": ["g32.dfg"], "axes": [{"name": "a", "key": "timing.clock_ghz", "values": [%s]}]}' % ("1" * 5000),
+     "axes[0].values[0]: must be a finite number, a string, true/false or a list of them, got an integer literal "
+     "of 5000 characters (at most 64)"),
+    ('{"workloads": ["g32.dfg"], "objectives": [{"a": 1}, "latency"]}', "objectives[0]: unknown objective {'a': 1}"),
+    ('{"workloads": ' + "[" * 5000 + "]" * 5000 + "}", "line 1: nested deeper than 16 levels"),
+])
+def test_a_bad_json_spec_is_one_line_naming_the_place(tmp_path, text, expected):
+    assert expected in spec_error(tmp_path, text, "bad.json")
+
+
+def test_a_range_past_the_largest_float_stops_there(tmp_path):
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+
+    def values(**range_):
+        path = tmp_path / "ok.yaml"
+        path.write_text(yaml.safe_dump(axis(key="timing.clock_ghz", range=range_)))
+        return read_spec(str(path)).axes[0].values
+
+    # the next value, 1e400, is past any float: the range ends before it (the point of 1e200 GHz is
+    # the config reader's to refuse, as a failed row)
+    assert values(start=1.0, stop=1e308, factor=1e200) == (1.0, 1e200)
+    # factor**n past the largest float, start * factor**n not: still in the range, computed exactly
+    assert values(start=1e-300, stop=1e150, factor=1e200) == (1e-300, 1e-100, 1e100)
+    assert values(start=1.79e308, stop=1.7976931348623157e308, step=1e307) == (1.79e308,)
 
 
 def test_a_bad_spec_exits_2_with_one_line(tmp_path):
@@ -223,6 +279,101 @@ def test_a_results_table_of_another_sweep_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "results.csv").write_text("point,other,workload\n")
     assert_one_line_error(run_dse(spec, "-o", tmp_path / "out", "--serial"), "results.csv", "another sweep's")
+
+
+def test_an_edited_results_table_is_refused_naming_its_row_and_column(tmp_path):
+    spec = write_spec(tmp_path, [{"name": "array", "keys": ARRAY, "values": [4, 8]}])
+    assert run_dse(spec, "-o", tmp_path / "out", "--serial").returncode == 0
+    results = tmp_path / "out" / "results.csv"
+    header, *table = csv.reader(io.StringIO(results.read_text()))
+    table[1][header.index("energy_pj")] = "abc"
+    edited = "".join(map(line, [header, *table]))
+    results.write_text(edited)
+    plot = (tmp_path / "out" / "pareto.png").read_bytes()
+    proc = run_dse(spec, "-o", tmp_path / "out", "--serial")
+    assert_one_line_error(proc, f"{results}: line 3: energy_pj: 'abc' is not a finite number", "edited")
+    assert results.read_text() == edited and (tmp_path / "out" / "pareto.png").read_bytes() == plot  # untouched
+
+
+@pytest.mark.parametrize("column, text, reason", [
+    ("latency_s", "nan", "latency_s: 'nan' is not a finite number"),
+    ("area_mm2", "inf", "area_mm2: 'inf' is not a finite number"),
+    ("cycles", "12 cycles", "cycles: '12 cycles' is not a finite number"),
+    ("status", "maybe", "status: 'maybe' is not ok or failed"),
+])
+def test_a_results_row_kpu_dse_cannot_have_written_is_refused(tmp_path, column, text, reason):
+    from dse.results import ResultsError, Table, columns
+
+    header = columns(["array"])
+    row = dict.fromkeys(header, "")
+    row.update(point="0123abcd", array="4", workload="g32", status="ok", cycles="100", latency_s="1e-07")
+    row[column] = text
+    path = tmp_path / "results.csv"
+    path.write_text(line(header) + line(row.values()))
+    with pytest.raises(ResultsError) as info:
+        Table(path, header).read()
+    assert str(info.value).startswith(f"{path}: line 2: {reason}; ")
+
+
+def test_a_measure_past_a_float_makes_a_failed_row_not_an_unreadable_one(monkeypatch):
+    import dse.point
+
+    def stages(job, model, row):
+        yield "config"
+        row["area_mm2"] = 1.0
+        yield "simulate"
+        row.update(cycles=10, latency_s=1e-8, energy_pj=float("inf"))
+
+    monkeypatch.setattr(dse.point, "_stages", stages)
+    row = evaluate(Job("k", "g", "g.dfg", {}, "minimal", None, "auto", True, "greedy"), b"")
+    assert row["status"] == "failed" and row["energy_pj"] is None and row["area_mm2"] == 1.0
+    assert row["reason"] == "simulate: energy_pj came out inf, not a measurement"
+
+
+def test_the_row_key_covers_the_toolchain_code(tmp_path, monkeypatch, request):
+    """A change to the compiler, the simulator or the default costs is a new key: the rows the old
+    code measured are evaluated again, not reused."""
+    import dse.spec
+
+    package = tmp_path / "lib" / "fake_toolchain"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "energy.py").write_text("MAC_PJ = 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    monkeypatch.setattr(dse.spec, "TOOLCHAIN", ("fake_toolchain",))
+    request.addfinalizer(dse.spec.toolchain_digest.cache_clear)  # no digest of the fake left behind
+    spec = write_spec(tmp_path, [{"name": "array", "keys": ARRAY, "values": [4]}])
+
+    def keys() -> list[str]:
+        dse.spec.toolchain_digest.cache_clear()  # read once per process: a new process, here
+        return [job.key for _, job in read_spec(str(spec)).jobs()]
+
+    before = keys()
+    assert keys() == before  # the same code, the same keys
+    (package / "energy.py").write_text("MAC_PJ = 2.0\n")
+    changed = keys()
+    assert changed != before
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "energy.cpython-311.pyc").write_bytes(b"compiled")  # not the code
+    assert keys() == changed
+    assert dse.spec.toolchain_digest("cp-sat") != dse.spec.toolchain_digest("greedy")  # OR-Tools' version
+
+
+def test_dse_uses_only_the_public_names_of_the_other_packages():
+    import ast
+    import importlib
+
+    for module in sorted((ROOT / "dse").glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            package = node.module.split(".")[0]
+            if package not in ("dfx", "kernel_compiler", "hardware", "loader") or node.module == "dfx.lazy":
+                continue  # dfx.lazy: the lazy-export helper of every package's __init__
+            where = f"{module.name}:{node.lineno}"
+            assert node.module == package, f"{where}: imports from {node.module}, not from {package}"
+            public = importlib.import_module(package).__all__
+            assert not [a.name for a in node.names if a.name not in public], where
 
 
 def test_the_frontier_of_hand_made_points():
@@ -250,6 +401,22 @@ def test_the_plot_is_a_png_and_an_svg_of_sensible_size():
     assert 10_000 < len(png) < 2_000_000
     assert b"<svg" in svg[:1000] and b"32x32" in svg and b"no point ran" in svg
     assert render(panels, "latency", "area", "sweep.yaml") == (png, svg)  # the same rows, the same files
+
+
+def test_the_plot_draws_user_text_as_given_not_as_mathtext():
+    from dse.plot import Panel, render
+
+    # a workload's name, labels, a legend entry and a title, each mathtext matplotlib cannot parse;
+    # and a character the font lacks: a box, not three lines of warning on stderr
+    panels = [Panel("a$\\frac$", [1e-3, 2e-3, 3e-3], [9.0, 4.0, 9.5], ["\u4e2d$50^$", "${25}_", "$_$"], 0,
+                    [False, False, True], "$e^$")]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        png, svg = render(panels, "latency", "area", "$x^.yaml: latency and area")
+    assert not [str(w.message) for w in caught]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    for text in (b"$50^$", b"a$\\frac$", b"$x^.yaml", b"also on the frontier of $e^$"):
+        assert text in svg, text
 
 
 def test_a_graph_parses_from_bytes_as_from_its_file(tmp_path):

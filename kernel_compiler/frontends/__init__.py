@@ -48,17 +48,25 @@ def parse_graph(path: str, data: bytes) -> tuple[Graph, list[str]]:
     return infer_shapes(graph, warnings), warnings
 
 
+# the extensions a model file may have, as messages list them
+GRAPH_EXTENSIONS: tuple[str, ...] = tuple(FRONTENDS)
+
+
+def graph_extension(path: str) -> str | None:
+    """The extension by which `path` is read as a model, lower case (the longest known ending:
+    `.hlo.txt` before `.txt`), or None if no frontend reads it. Nothing is read from `path`."""
+    suffixes = Path(path).suffixes
+    return next((e.lower() for e in ("".join(suffixes[-2:]), "".join(suffixes[-1:])) if e.lower() in FRONTENDS),
+                None)
+
+
 def _frontend(path: str) -> tuple[str, Frontend]:
     """The extension of `path` (lower case) and its frontend, or CompileError naming the choices."""
-    suffixes = Path(path).suffixes
-    # the longest known ending: `.hlo.txt` before `.txt`
-    ext = next((e for e in ("".join(suffixes[-2:]), "".join(suffixes[-1:])) if e.lower() in FRONTENDS),
-               Path(path).suffix)
-    frontend = FRONTENDS.get(ext.lower())
-    if frontend is None:
-        expected = ", ".join(FRONTENDS)
-        raise CompileError(f"{path}: unsupported input type '{ext}' (expected {expected})")
-    return ext.lower(), frontend
+    ext = graph_extension(path)
+    if ext is None:
+        expected = ", ".join(GRAPH_EXTENSIONS)
+        raise CompileError(f"{path}: unsupported input type '{Path(path).suffix}' (expected {expected})")
+    return ext, FRONTENDS[ext]
 
 
 def read_source(path: str) -> str:
