@@ -70,17 +70,23 @@ def test_resident_panel_in_blocks_computes_the_product(small, M, N, K, batch, tr
     # a panel in blocks of several tiles, the last block short, shared by both compute tiles
     assert within and within[0].trip_count % within[0].per_block != 0, kernel.tile_loops
     assert kernel.shared_moves() and kernel.hints["compute_tiles"] == 2
-    machine = load_machine(small)
-    bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
+    bindings, sim = run_against_numpy(program, small, transpose_b, seed=7)
     assert bindings[0].workers == 2
-    rng = np.random.default_rng(7)
+    assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"]
+
+
+def run_against_numpy(program, config, transpose_b: bool, seed: int):
+    """Bind the GEMM greedily on `config`, compute C and compare it with numpy's product in f64;
+    the bindings and the simulated run."""
+    machine = load_machine(config)
+    bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
+    rng = np.random.default_rng(seed)
     a = rng.uniform(-1, 1, program.graph.tensors["A"].shape).astype(np.float32)
     b = rng.uniform(-1, 1, program.graph.tensors["B"].shape).astype(np.float32)
     c = execute(program, bindings, {"A": a, "B": b})["C"]
     want = a.astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
-    sim = simulate(program, machine, bindings)
-    assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"]
+    return bindings, simulate(program, machine, bindings)
 
 
 def test_a_tile_held_transposed_is_never_read_in_parts(small):
@@ -126,15 +132,7 @@ def test_whole_operand_beside_k_tiles_computes_the_product(small, M, N, K, batch
     assert kernel.hints["l3_resident"].startswith(f"{resident} panel") and "K tiles" in kernel.hints["l3_resident"]
     # the resident panel, loaded outside the parallel loop, serves both compute tiles
     assert kernel.shared_moves() and kernel.hints["compute_tiles"] == 2
-    machine = load_machine(small)
-    bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
-    rng = np.random.default_rng(11)
-    a = rng.uniform(-1, 1, program.graph.tensors["A"].shape).astype(np.float32)
-    b = rng.uniform(-1, 1, program.graph.tensors["B"].shape).astype(np.float32)
-    c = execute(program, bindings, {"A": a, "B": b})["C"]
-    want = a.astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64)
-    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
-    sim = simulate(program, machine, bindings)
+    _, sim = run_against_numpy(program, small, transpose_b, seed=11)
     # every operand crosses once per batch step (B too: it streams past each step's A)
     assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"] == \
         int(np.prod(batch)) * (M * K + K * N + M * N) * 4
