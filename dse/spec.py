@@ -73,10 +73,9 @@ BINDERS = ("cp-sat", "greedy")
 # task per row.
 MAX_AXIS_VALUES = 1000
 MAX_ROWS = 100_000
-# Limits on the file itself, as the config reader has them: a spec is a few KB, a few levels deep.
+# A spec is a few KB. Its nesting, keys and integer literals have the config reader's limits, as
+# it is read by the config reader's parser (hardware.read_document).
 MAX_SPEC_BYTES = 1024 * 1024
-MAX_DEPTH = 16  # json.loads and the YAML composer recurse once per level of nesting
-MAX_INT_CHARS = 64  # Python refuses to convert decimal literals past 4300 digits; no config key needs more
 # A label shows a point in the plot and the frontier tables: its fields' widths and precisions,
 # and the text it gives for each value, are bounded before a stray `{:>1500000000}` builds 1.5 GB.
 MAX_LABEL_FIELD = 100
@@ -96,24 +95,6 @@ _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 class SpecError(ValueError):
     """A spec that cannot describe a sweep; str(e) is one line `file: place: reason`."""
-
-
-class _Unreadable:
-    """Stands in for an integer literal too long to be a number (Python refuses to convert one
-    past 4300 digits, and a huge one is slow to print): it is no number, string or list, so the
-    check of its place refuses it there, worded by its length as the config reader words it."""
-
-    def __init__(self, literal: str) -> None:
-        self.what = f"an integer literal of {len(literal)} characters (at most {MAX_INT_CHARS})"
-
-    def __repr__(self) -> str:
-        return self.what
-
-    __str__ = __repr__
-
-
-def _json_int(literal: str) -> int | _Unreadable:
-    return _Unreadable(literal) if len(literal) > MAX_INT_CHARS else int(literal)
 
 
 @dataclass(frozen=True)
@@ -191,6 +172,8 @@ class Spec:
 
 def read_spec(path: str) -> Spec:
     """Read and check the spec at `path`; SpecError on any mistake in it."""
+    from hardware import Unreadable
+
     document = _parse(path)
     folder = Path(path).parent
 
@@ -198,7 +181,9 @@ def read_spec(path: str) -> Spec:
         return SpecError(" ".join(f"{path}: {place}: {reason}".splitlines()))
 
     if not isinstance(document, dict):
-        raise SpecError(f"{path}: a spec is a mapping with the keys {', '.join(_SPEC_KEYS)}")
+        # an Unreadable says what it stands for: a JSON object with a key twice, a long integer
+        got = f", got {document!r}" if isinstance(document, Unreadable) else ""
+        raise SpecError(f"{path}: a spec is a mapping with the keys {', '.join(_SPEC_KEYS)}{got}")
     _closed(document, _SPEC_KEYS, "", fail)
     accelerator = _optional_str(document, "accelerator", "", fail)
     base, base_document = _base(document.get("base", "standard"), accelerator, folder, fail)
@@ -264,114 +249,12 @@ def _parse(path: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    if suffix == ".json":
-        _check_json_depth(text, path)
-        try:
-            return json.loads(text, parse_int=_json_int, object_pairs_hook=lambda pairs: _unique(pairs, path))
-        except json.JSONDecodeError as e:
-            raise SpecError(f"{path}: line {e.lineno}, column {e.colno}: invalid JSON: {e.msg}") from None
-    import yaml
+    from hardware import ConfigError, read_document
 
     try:
-        return yaml.load(text, Loader=_yaml_loader())
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        reason = ", ".join(part for part in (e.context, e.problem) if part)
-        raise SpecError(" ".join(f"{path}: {where}invalid YAML: {reason}".splitlines())) from None
-    except yaml.YAMLError as e:
-        raise SpecError(" ".join(f"{path}: invalid YAML: {e}".splitlines())) from None
-
-
-# a JSON string (brackets inside it do not nest; an unterminated one runs to the end, which keeps
-# the scan linear) or a bracket
-_JSON_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
-
-
-def _check_json_depth(text: str, path: str) -> None:
-    """json.loads recurses once per level: a deep enough file would end it in a RecursionError."""
-    depth = 0
-    for token in _JSON_TOKEN.finditer(text):
-        if token.group() in ("[", "{"):
-            depth += 1
-            if depth > MAX_DEPTH:
-                line = text.count("\n", 0, token.start()) + 1
-                raise SpecError(f"{path}: line {line}: nested deeper than {MAX_DEPTH} levels")
-        elif token.group() in ("]", "}"):
-            depth -= 1
-
-
-@functools.cache
-def _yaml_loader() -> type:
-    """PyYAML's safe loader, refusing also what a spec never needs and a bad file could abuse,
-    each as a YAML error at its line."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        _depth = 0  # collections open around the node being composed
-
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            event = self.peek_event()
-            if event.anchor is not None:  # set on anchors and aliases alike
-                # a few hundred bytes of nested aliases expand to billions of values ("billion laughs")
-                raise yaml.composer.ComposerError(None, None, "anchors and aliases are not allowed",
-                                                  event.start_mark)
-            if self._depth == MAX_DEPTH and not isinstance(event, yaml.ScalarEvent):
-                # the composer recurses once per level: a deep enough file would end it in a RecursionError
-                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                                  event.start_mark)
-            self._depth += 1
-            node = super().compose_node(parent, index)
-            self._depth -= 1
-            return node
-
-        def construct_object(self, node: Any, deep: bool = False) -> Any:
-            try:
-                return super().construct_object(node, deep)
-            except yaml.YAMLError:
-                raise
-            except Exception:  # PyYAML's constructors raise plain errors on `!!float abc`, `2001-13-45`...
-                kind = node.tag.rsplit(":", 1)[-1]
-                value = _clip(repr(node.value)) if isinstance(node.value, str) else "the value"
-                raise yaml.constructor.ConstructorError(None, None, f"{value} is not a valid {kind}",
-                                                        node.start_mark) from None
-
-        def construct_yaml_int(self, node: Any) -> int | _Unreadable:
-            literal = self.construct_scalar(node)
-            return _Unreadable(literal) if len(literal) > MAX_INT_CHARS else super().construct_yaml_int(node)
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-            # YAML keeps the last of a key given twice: a second `axes:` would drop the first unseen
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    hash(key)
-                except TypeError:  # `? [a, b]`: a list, a mapping or a set as a key
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"a key is a name, not a {'list' if isinstance(key, list) else 'mapping'}",
-                        key_node.start_mark) from None
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice",
-                                                            key_node.start_mark)
-                seen.add(key)
-            return super().construct_mapping(node, deep)
-
-    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
-    return Loader
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _unique(pairs: list[tuple[str, Any]], path: str) -> dict[str, Any]:
-    mapping: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in mapping:  # json.loads would keep the last silently
-            raise SpecError(f"{path}: the key {key!r} is given twice")
-        mapping[key] = value
-    return mapping
+        return read_document(text, suffix, path)
+    except ConfigError as e:  # the same one line `path: place: reason`
+        raise SpecError(str(e)) from None
 
 
 def _closed(mapping: dict[str, Any], keys: tuple[str, ...], place: str, fail) -> None:
@@ -407,7 +290,7 @@ def _flag(mapping: dict[str, Any], key: str, default: bool, fail) -> bool:
 
 def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, dict[str, Any]]:
     """The base config's name for messages, and its document."""
-    from hardware import ConfigError, load_machine, resolve_config
+    from hardware import ConfigError, load_machine, read_document, resolve_config
 
     if not isinstance(name, str) or not name:
         raise fail("base", f"must be a shipped config name or a config path, got {name!r}")
@@ -418,14 +301,9 @@ def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, 
         load_machine(source, accelerator)  # checks it as the loader would, limits included
     except ConfigError as e:
         raise fail("base", str(e)) from None
-    # load_machine has read the file within its limits (size, nesting, no aliases, no key twice),
-    # so the plain parsers are safe on it now
-    text = Path(source).read_text(encoding="utf-8-sig")
-    if Path(source).suffix.lower() == ".json":
-        return shown, json.loads(text)
-    import yaml
-
-    return shown, yaml.safe_load(text)
+    # load_machine has read the file within its limits and found it a machine: read it again as
+    # it did, for the document the axes change
+    return shown, read_document(Path(source).read_text(encoding="utf-8-sig"), Path(source).suffix.lower(), source)
 
 
 # ---- workloads --------------------------------------------------------------------------------
@@ -625,6 +503,8 @@ def _setting(v: Any) -> bool:
 
 def _number(v: Any) -> bool:
     """A finite number; an integer of more than MAX_INT_CHARS digits is none (a range can make one)."""
+    from hardware import MAX_INT_CHARS
+
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
     return len(str(abs(v))) <= MAX_INT_CHARS if isinstance(v, int) else math.isfinite(v)
@@ -632,6 +512,8 @@ def _number(v: Any) -> bool:
 
 def _given(v: Any) -> str:
     """A value as a message shows it: a long integer by its length, as the config reader words it."""
+    from hardware import MAX_INT_CHARS
+
     if isinstance(v, int) and not isinstance(v, bool) and len(str(abs(v))) > MAX_INT_CHARS:
         return f"an integer of {len(str(abs(v)))} digits (at most {MAX_INT_CHARS})"
     return repr(v)

@@ -1,6 +1,14 @@
 """The machine: config loading and validation, timing models, simulator core."""
 
-from hardware.config import ConfigError, load_machine, machine_from_dict, resolve_config
+from hardware.config import (
+    MAX_INT_CHARS,
+    ConfigError,
+    Unreadable,
+    load_machine,
+    machine_from_dict,
+    read_document,
+    resolve_config,
+)
 from hardware.energy import AreaModel, EnergyCounts, EnergyModel, kernel_energy, machine_area, total_energy
 from hardware.machine import (
     DATAFLOWS,
@@ -31,6 +39,7 @@ __all__ = [
     "Engines",
     "ExternalMemory",
     "HostLink",
+    "MAX_INT_CHARS",
     "Machine",
     "MemoryLevel",
     "PhaseSpan",
@@ -39,6 +48,7 @@ __all__ = [
     "Task",
     "UNIT_PREFIX",
     "UnitStats",
+    "Unreadable",
     "VECTOR_CYCLES_PER_ELEMENT",
     "VECTOR_OP_CLASSES",
     "VectorUnit",
@@ -48,6 +58,7 @@ __all__ = [
     "machine_from_dict",
     "matmul_cycles",
     "move_timer",
+    "read_document",
     "resolve_config",
     "total_energy",
     "trace_json",

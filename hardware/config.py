@@ -8,6 +8,9 @@ the file, the dotted key (or the line) and the reason:
 
     configs/x.json: on_chip_memory.l2.bank_count: must be a positive integer up to 1048576, got 0
 
+`read_document(text, suffix, source)` is load_machine's JSON and YAML parser, with the limits on
+nesting, keys, integers and YAML features given below; kpu-dse reads its sweep specs with it.
+
 A document with a top-level `system` or `accelerators` key is read as the system schema (second
 table below); any other as the flat schema (first table). Units follow kpu-sim: KB = 1024 bytes,
 MB = 1024 KB, bandwidth in GB/s = 1e9 bytes per second.
@@ -568,8 +571,10 @@ def _read(value: Any, section: _Section, source: str, path: str) -> dict[str, An
     def where(key: Any) -> str:
         return f"{path}.{_show_key(key)}" if path else _show_key(key)
 
-    if isinstance(section.keys, _Kind):  # open mapping: any key, values of one kind
+    if isinstance(section.keys, _Kind):  # open mapping: any name as a key, values of one kind
         for key, item in value.items():
+            if not isinstance(key, str):  # YAML also allows numbers (and over-long ones) as keys
+                _fail(source, path, f"a key is a name, got {_show(key)}")
             if not section.keys.test(item):
                 _fail(source, where(key), f"must be {section.keys.what}, got {_show(item)}")
         return dict(value)
@@ -805,10 +810,15 @@ def _host_link(config: dict[str, Any], clock: _Clock, source: str) -> HostLink |
     return HostLink(bytes_per_cycle=rate, latency_cycles=latency or 0)
 
 
-class _Unreadable:
-    """Stands in for a value the parser must not build (an integer literal too long to convert, a
-    JSON object with a key twice). It fails every kind, so the schema check names its key; for
-    JSON that is the only place we can name, as json.loads reports no position to its hooks."""
+# --- the document reader, shared with kpu-dse's sweep specs ------------------------------------
+
+
+class Unreadable:
+    """Stands in for a value the reader must not build: an integer literal too long to convert, or
+    a JSON object with a key twice. It is no number, string, list or mapping, so the caller's check
+    of the place that holds it refuses it there, and its repr says what it was (`must be ..., got
+    an integer literal of 5000 characters (at most 64)`). For a JSON object that place is the only
+    one we can name, as json.loads reports no position to its hooks."""
 
     def __init__(self, what: str) -> None:
         self.what = what
@@ -817,19 +827,19 @@ class _Unreadable:
         return self.what
 
 
-def _long_int(literal: str) -> _Unreadable:
-    return _Unreadable(f"an integer literal of {len(literal)} characters (at most {MAX_INT_CHARS})")
+def _long_int(literal: str) -> Unreadable:
+    return Unreadable(f"an integer literal of {len(literal)} characters (at most {MAX_INT_CHARS})")
 
 
-def _json_int(literal: str) -> int | _Unreadable:
+def _json_int(literal: str) -> int | Unreadable:
     return _long_int(literal) if len(literal) > MAX_INT_CHARS else int(literal)
 
 
-def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | _Unreadable:
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any] | Unreadable:
     mapping: dict[str, Any] = {}
     for key, value in pairs:
         if key in mapping:  # json.loads would keep the last silently
-            return _Unreadable(f"a mapping with the key {_show(key)} twice")
+            return Unreadable(f"a mapping with the key {_show(key)} twice")
         mapping[key] = value
     return mapping
 
@@ -853,9 +863,9 @@ def _check_json_depth(text: str, source: str) -> None:
 
 @cache
 def _yaml_loader() -> type:
-    """PyYAML's safe loader (no Python tags), refusing also what a config never needs and a
+    """PyYAML's safe loader (no Python tags), refusing also what a document never needs and a
     hostile file could abuse, each as a YAML error at its line. Built (and PyYAML imported) on
-    the first YAML config: a run with a JSON config does without both."""
+    the first YAML document: a run with a JSON config does without both."""
     import yaml
 
     class ConfigLoader(yaml.SafeLoader):
@@ -885,26 +895,41 @@ def _yaml_loader() -> type:
                 raise yaml.constructor.ConstructorError(None, None, f"{_show(node.value)} is not a valid {kind}",
                                                         node.start_mark) from None
 
-        def construct_yaml_int(self, node: yaml.Node) -> int | _Unreadable:
+        def construct_yaml_int(self, node: yaml.Node) -> int | Unreadable:
             literal = self.construct_scalar(node)
             return _long_int(literal) if len(literal) > MAX_INT_CHARS else super().construct_yaml_int(node)
 
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-            mapping = super().construct_mapping(node, deep)
+            # A YAML mapping keeps the last of a key given twice. The keys are checked before
+            # PyYAML builds the mapping, so that a list or mapping as a key is refused in our
+            # words; merge keys (`<<: {...}`) are expanded first, as PyYAML would.
+            self.flatten_mapping(node)
             seen = set()
-            for key_node, _ in node.value:  # a YAML mapping keeps the last of a key given twice
-                key = self.construct_object(key_node)  # already built: this returns it
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:  # `? [a, b]`: a list, a mapping or a set as a key
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"a key is a name, not a {'list' if isinstance(key, list) else 'mapping'}",
+                        key_node.start_mark) from None
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"the key {_show(key)} is given twice",
                                                             key_node.start_mark)
                 seen.add(key)
-            return mapping
+            return super().construct_mapping(node, deep)
 
     ConfigLoader.add_constructor("tag:yaml.org,2002:int", ConfigLoader.construct_yaml_int)
     return ConfigLoader
 
 
-def _parse(text: str, suffix: str, source: str) -> Any:
+def read_document(text: str, suffix: str, source: str) -> Any:
+    """Parse `text`, JSON if `suffix` is `.json` and YAML otherwise (the caller has checked the
+    suffix), refusing what a config or a sweep spec never needs and a hostile file could abuse:
+    nesting deeper than MAX_DEPTH levels, a key twice in a YAML mapping, YAML anchors, aliases
+    and tags other than YAML's own. A refusal is a ConfigError, one line `source: place: reason`.
+    An integer literal longer than MAX_INT_CHARS characters, and a JSON object with a key twice,
+    are read as an Unreadable, for the caller to refuse at the key that holds it."""
     if suffix == ".json":
         _check_json_depth(text, source)
         try:
@@ -944,7 +969,7 @@ def load_machine(path: str | os.PathLike[str], accelerator: str | None = None) -
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         _fail(source, f"line {line}", "cannot read: not UTF-8 text")
-    return machine_from_dict(_parse(text, suffix, source), source, accelerator)
+    return machine_from_dict(read_document(text, suffix, source), source, accelerator)
 
 
 SHIPPED = Path(__file__).parent / "configs"  # the repo's configs/, installed with the package

@@ -5,6 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import config_error
 import hardware
@@ -260,6 +261,13 @@ def test_missing_required_key_and_section(tmp_path):
 def test_address_map_is_open_and_accepts_hex_strings():
     d = _set(_minimal(), "address_map", {"l3_tile_base": "0x2000", "my_window": 4096})
     assert machine_from_dict(d).l3 == MemoryLevel(1, 64 * KB)
+
+
+def test_address_map_keys_are_names(tmp_path):
+    path = tmp_path / "k.yaml"
+    path.write_text(yaml.safe_dump(_minimal()) + "address_map:\n  " + "9" * 70 + ": 4096\n")
+    with pytest.raises(ConfigError, match=r"k\.yaml: address_map: a key is a name, got an integer literal of 70"):
+        load_machine(path)
 
 
 def test_bad_json_names_file_and_line(tmp_path):

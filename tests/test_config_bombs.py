@@ -185,6 +185,8 @@ def test_python_tags_are_refused_and_never_run(tmp_path):
     ("n.json", b'{"name": "a\x00b"}', "line 1, column 12: invalid JSON: Invalid control character at"),
     ("d.yaml", b"name: a\nname: b\n", "line 2, column 1: invalid YAML: the key 'name' is given twice"),
     ("d.json", b'{"name": "a", "name": "b"}', "must be a mapping, got a mapping with the key 'name' twice"),
+    ("c.yaml", b"? [a, b]\n: 1\n", "line 1, column 3: invalid YAML: a key is a name, not a list"),
+    ("c.yaml", b"timing:\n  {a: 1}: 2\n", "line 2, column 3: invalid YAML: a key is a name, not a mapping"),
     ("s.yaml", b"42\n", "must be a mapping, got 42"),
     ("l.yaml", b"- 1\n- 2\n", "must be a mapping, got [1, 2]"),
     ("e.yaml", b"", "must be a mapping, got None"),
@@ -229,6 +231,13 @@ def test_loader_refuses_the_alias_bomb_in_one_line(tmp_path):
     bomb.write_text(billion_laughs())
     assert_one_line_error(run_cli("loader", obj, "--config", bomb), f"{bomb}: line 1, column 8:",
                           "anchors and aliases are not allowed")
+
+
+def test_loader_refuses_a_list_as_a_key_in_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("? [a, b]\n: 1\n")
+    assert_one_line_error(run_cli("loader", "--show-config", "--config", bad),
+                          f"{bad}: line 1, column 3: invalid YAML: a key is a name, not a list")
 
 
 def test_compiler_refuses_the_alias_bomb_in_one_line(tmp_path):

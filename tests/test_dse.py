@@ -241,6 +241,13 @@ def test_a_bad_spec_is_one_line_naming_the_place(tmp_path, document, expected):
      "of 5000 characters (at most 64)"),
     ('{"workloads": ["g32.dfg"], "objectives": [{"a": 1}, "latency"]}', "objectives[0]: unknown objective {'a': 1}"),
     ('{"workloads": ' + "[" * 5000 + "]" * 5000 + "}", "line 1: nested deeper than 16 levels"),
+    # a key twice: json.loads tells no line, so the refusal names the place of the object
+    ('{"workloads": ["g32.dfg"], "workloads": ["g32.dfg"]}',
+     "a spec is a mapping with the keys base, accelerator, workloads, axes, objectives, dataflow, fusion, binder, "
+     "got a mapping with the key 'workloads' twice"),
+    ('{"workloads": ["g32.dfg"], "axes": [{"name": "a", "name": "b", "key": "timing.clock_ghz", "values": [1]}]}',
+     "axes[0]: must be a mapping with the keys name, key, keys, values, range, label, got a mapping with the key "
+     "'name' twice"),
 ])
 def test_a_bad_json_spec_is_one_line_naming_the_place(tmp_path, text, expected):
     assert expected in spec_error(tmp_path, text, "bad.json")
