@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from dfx import Barrier, Graph, Kernel, Program, itemsize
+from dfx import Barrier, Graph, Kernel, Op, Program, itemsize
 from hardware import (UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area,
                       total_energy)
 from hardware.units.bandwidth import Bandwidth
@@ -115,9 +115,8 @@ def result_shape(kernel: Kernel, graph: Graph) -> str:
     return ", ".join("x".join(map(str, graph.tensors[t].shape)) or "scalar" for t in kernel.outputs)
 
 
-def energy_counts(span: PhaseSpan, kernel: Kernel, graph: Graph) -> EnergyCounts:
-    """What the energy model charges one kernel for; its MACs in the dtype of its op's operands."""
-    op = next(op for op in graph.ops if op.name == kernel.graph_op)
+def energy_counts(span: PhaseSpan, op: Op, graph: Graph) -> EnergyCounts:
+    """What the energy model charges a kernel for; its MACs in the dtype of its graph op's operands."""
     dtype = graph.tensors[(op.inputs or op.outputs)[0]].dtype
     return EnergyCounts(dtype, itemsize(dtype), span.macs, span.array_operand_elements, span.vector_work,
                         {tuple(path.split("->")): n for path, n in span.bytes_moved.items()})
@@ -127,13 +126,14 @@ def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dic
     """Each kernel that ran, in program order: its span, op, result shape, cost and energy. A
     kernel of views alone runs no task, so the simulator has no span of it."""
     sim = result.sim
-    op_types = {op.name: op.op_type for op in program.graph.ops}
+    ops = {op.name: op for op in program.graph.ops}
+    op_types = {name: op.op_type for name, op in ops.items()}
     tiles = {b.kernel: b.workers for b in result.bindings}
     peak = machine.compute.peak_macs_per_cycle
     return {k.name: {**kernel_span(sim.phases[i], peak), "op": kernel_op(k, op_types),
                      "shape": result_shape(k, program.graph),
                      **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles),
-                     "energy": kernel_energy(machine.energy, energy_counts(sim.phases[i], k, program.graph),
+                     "energy": kernel_energy(machine.energy, energy_counts(sim.phases[i], ops[k.graph_op], program.graph),
                                              engine_kind)}
             for i, k in enumerate(program.kernels) if i in sim.phases}
 
