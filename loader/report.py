@@ -228,10 +228,13 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
         for note in b["notes"]:
             console.print(f"{kernel}: {note}")
     e = s["energy"]
-    shares = ", ".join(f"{part} {pj / e['total_pj']:.0%}" for part, pj in e["by_level"].items() if pj)
+
+    def shares(view: str) -> str:
+        return ", ".join(f"{part} {pj / e['total_pj']:.0%}" for part, pj in e[view].items() if pj)
+
     console.print(f"Energy per inference: [bold]{e['total_pj'] / 1e6:,.2f} µJ[/]"
                   + (f" ({e['total_pj'] / s['macs']:,.2f} pJ per MAC)" if s["macs"] else "")
-                  + (f"; by level: {shares}" if shares else "")
+                  + (f"; by level: {shares('by_level')}; by unit: {shares('by_unit')}" if e["total_pj"] else "")
                   + f". Area {s['area']['total_mm2']:,.2f} mm² (45 nm figures unless the config gives its own)")
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "

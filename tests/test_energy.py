@@ -111,3 +111,19 @@ def test_system_schema_takes_the_sections_too():
                            "area": {"engine_mm2": {"dma": 3.0}}}, "kpu.json")
     assert m.energy.access_pj_per_byte == {**ACCESS_PJ_PER_BYTE, "external": 7.0}
     assert machine_area(m)["by_part"]["dma"] == 3.0 * m.engines.dma
+
+
+def test_profile_prints_energy_by_level_and_by_unit():
+    from rich.console import Console
+
+    from loader.report import print_profile
+
+    s = {**profile(CHAIN, SHAPES), "object": "chain.kpu"}
+    console = Console(record=True, width=400)
+    print_profile(s, console)
+    line = next(t for t in console.export_text().splitlines() if t.startswith("Energy per inference"))
+    e = s["energy"]
+    assert f"{e['total_pj'] / 1e6:,.2f} µJ ({e['total_pj'] / s['macs']:,.2f} pJ per MAC)" in line
+    assert f"external {e['by_level']['external'] / e['total_pj']:.0%}" in line
+    assert f"by unit: array {e['by_unit']['array'] / e['total_pj']:.0%}" in line
+    assert f"Area {s['area']['total_mm2']:,.2f} mm²" in line
