@@ -14,14 +14,23 @@ whole row kpu-dse cannot have written (a status other than ok or failed, a measu
 not a finite number). At the end of a sweep the file is rewritten in the spec's order (each row's
 line as it was), so a finished sweep's table does not depend on the order in which the workers
 finished.
+
+The file is read and appended to in place, so it must be a regular file of OUTDIR: a symbolic
+link (dangling or not) or anything else at its path is refused before any work, and neither
+reading nor appending ever follows a link, so no file outside OUTDIR is read, changed or made.
+A BOM at its start (as a spreadsheet saving it writes) and blank lines at its end are ignored;
+the blank lines are cut off before rows are appended.
 """
 
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -72,15 +81,17 @@ class Table:
 
     def read(self) -> None:
         """Read the rows already in the file (none if there is no file); nothing is written yet."""
-        try:
-            data = self.path.read_bytes() if self.path.exists() else b""
-        except OSError as e:
-            raise ResultsError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        data = self._read_bytes()
         self._complete = data.rfind(b"\n") + 1  # a row without its line end was cut short by a kill
+        # blank lines at the end (an editor's or a hand's) are no rows: start() cuts them off too
+        whole = data[: self._complete].splitlines(keepends=True)
+        while whole and not whole[-1].strip():
+            self._complete -= len(whole.pop())
         try:
             text = data[: self._complete].decode("utf-8")
         except UnicodeDecodeError as e:
             raise ResultsError(f"{self.path}: byte {e.start}: not UTF-8 text, not a kpu-dse results table") from None
+        text = text.removeprefix("\ufeff")  # a BOM, as a spreadsheet saving the table writes it
         lines = text.splitlines(keepends=True)
         if lines:
             header = next(csv.reader(lines[:1]))
@@ -95,6 +106,44 @@ class Table:
             self._check(number, dict(zip(self.header, values)))
             self.lines.setdefault(values[0], text_line)
             self.rows.setdefault(values[0], dict(zip(self.header, values)))
+
+    def _open(self, flags: int) -> int:
+        """A descriptor of the file at the path, never through a link; ResultsError if a link or
+        anything but a regular file is there."""
+        try:
+            mode = self.path.lstat().st_mode
+        except FileNotFoundError:
+            mode = None
+        what = None
+        if mode is not None and not stat.S_ISREG(mode):
+            what = "is a symbolic link" if stat.S_ISLNK(mode) else "is not a regular file"
+        else:
+            try:  # O_NOFOLLOW and O_NONBLOCK: a link or a FIFO put there since is refused, not opened
+                fd = os.open(self.path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENXIO):
+                    raise
+                what = "is a symbolic link" if e.errno == errno.ELOOP else "is not a regular file"
+            else:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.set_blocking(fd, True)
+                    return fd
+                os.close(fd)
+                what = "is not a regular file"
+        raise ResultsError(f"{self.path}: {what}; kpu-dse reads and appends to its results table in place and "
+                           "never through a link: remove it or choose another -o folder")
+
+    def _read_bytes(self) -> bytes:
+        if not os.path.lexists(self.path):
+            return b""
+        try:
+            fd = self._open(os.O_RDONLY)
+            with os.fdopen(fd, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return b""
+        except OSError as e:
+            raise ResultsError(f"{self.path}: cannot read: {e.strerror or e}") from None
 
     def _check(self, number: int, row: dict[str, str]) -> None:
         """A whole row must be one kpu-dse wrote: a known status, and each measurement empty or a
@@ -121,9 +170,9 @@ class Table:
         has none."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "ab") as f:  # made if missing
-                f.truncate(self._complete)
-            self._file = open(self.path, "a", encoding="utf-8", newline="")
+            fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # made if missing, never through a link
+            os.ftruncate(fd, self._complete)
+            self._file = open(fd, "a", encoding="utf-8", newline="")
             if not self._complete:
                 self._file.write(line(self.header))
                 self._file.flush()

@@ -24,8 +24,10 @@ own folder, so a spec and its models travel together:
 
 A key path is the dotted path of a key in the config (`timing.clock_ghz`); `[i]` picks item i of
 a list and `[*]` every item (the system schema lists every bank: `accelerators[0].kpu.memory.
-l2_banks[*].capacity_kb`). A key the base config lacks is added; one the config reader does not
-know is a spec error, as is every other mistake the spec itself holds: `SpecError`, one line
+l2_banks[*].capacity_kb`). A key the base config lacks is added, except under a `[*]`: that path
+must be in every item it reaches. Two key paths where one holds the other (`timing`,
+`timing.clock_ghz`) or that name the same item are a spec error, as is one the config reader does not
+know, as is every other mistake the spec itself holds: `SpecError`, one line
 naming the file, the place in it and the reason. A value the config reader refuses for a point,
 or a combination of values, is not: that point is a failed row of the results.
 
@@ -235,6 +237,8 @@ def toolchain_digest(binder: str) -> str:
 
 
 def _parse(path: str) -> Any:
+    if "\0" in path:
+        raise SpecError(f"{path!r}: a path cannot hold a NUL byte")
     suffix = Path(path).suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: unsupported spec type '{suffix}' (expected .yaml, .yml or .json)")
@@ -246,7 +250,7 @@ def _parse(path: str) -> Any:
     if len(data) > MAX_SPEC_BYTES:
         raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 1024} KB; a spec is a few KB")
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a BOM, as some editors write, is no part of the text (as in configs)
     except UnicodeDecodeError as e:
         raise SpecError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
     from hardware import ConfigError, read_document
@@ -294,6 +298,8 @@ def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, 
 
     if not isinstance(name, str) or not name:
         raise fail("base", f"must be a shipped config name or a config path, got {name!r}")
+    if "\0" in name:  # open() would raise ValueError: refused before any file is looked at
+        raise fail("base", f"{name!r}: a path cannot hold a NUL byte")
     try:
         # a name with a suffix or a folder is a path, relative to the spec; else a shipped config
         shown = name if Path(name).is_absolute() or not (Path(name).suffix or "/" in name) else str(folder / name)
@@ -324,6 +330,9 @@ def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
             given, name = item, None
         if not isinstance(given, str) or not given:
             raise fail(place, f"must be a model path or a {{name, path}} mapping, got {item!r}")
+        if "\0" in given:  # open() would raise ValueError: refused before any file is looked at
+            raise fail(f"{place}.path" if isinstance(item, dict) else place,
+                       f"{given!r}: a path cannot hold a NUL byte")
         path = given if Path(given).is_absolute() else str(folder / given)
         ext = graph_extension(path)  # as the compiler picks its frontend
         if ext is None:
@@ -372,7 +381,7 @@ def _axes(value: Any, base: dict[str, Any], accelerator: str | None, fail) -> tu
     if not isinstance(value, list):
         raise fail("axes", "must be a list of axes, each {name, key or keys, values or range, label}")
     axes: list[Axis] = []
-    setter: dict[str, str] = {}  # key path -> the axis that sets it
+    setters: list[tuple[str, list[str | int | None], str]] = []  # (key path, its segments, the axis setting it)
     from .point import MEASURES
     from .results import key_columns
 
@@ -388,10 +397,23 @@ def _axes(value: Any, base: dict[str, Any], accelerator: str | None, fail) -> tu
         if name in reserved or any(a.name == name for a in axes):
             raise fail(f"{place}.name", f"'{name}' is already a column of the results")
         keys = _keys(item, place, fail)
+        where = f"{place}.{'key' if 'key' in item else 'keys'}"
         for key in keys:
-            if key in setter:
-                raise fail(place, f"{key} is also set by axis '{setter[key]}'")
-            setter[key] = name
+            # two paths where one holds the other (timing, timing.clock_ghz) or that name the same
+            # item (l2_banks[*].x, l2_banks[0].x): setting one would overwrite, or walk into, the other
+            segments = _segments(key)
+            for other, other_segments, owner in setters:
+                if not _overlap(segments, other_segments):
+                    continue
+                if key == other:
+                    raise fail(place, f"{key} is also set by axis '{owner}'")
+                how = "is within" if len(segments) > len(other_segments) else \
+                    "holds" if len(segments) < len(other_segments) else "names an item of"
+                if owner == name:
+                    raise fail(where, f"{key} {how} {other}, also a key of this axis; an axis sets each config "
+                                      "value once")
+                raise fail(where, f"{key} {how} {other}, set by axis '{owner}'; an axis may not set what another sets")
+            setters.append((key, segments, name))
         values = _values(item, len(keys), place, fail)
         label = item.get("label", f"{name}=" + "/".join(f"{{{k}}}" for k in range(len(keys))))
         axis = Axis(name, keys, values, _label(label, len(keys), f"{place}.label", fail))
@@ -406,6 +428,15 @@ def _axes(value: Any, base: dict[str, Any], accelerator: str | None, fail) -> tu
         for key in keys:
             _check_key(base, key, axis.settings(values[0])[keys.index(key)], accelerator, f"{place}", fail)
         axes.append(axis)
+    # every point sets the same paths, which no value changes the shape of (no path holds another):
+    # if the first point can be made, every one can, and Spec.points() never fails
+    document = copy.deepcopy(base)
+    for i, axis in enumerate(axes):
+        for key, setting in zip(axis.keys, axis.settings(axis.values[0])):
+            try:
+                _set(document, _segments(key), setting)
+            except _Unset:
+                raise fail(f"axes[{i}]", f"{key}: the base config has no place for this key") from None
     return tuple(axes)
 
 
@@ -471,16 +502,34 @@ def _range(value: Any, place: str, fail) -> list[Any]:
         raise fail(f"{place}.{by}", f"must be {need}, got {amount!r}")
     integral = all(isinstance(v, int) for v in (start, amount))
     values: list[Any] = []
-    slack = 1e-9 * max(abs(start), abs(stop), 1)  # 0.1 + 0.2 must reach a stop of 0.3
+    if by == "step":
+        # start + n * step computed exactly from the numbers as the spec writes them (0.1 is the
+        # decimal 0.1, not the float nearest it), then made a float: -0.3 + 3 * 0.1 is 0, 0.1 + 2 *
+        # 0.1 reaches a stop of 0.3
+        first, step, last = (_decimal(v) for v in (start, amount, stop))
+        for n in itertools.count():
+            exact = first + n * step
+            if exact > last:
+                break
+            if len(values) == MAX_AXIS_VALUES:
+                raise fail(place, f"gives more than the {MAX_AXIS_VALUES} values an axis may have")
+            values.append(int(exact) if integral else float(exact))  # at most stop: a finite float
+        return values
+    slack = 1e-9 * max(abs(start), abs(stop), 1)
     for n in itertools.count():
-        v = start + n * amount if by == "step" else _power(start, amount, n)
+        v = _power(start, amount, n)
         if v > stop + slack or not math.isfinite(v):  # a float past the largest one is inf
             break
         if len(values) == MAX_AXIS_VALUES:
             raise fail(place, f"gives more than the {MAX_AXIS_VALUES} values an axis may have")
-        # each value computed from start, not summed, and rounded so that 0.1 * 3 shows as 0.3
+        # each value computed from start, not multiplied up, and rounded so that 0.1 * 3 shows as 0.3
         values.append(v if integral else float(f"{v:.12g}"))
     return values
+
+
+def _decimal(v: int | float) -> Fraction:
+    """A number as the spec writes it: a float by its shortest text (0.1 is 1/10)."""
+    return Fraction(v) if isinstance(v, int) else Fraction(repr(v))
 
 
 def _power(start: int | float, factor: int | float, n: int) -> int | float:
@@ -564,19 +613,29 @@ def _segments(key: str) -> list[str | int | None]:
     return out
 
 
-def _set(node: Any, segments: list[str | int | None], value: Any) -> None:
-    """Set the key at `segments` (checked by _check_key) to a copy of `value`, adding missing sections."""
+class _Unset(Exception):
+    """A key path the config does not have the shape for (see _check_key, which refuses them)."""
+
+
+def _set(node: Any, segments: list[str | int | None], value: Any, add: bool = True) -> None:
+    """Set the key at `segments` (checked by _check_key) to a copy of `value`, adding missing
+    sections, but none under a [*]. _Unset where the config has not the shape the path needs."""
     head, rest = segments[0], segments[1:]
-    if head is None:  # every item of the list
-        for index in range(len(node)):
-            _set(node, [index, *rest], value)
-        return
+    if head is None or isinstance(head, int):
+        if not isinstance(node, list) or (head is not None and head >= len(node)):
+            raise _Unset
+        if head is None:  # every item of the list
+            for index in range(len(node)):
+                _set(node, [index, *rest], value, False)
+            return
+    elif not isinstance(node, dict) or (not add and head not in node):
+        raise _Unset
     if not rest:
         node[head] = copy.deepcopy(value)
         return
     if isinstance(head, str) and head not in node:
         node[head] = {}
-    _set(node[head], rest, value)
+    _set(node[head], rest, value, add)
 
 
 def _text(segments: list[str | int | None]) -> str:
@@ -586,41 +645,66 @@ def _text(segments: list[str | int | None]) -> str:
     return out
 
 
+def _overlap(a: list[str | int | None], b: list[str | int | None]) -> bool:
+    """Whether two key paths touch the same config value: one is a prefix of the other, item by
+    item, with [*] matching every index."""
+    for x, y in zip(a, b):
+        if isinstance(x, str) or isinstance(y, str) or (x is not None and y is not None):
+            if x != y:
+                return False
+    return True
+
+
 def _check_key(base: dict[str, Any], key: str, probe: Any, accelerator: str | None, place: str, fail) -> None:
     """A key path must lead through the base config's sections and lists to a key the config
     reader knows. Where the base has the key, it is known; where it lacks it, the reader is asked,
-    with the key set to the axis's first value: only its 'unknown key' refusal makes a spec error."""
+    with the key set to the axis's first value: only its 'unknown key' refusal makes a spec error.
+    A path through a [*] must be in every item the [*] reaches, whole: the base has it, and each
+    [i] after it is in range; nothing is added under a [*] (an item of another kind, such as a GPU
+    among KPUs, would get sections it never has)."""
     from hardware import ConfigError, machine_from_dict
 
     segments = _segments(key)
-    node: Any = base
-    for n, s in enumerate(segments):
-        here = _text(segments[: n + 1])
+    missing: list[int] = []  # where the path leaves the base config, on a path without [*]
+
+    def walk(node: Any, n: int, trail: list[str | int | None], every: bool) -> None:
+        if n == len(segments):
+            return
+        s = segments[n]
         if isinstance(s, str):
             if not isinstance(node, dict):
-                raise fail(place, f"{key}: {_text(segments[:n])} is a value ({node!r}), not a section")
+                raise fail(place, f"{key}: {_text(trail)} is a value ({node!r}), not a section")
             if s not in node:
+                if every:
+                    raise fail(place, f"{key}: {_text(trail)} has no key '{s}'; a path through [*] must be in "
+                                      "every item it reaches")
                 if any(not isinstance(t, str) for t in segments[n:]):
-                    raise fail(place, f"{key}: the base config has no list at {here} to index")
-                break
-            node = node[s]
+                    raise fail(place, f"{key}: the base config has no list at {_text(segments[: n + 1])} to index")
+                missing.append(n)
+                return
+            walk(node[s], n + 1, [*trail, s], every)
         elif not isinstance(node, list):
-            raise fail(place, f"{key}: {_text(segments[:n])} is not a list in the base config")
-        elif s is not None and s >= len(node):
-            raise fail(place, f"{key}: {_text(segments[:n])} has {len(node)} items, no [{s}]")
-        elif node:
-            node = node[0 if s is None else s]
+            raise fail(place, f"{key}: {_text(trail)} is not a list in the base config")
+        elif not node:
+            raise fail(place, f"{key}: {_text(trail)} is an empty list")
+        elif s is not None:
+            if s >= len(node):
+                raise fail(place, f"{key}: {_text(trail)} has {len(node)} items, no [{s}]")
+            walk(node[s], n + 1, [*trail, s], every)
         else:
-            raise fail(place, f"{key}: {_text(segments[:n])} is an empty list")
-    else:
-        return  # the base config has the key
+            for i, item in enumerate(node):
+                walk(item, n + 1, [*trail, i], True)
+
+    walk(base, 0, [], False)
+    if not missing:
+        return  # the base config has the key (in every item a [*] reaches)
+    n = missing[0]
     document = copy.deepcopy(base)
     _set(document, segments, probe)
     try:
         machine_from_dict(document, "<spec>", accelerator)
     except ConfigError as e:
-        # the reader names the first item of a list it refuses a key in: [*] is item [0] there
-        named = [_text([0 if s is None else s for s in segments[: m + 1]]) for m in range(n, len(segments))]
+        named = [_text(segments[: m + 1]) for m in range(n, len(segments))]
         if any(str(e).startswith(f"<spec>: {p}: unknown key") for p in named):
             reason = str(e).split(": unknown key", 1)[1].strip()
             raise fail(place, f"{key}: not a key of the config {reason}") from None

@@ -230,6 +230,25 @@ def axis(**fields):
     (axis(key="timing.clock_ghz", values=[[1, 2]], label="{:>5}"),
      "axes[0].label: cannot show values[0] [1, 2]: unsupported format string passed to list.__format__"),
     (axis(key="timing.clock_ghz", values=[1], label="{\u00b2}"), "axes[0].label: '{\u00b2}': the fields are"),
+    # key paths where one holds the other, or both name the same item: one would overwrite the other
+    (axis(keys=["timing", "timing.clock_ghz"], values=[1]),
+     "axes[0].keys: timing.clock_ghz is within timing, also a key of this axis"),
+    ({"workloads": ["g32.dfg"], "axes": [{"name": "a", "key": "timing", "values": [1]},
+                                         {"name": "b", "key": "timing.clock_ghz", "values": [1]}]},
+     "axes[1].key: timing.clock_ghz is within timing, set by axis 'a'"),
+    ({"workloads": ["g32.dfg"], "axes": [{"name": "a", "key": "timing.clock_ghz", "values": [1]},
+                                         {"name": "b", "key": "timing", "values": [1]}]},
+     "axes[1].key: timing holds timing.clock_ghz, set by axis 'a'"),
+    ({"workloads": ["g32.dfg"], "axes": [{"name": "a", "key": "timing.dataflows", "values": [1]},
+                                         {"name": "b", "key": "timing.dataflows[0]", "values": [1]}]},
+     "axes[1].key: timing.dataflows[0] is within timing.dataflows, set by axis 'a'"),
+    ({"workloads": ["g32.dfg"], "axes": [{"name": "a", "key": "timing.dataflows[*]", "values": ["os"]},
+                                         {"name": "b", "key": "timing.dataflows[0]", "values": ["ws"]}]},
+     "axes[1].key: timing.dataflows[0] names an item of timing.dataflows[*], set by axis 'a'"),
+    # a path with a NUL byte: refused, shown escaped, before open() raises ValueError
+    ({"workloads": ["g32.dfg"], "base": "x\0.json"}, "base: 'x\\x00.json': a path cannot hold a NUL byte"),
+    ({"workloads": [{"path": "x\0.dfg"}]}, "workloads[0].path: "),
+    ({"workloads": ["x\0.dfg"]}, "x\\x00.dfg': a path cannot hold a NUL byte"),
 ])
 def test_a_bad_spec_is_one_line_naming_the_place(tmp_path, document, expected):
     assert expected in spec_error(tmp_path, document)
@@ -436,3 +455,99 @@ def test_a_graph_parses_from_bytes_as_from_its_file(tmp_path):
     graph, _ = parse_graph("elsewhere/g.dfg", path.read_bytes())  # a name for messages: nothing is read there
     assert graph.ops[0].source == "elsewhere/g.dfg:7 node 2 'matmul'"
     assert target_from_machine(load_machine("standard")) == load_target("standard")
+
+
+def two_accelerators(tmp_path: Path, second: str) -> Path:
+    """The datacenter system config (a KPU and a GPU); with second="kpu", the GPU replaced by a
+    KPU of 4 L2 banks where the first has 16."""
+    document = json.loads((ROOT / "tests" / "data" / "kpu-configs" / "examples__datacenter_hbm.json").read_text())
+    if second == "kpu":
+        kpu = json.loads(json.dumps(document["accelerators"][0]))
+        kpu["id"] = "kpu_1"
+        kpu["kpu_config"]["memory"]["l2_banks"] = kpu["kpu_config"]["memory"]["l2_banks"][:4]
+        document["accelerators"][1] = kpu
+    path = tmp_path / f"two_{second}.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.mark.parametrize("second, key, expected", [
+    # the GPU has no kpu_config: nothing is made inside it, the spec is refused naming it
+    ("gpu", "accelerators[*].kpu_config.memory.l2_banks[0].capacity_kb",
+     "axes[0]: accelerators[*].kpu_config.memory.l2_banks[0].capacity_kb: accelerators[1] has no key 'kpu_config'; "
+     "a path through [*] must be in every item it reaches"),
+    # bank 5 is in the first KPU only
+    ("kpu", "accelerators[*].kpu_config.memory.l2_banks[5].capacity_kb",
+     "axes[0]: accelerators[*].kpu_config.memory.l2_banks[5].capacity_kb: accelerators[1].kpu_config.memory."
+     "l2_banks has 4 items, no [5]"),
+    ("kpu", "accelerators[*].kpu_config.memory.l2_banks[*].nonesuch",
+     "accelerators[0].kpu_config.memory.l2_banks[0] has no key 'nonesuch'"),
+])
+def test_a_star_path_must_be_in_every_item_it_reaches(tmp_path, second, key, expected):
+    base = two_accelerators(tmp_path, second)
+    document = {"base": base.name, "accelerator": "kpu_0", "workloads": ["g32.dfg"],
+                "axes": [{"name": "a", "key": key, "values": [64]}]}
+    assert expected in spec_error(tmp_path, document)
+
+
+def test_a_star_path_in_every_item_sets_every_item(tmp_path):
+    base = two_accelerators(tmp_path, "kpu")
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump({"base": base.name, "accelerator": "kpu_0", "workloads": ["g32.dfg"], "axes": [
+        {"name": "a", "key": "accelerators[*].kpu_config.memory.l2_banks[*].capacity_kb", "values": [64]}]}))
+    point = next(read_spec(str(path)).points())
+    assert [b["capacity_kb"] for a in point.config["accelerators"] for b in a["kpu_config"]["memory"]["l2_banks"]] \
+        == [64] * 20
+
+
+def test_a_json_spec_with_a_bom_is_read(tmp_path):
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(axis(key="timing.clock_ghz", values=[1, 2])).encode())
+    assert read_spec(str(path)).axes[0].values == (1, 2)
+
+
+def test_a_range_through_zero_has_zero(tmp_path):
+    (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
+    path = tmp_path / "ok.yaml"
+    path.write_text(yaml.safe_dump(axis(key="timing.clock_ghz", range={"start": -0.3, "stop": 0.3, "step": 0.1})))
+    assert read_spec(str(path)).axes[0].values == (-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3)
+
+
+@pytest.mark.parametrize("bom, end", [(b"\xef\xbb\xbf", b""), (b"", b"\n"), (b"", b"\r\n\n")])
+def test_a_results_table_with_a_bom_or_blank_last_lines_is_read(tmp_path, bom, end):
+    """A BOM, as a spreadsheet writes it, and blank lines at the end are no part of the table."""
+    from dse.results import Table, columns
+
+    header = columns(["array"])
+    row = dict.fromkeys(header, "")
+    row.update(point="0123abcd", array="4", workload="g32", status="ok", cycles="100")
+    path = tmp_path / "results.csv"
+    path.write_bytes(bom + (line(header) + line(row.values())).encode() + end)
+    table = Table(path, header)
+    table.read()
+    assert list(table.rows) == ["0123abcd"]
+    table.start()  # the blank lines are cut off before rows are appended
+    table.append({**row, "point": "4567ef01"})
+    table.close()
+    again = Table(path, header)
+    again.read()
+    assert list(again.rows) == ["0123abcd", "4567ef01"]
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_linked_results_table_is_refused_and_its_target_untouched(tmp_path, dangling):
+    spec = write_spec(tmp_path, [{"name": "array", "keys": ARRAY, "values": [4]}])
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    target = elsewhere / "precious.csv"
+    if not dangling:
+        target.write_text("precious\n")
+    (out / "results.csv").symlink_to(target)
+    proc = run_dse(spec, "-o", out, "--serial")
+    assert_one_line_error(proc, f"{out / 'results.csv'}: is a symbolic link")
+    assert [p.name for p in elsewhere.iterdir()] == ([] if dangling else ["precious.csv"])
+    assert dangling or target.read_text() == "precious\n"
+    assert sorted(p.name for p in out.iterdir()) == ["results.csv"] and (out / "results.csv").is_symlink()
