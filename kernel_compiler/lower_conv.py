@@ -31,10 +31,10 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsiz
 from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
 from .errors import CompileError
 from .lower_matmul import array_cycles, choose_dataflow, tile_sizes
-from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
+from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import Buffer, body_buffers, fits, requirements
 from .target import Target
-from .tiling import Parallel, Stream, parallel_loop, placement
+from .tiling import Parallel, Stream, first_fit, parallel_loop, placement
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
 CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes
@@ -255,24 +255,21 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
         dataflows = (choose_dataflow(dataflow, None, target, where),)
     else:
         dataflows = target.dataflows
-    tiling = None
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
-    for narrowest, depth in (((target.cols, MIN_CHUNK), 2), ((target.cols, MIN_CHUNK), 1), ((1, 1), 2), ((1, 1), 1)):
-        problem = ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
-                              itemsize(w.dtype), itemsize(bias.dtype) if bias else 0,
-                              bias is not None and bias.shape == (Co,) and Co > 1, itemsize(c.dtype),
-                              itemsize(final.dtype),
-                              tuple((itemsize(t.dtype), len(t.shape) >= 2 and math.prod(t.shape[:-1]) > 1)
-                                    for t in epi_operands), depth)
-        try:
-            tiling, chosen = choose_conv_tiling(problem, target, dataflows, narrowest)
-            break
-        except ValueError:
-            continue
-    if tiling is None:
+    found = first_fit(((ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
+                                    itemsize(w.dtype), itemsize(bias.dtype) if bias else 0,
+                                    bias is not None and bias.shape == (Co,) and Co > 1, itemsize(c.dtype),
+                                    itemsize(final.dtype),
+                                    tuple((itemsize(t.dtype), len(t.shape) >= 2 and math.prod(t.shape[:-1]) > 1)
+                                          for t in epi_operands), depth), narrowest)
+                       for narrowest, depth in (((target.cols, MIN_CHUNK), 2), ((target.cols, MIN_CHUNK), 1),
+                                                ((1, 1), 2), ((1, 1), 1))),
+                      lambda attempt: choose_conv_tiling(attempt[0], target, dataflows, attempt[1]))
+    if found is None:
         raise CompileError(f"{where}: no tiling of CONV2D {list(x.shape)} by {list(w.shape)} fits target "
                            f"'{target.name}'")
+    (problem, _), (tiling, chosen) = found
     return _kernel(graph, ops, name, target, problem, tiling, chosen)
 
 
@@ -354,16 +351,12 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
         hints={
             "macs": macs,
             "implicit_gemm": {"M": p.N * p.OH * p.OW, "N": p.Co, "K": p.KH * p.KW * p.Ci},
-            "estimated_dram_bytes": dram,
             "l3_resident": {"all": "all weights, shared", "tile": f"weights of {t.Tn} output channels",
                             "chunk": "none"}[t.weights],
-            "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": compulsory,
             "estimated_compute_cycles": _cycles(p, t, target, dataflow),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
-            "target": target.name,
-            "compute_tiles": parallel.workers,
+            **dram_hints(per_stream, compulsory, target, parallel.workers),
         },
         epilogue=[o.name for o in epi],
         inputs=kernel_reads(ops),

@@ -42,7 +42,7 @@ from dfx.ops.base import normalize_axis
 from dfx.ops.layout import transpose_perms
 
 from .errors import CompileError
-from .lower_vector import Space, SpaceBuffers, choose_space, tile_ref, traffic
+from .lower_vector import Space, SpaceBuffers, choose_space, dram_hints, tile_ref, traffic
 from .requirements import ON_CHIP, Buffer, body_buffers, requirements
 from .target import Target
 from .tiling import Stream, parallel_loop
@@ -94,13 +94,7 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
         body=body,
         requirements=requirements(body_buffers(body, graph)),
-        hints={
-            "estimated_dram_bytes": sum(per_stream.values()),
-            "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": sum(s.bytes for s in streams),
-            "target": target.name,
-            "compute_tiles": parallel.workers,
-        },
+        hints=dram_hints(per_stream, sum(s.bytes for s in streams), target, parallel.workers),
         inputs=list(op.inputs),
         outputs=list(op.outputs),
     )
@@ -120,8 +114,7 @@ def _view(op: Op, name: str, x: Tensor, out: Tensor, target: Target) -> Kernel:
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="moves", tiling={}, tile_loops=[], body=body,
         requirements=requirements([]),
-        hints={"estimated_dram_bytes": 0, "dram_bytes_per_stream": {}, "compulsory_dram_bytes": 0,
-               "target": target.name, "compute_tiles": 1},
+        hints=dram_hints({}, 0, target, 1),
         inputs=list(op.inputs), outputs=list(op.outputs),
     )
 

@@ -18,10 +18,10 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumul
 from hardware import matmul_cycles
 
 from .errors import CompileError
-from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
+from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, streams, trips_of
+from .tiling import MatmulProblem, Stream, choose_tiling, first_fit, streams, trips_of
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -99,21 +99,16 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if 0 in c.shape or K == 0:
         raise CompileError(f"{where}: MATMUL {M}x{N}x{K} has an empty dimension; there is nothing to tile")
 
-    tiling: MatmulTiling | None = None
-    for depth in (2, 1):  # double-buffer the loads where it fits
-        problem = MatmulProblem(
-            M, N, K, batch_vars, tuple(out_batch),
-            tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
-            tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
-            itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(final.dtype),
-            itemsize(acc), depth, epilogue_operands)
-        try:
-            tiling = choose_tiling(problem, target)
-            break
-        except ValueError:
-            continue
-    if tiling is None:
+    found = first_fit((MatmulProblem(
+        M, N, K, batch_vars, tuple(out_batch),
+        tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
+        tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
+        itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(final.dtype),
+        itemsize(acc), depth, epilogue_operands) for depth in (2, 1)),  # double-buffered loads where they fit
+        lambda problem: choose_tiling(problem, target))
+    if found is None:
         raise CompileError(f"{where}: no tiling of MATMUL {M}x{N}x{K} fits target '{target.name}'")
+    problem, tiling = found
     Ti, Tj, Tk = tiling.Ti, tiling.Tj, tiling.Tk
     dataflow = choose_dataflow(dataflow, lambda d: tiled_cycles(M, N, K, Ti, Tj, Tk, target, d), target, where)
     order = tiling.loop_order
@@ -218,17 +213,14 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         requirements=requirements(body_buffers(body, graph)),
         hints={
             "macs": macs,
-            "estimated_dram_bytes": dram,
             "l3_resident": f"{tiling.resident} panel of {f'{Bi} x {K}' if tiling.resident == 'A' else f'{K} x {Bj}'}, "
                            f"{tiling.panel_depth} deep{', the other in K tiles' if tiling.streamed_tiles else ''}"
                            if tiling.resident else "none",
-            "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": sum(s.bytes for s in [*stream_list.values(), *extra]),
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
-            "target": target.name,
-            "compute_tiles": tiling.parallel.workers,
+            **dram_hints(per_stream, sum(s.bytes for s in [*stream_list.values(), *extra]), target,
+                         tiling.parallel.workers),
         },
         epilogue=[o.name for o in epi],
         inputs=kernel_reads(ops),

@@ -306,14 +306,8 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
         body=body,
         requirements=requirements(body_buffers(body, graph)),
-        hints={
-            "vector_elements": dict(sorted(work.items())),
-            "estimated_dram_bytes": sum(per_stream.values()),
-            "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": sum(s.bytes for s in streams),
-            "target": target.name,
-            "compute_tiles": parallel.workers,
-        },
+        hints={"vector_elements": dict(sorted(work.items())),
+               **dram_hints(per_stream, sum(s.bytes for s in streams), target, parallel.workers)},
         epilogue=[o.name for o in ops[1:]],
         inputs=kernel_reads(ops),
         outputs=list(ops[-1].outputs),
@@ -327,6 +321,13 @@ def traffic(streams: list[Stream], order: tuple[str, ...], trips: dict[str, int]
     for s in streams:
         out[s.name] = out.get(s.name, 0) + stream_traffic(s, order, trips, within)
     return out
+
+
+def dram_hints(per_stream: dict[str, int], compulsory: int, target: Target, workers: int) -> dict:
+    """The hints every kernel carries about external memory: its bytes in all and by stream, the
+    bytes no program of its ops moves less than, and the target and compute tiles it is tiled for."""
+    return {"estimated_dram_bytes": sum(per_stream.values()), "dram_bytes_per_stream": per_stream,
+            "compulsory_dram_bytes": compulsory, "target": target.name, "compute_tiles": workers}
 
 
 def kernel_reads(ops: list[Op]) -> list[str]:

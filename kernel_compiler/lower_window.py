@@ -27,10 +27,10 @@ from dfx import Compute, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 
 from .errors import CompileError
 from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
-from .lower_vector import Space, epilogue, epilogue_work, kernel_reads, store, traffic
+from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import Buffer, body_buffers, fits, requirements
 from .target import Target
-from .tiling import Parallel, Stream, parallel_loop, placement
+from .tiling import Parallel, Stream, first_fit, parallel_loop, placement
 
 ORDER = ("b0", "th", "tw", "tc")
 
@@ -178,22 +178,18 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
     epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
     N, H, W, Ci = x.shape
-    tiling = None
-    for depth in (2, 1):
-        problem = WindowProblem(N, H, W, Ci, y.shape[1], y.shape[2], y.shape[3] // Ci,
-                                opdef.windows(attrs, [x.shape] + ([w.shape] if w else [])),
-                                w.shape if w else None, itemsize(x.dtype), itemsize(w.dtype) if w else 0,
-                                itemsize(bias.dtype) if bias else 0,
-                                bias is not None and bias.shape == (y.shape[3],) and y.shape[3] > 1, itemsize(final.dtype),
-                                tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epi_operands), depth)
-        try:
-            tiling = choose_window_tiling(problem, target)
-            break
-        except ValueError:
-            continue
-    if tiling is None:
+    found = first_fit((WindowProblem(N, H, W, Ci, y.shape[1], y.shape[2], y.shape[3] // Ci,
+                                     opdef.windows(attrs, [x.shape] + ([w.shape] if w else [])),
+                                     w.shape if w else None, itemsize(x.dtype), itemsize(w.dtype) if w else 0,
+                                     itemsize(bias.dtype) if bias else 0,
+                                     bias is not None and bias.shape == (y.shape[3],) and y.shape[3] > 1,
+                                     itemsize(final.dtype),
+                                     tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epi_operands),
+                                     depth) for depth in (2, 1)),
+                      lambda problem: choose_window_tiling(problem, target))
+    if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")
-    return _kernel(graph, ops, name, target, problem, tiling)
+    return _kernel(graph, ops, name, target, *found)
 
 
 def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowProblem, t: WindowTiling) -> Kernel:
@@ -255,14 +251,8 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
         body=body,
         requirements=requirements(body_buffers(body, graph)),
-        hints={
-            "vector_elements": dict(sorted(work.items())),
-            "estimated_dram_bytes": sum(per_stream.values()),
-            "dram_bytes_per_stream": per_stream,
-            "compulsory_dram_bytes": compulsory,
-            "target": target.name,
-            "compute_tiles": parallel.workers,
-        },
+        hints={"vector_elements": dict(sorted(work.items())),
+               **dram_hints(per_stream, compulsory, target, parallel.workers)},
         epilogue=[o.name for o in epi],
         inputs=kernel_reads(ops),
         outputs=list(ops[-1].outputs),

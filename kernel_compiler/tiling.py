@@ -11,10 +11,15 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .requirements import Buffer, fits
 from .target import Target
+
+P = TypeVar("P")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -340,6 +345,17 @@ def worth_waiting_for(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) 
 # a resident panel may not shrink the L2 tiles below 1/TILE_SHRINK of the area they have without
 # one: smaller tiles are read from L3 more often, and the BlockMovers, not DRAM, become the limit
 TILE_SHRINK = 2
+
+
+def first_fit(attempts: Iterable[P], choose: Callable[[P], T]) -> tuple[P, T] | None:
+    """The first of `attempts` (problems, most ambitious first: double-buffered before single)
+    that `choose` finds a tiling for, and that tiling; `choose` raises ValueError when none fits."""
+    for attempt in attempts:
+        try:
+            return attempt, choose(attempt)
+        except ValueError:
+            continue
+    return None
 
 
 def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
