@@ -80,7 +80,7 @@ def _stages(job: Job, model: bytes, row: dict[str, Any]) -> Iterator[str]:
     from dfx import dumps, loads
     from hardware import machine_area, machine_from_dict
     from kernel_compiler import compile_graph, parse_graph, target_from_machine
-    from loader import LoadError, RunResult, bind_program, check_fits, simulate, summary
+    from loader import LoadError, RunResult, bind_program, binder_named, check_fits, simulate, summary
 
     yield "config"
     machine = machine_from_dict(job.config, job.config_source, job.accelerator)
@@ -103,7 +103,7 @@ def _stages(job: Job, model: bytes, row: dict[str, Any]) -> Iterator[str]:
     # program is compiled in memory and never written; each point is a machine of its own, so
     # only a rerun could find an entry, and a rerun skips the points it has; and workers on
     # other hosts would each fill their own home directory.
-    bindings = bind_program(program, machine, job.source, _binder(job.binder))
+    bindings = bind_program(program, machine, job.source, binder_named(job.binder))
     row["bind_s"] = round(time.perf_counter() - start, 3)
 
     yield "simulate"
@@ -118,13 +118,3 @@ def _stages(job: Job, model: bytes, row: dict[str, Any]) -> Iterator[str]:
                utilization=s["utilization"], dram_bytes=s["dram_bytes"]["read"] + s["dram_bytes"]["write"],
                macs=s["macs"])
 
-
-def _binder(name: str):
-    """The binder's function; CP-SAT's module imports OR-Tools, so only a run that uses it loads it."""
-    if name == "cp-sat":
-        from loader import bind_cpsat
-
-        return bind_cpsat
-    from loader import bind_greedy
-
-    return bind_greedy

@@ -69,7 +69,6 @@ OBJECTIVES: dict[str, tuple[str, bool, str, float]] = {
     "utilization": ("utilization", True, "%", 100.0),
 }
 DATAFLOWS = ("auto", "os", "ws", "is")
-BINDERS = ("cp-sat", "greedy")
 # Bounds that keep a typo (a step of 1 instead of 100) from making a sweep of years (a row takes
 # seconds) that the client cannot even hold: it keeps every point's config document, and Dask a
 # task per row.
@@ -175,6 +174,7 @@ class Spec:
 def read_spec(path: str) -> Spec:
     """Read and check the spec at `path`; SpecError on any mistake in it."""
     from hardware import Unreadable
+    from loader import BINDERS
 
     document = _parse(path)
     folder = Path(path).parent

@@ -59,7 +59,7 @@ class UnitStats:
 class PhaseSpan:
     """When a phase's tasks ran: first start, first compute task's start (array or vector), last
     end; the MACs its array tasks did and the operand elements they read (each task's A and B
-    tiles), the elements its vector tasks processed (in all and by op class), and the bytes its
+    tiles), the elements its vector tasks processed by op class, and the bytes its
     moves carried, by pair of levels as SimResult.bytes_moved."""
 
     start: int
@@ -67,7 +67,6 @@ class PhaseSpan:
     compute_start: int | None = None
     macs: int = 0
     array_operand_elements: int = 0
-    vector_elements: int = 0
     vector_work: dict[str, int] = field(default_factory=dict)
     bytes_moved: dict[str, int] = field(default_factory=dict)
 
@@ -302,7 +301,6 @@ class Simulator:
                     span.macs += compute.macs(task)
                     span.array_operand_elements += compute.operand_elements(task)
                     for op_class, elements in task.vector_work:  # none on an array task
-                        span.vector_elements += elements
                         span.vector_work[op_class] = span.vector_work.get(op_class, 0) + elements
                     if span.compute_start is None:
                         span.compute_start = now

@@ -63,9 +63,9 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if 0 in out.shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(out.shape)} has an empty dimension; "
                            f"there is nothing to tile")
-    if op.op_type == "PAD" and not math.isfinite(attrs["pad_value"]):
-        raise CompileError(f"{where}: PAD value {attrs['pad_value']} cannot be written to the object file "
-                           f"(JSON has no inf or NaN)")
+    if op.op_type == "PAD" and math.isnan(attrs["pad_value"]):
+        raise CompileError(f"{where}: PAD value nan cannot be written to the object file (it writes +-inf, "
+                           f"but has no NaN)")
     elem = itemsize(out.dtype)
     # tiles on chip at once: one per operand for CONCAT, the operand's and the result's for TRANSPOSE
     held = {"CONCAT": len(ins), "TRANSPOSE": 2}.get(op.op_type, 1)

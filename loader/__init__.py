@@ -14,6 +14,7 @@ _EXPORTS = {
     "bind_cpsat": "bind",
     "bind_cached": "cache", "cache_dir": "cache",
     "summary": "report",
+    "BINDERS": "binders", "binder_named": "binders",
 }
 
 __all__ = list(_EXPORTS)

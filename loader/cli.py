@@ -110,6 +110,7 @@ def load(
     from hardware import ConfigError, load_machine, trace_json
 
     from . import roofline_plot
+    from .binders import BINDERS, binder_named
     from .binding import BindError
     from .budget import advise, estimate
     from .cache import bind_cached
@@ -134,8 +135,8 @@ def load(
         return
     if object_file is None:
         fail("Missing argument 'OBJECT.kpu'.")  # as typer says it when the argument is required
-    if binder not in ("cp-sat", "greedy"):
-        fail(f"--binder: expected cp-sat or greedy, got '{binder}'")
+    if binder not in BINDERS:
+        fail(f"--binder: expected {' or '.join(BINDERS)}, got '{binder}'")
     skipping = "--dry-run" if dry_run else "--timing-only" if timing_only else None
     if skipping and (check or output_dir is not None):
         fail(f"{'--check' if check else '--output-dir'} needs the values that {skipping} skips")
@@ -153,7 +154,7 @@ def load(
             given = dict(read_input(spec, program) for spec in input or [])
             check_fits(program, machine, object_file)
             bindings, cache_use = bind_cached(program, machine, object_file, accelerator, binder,
-                                              lambda: bind_program(program, machine, object_file, _binder(binder)),
+                                              lambda: bind_program(program, machine, object_file, binder_named(binder)),
                                               use_cache=not no_cache)
         except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError) as e:
             fail(str(e))
@@ -232,17 +233,6 @@ def load(
     if check and not result.check_passed:
         raise typer.Exit(1)
 
-
-def _binder(name: str):
-    """The binder's function. CP-SAT's module imports OR-Tools, so only a run that binds (no
-    cached bindings) loads it."""
-    if name == "cp-sat":
-        from .bind import bind_cpsat
-
-        return bind_cpsat
-    from .binding import bind_greedy
-
-    return bind_greedy
 
 
 def main() -> None:

@@ -95,13 +95,14 @@ def kernel_cost(span: PhaseSpan, tiles: int, machine: Machine, run_cycles: int) 
     - bound: `kernel_bound`."""
     computing = _computing(span)
     cycles = computing or span.end - span.start
+    elements = sum(span.vector_work.values())  # an element counts once whatever its op class
     dram = dram_bytes(span)
     array_peak = tiles * machine.compute.rows * machine.compute.cols
     return {"cycles": cycles, "share": cycles / run_cycles if run_cycles else 0.0,
             "array_utilization": _utilization(span.macs, computing, array_peak),
-            "vector_elements": span.vector_elements,
-            "vector_utilization": _utilization(span.vector_elements, computing, tiles * machine.vector.lanes),
-            "dram_bytes": dram, **kernel_bound(span.macs, span.vector_elements, sum(dram.values()), machine)}
+            "vector_elements": elements,
+            "vector_utilization": _utilization(elements, computing, tiles * machine.vector.lanes),
+            "dram_bytes": dram, **kernel_bound(span.macs, elements, sum(dram.values()), machine)}
 
 
 def kernel_op(kernel: Kernel, op_types: dict[str, str]) -> str:

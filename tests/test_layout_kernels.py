@@ -5,6 +5,7 @@ bounded body for a long GATHER; the validator on windows, tables and permutation
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import orjson
@@ -36,6 +37,9 @@ CASES = {
               lambda x: x[3:33, 5:, 0:11]),
     "pad": ([("PAD", ["x"], {"padding": [[300, 17], [0, 250]], "pad_value": -1.5})], {"x": (41, 307)},
             lambda x: np.pad(x, [[300, 17], [0, 250]], constant_values=-1.5)),
+    # the object file writes an infinite fill as "-inf" (a max pool's padding, or XLA's reduce-window)
+    "pad_minus_inf": ([("PAD", ["x"], {"padding": [[300, 17], [0, 250]], "pad_value": -math.inf})], {"x": (41, 307)},
+                      lambda x: np.pad(x, [[300, 17], [0, 250]], constant_values=-np.inf)),
     "gather": ([("GATHER", ["x"], {"indices": INDICES, "axis": 1})], {"x": (43, 13, 301)},
                lambda x: np.take(x, INDICES, axis=1)),
 }

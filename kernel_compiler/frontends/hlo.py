@@ -1431,9 +1431,8 @@ def _pad(b: _Builder, ins: _Instr, args: list) -> _Value:
     if values is None or fill.shape != ():
         raise b.fail(ins, f"{b.where(ins)}: the padding value must be a scalar constant")
     value = int(values) if dtypes.is_integer(fill.dtype) else float(values)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise b.fail(ins, f"{b.where(ins)}: padding with {value} is not supported (the object file holds finite "
-                          "attributes only)")
+    if isinstance(value, float) and math.isnan(value):
+        raise b.fail(ins, f"{b.where(ins)}: padding with nan is not supported (the object file has no NaN)")
     tensor = b.full(ins, x)
     if any(lo < 0 or hi < 0 for lo, hi, _ in pads):  # negative padding crops
         start = [max(-lo, 0) for lo, _, _ in pads]
