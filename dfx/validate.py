@@ -449,7 +449,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 if window_op is None:
                     return op_place, f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
                 dtype = g.tensors[dst.tensor].dtype
-                want = window_op.window_fill(dtype) if window_op.window_fill is not None else 0
+                want = window_op.padding_value(dtype)
                 if op.fill != want:
                     return (op_place, f"fills the padding of '{dst.tensor}' with {op.fill}; {window_op.name} pads with "
                             f"{want}")

@@ -34,8 +34,7 @@ def padding_fill(op: Op, dtype: str, hw: tuple) -> int | float | None:
     the op (zero unless it says otherwise); None with no padding."""
     if not any((hw[0].before, hw[0].after, hw[1].before, hw[1].after)):
         return None
-    fill = lookup(op.op_type).window_fill
-    return 0 if fill is None else fill(dtype)
+    return lookup(op.op_type).padding_value(dtype)
 
 
 def widths(out_dim: int) -> list[int]:

@@ -82,6 +82,10 @@ class OpDef:
     windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
     window_fill: Callable[[str], int | float] | None = None
 
+    def padding_value(self, dtype: str) -> int | float:
+        """What a sliding-window op's input holds in its padding, in `dtype`: zero unless the op says."""
+        return 0 if self.window_fill is None else self.window_fill(dtype)
+
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """`attrs` with defaults filled and values in canonical form; ShapeError for an unknown
         attribute, a missing required one or a value of the wrong type or range."""

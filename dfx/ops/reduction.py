@@ -63,6 +63,13 @@ _REDUCERS: dict[str, Callable[[np.ndarray, tuple[int, ...], bool], np.ndarray]] 
     # the count is the product of the reduced dims; 0 of them gives NaN, as numpy's mean
     "MEAN": lambda x, axes, keep: np.sum(x, axis=axes, keepdims=keep) / elements([x.shape[a] for a in axes]),
 }
+
+
+def identity(op_type: str, dtype: np.dtype) -> int | float:
+    """What REDUCE_SUM/PROD/MAX/MIN of no elements of `dtype` gives: a start that changes nothing."""
+    return _REDUCERS[op_type.removeprefix("REDUCE_")](np.zeros(0, dtype), (0,), False).item()
+
+
 # how a tile's result joins the partial result of earlier tiles of the same rows
 _COMBINE = {"SUM": np.add, "PROD": np.multiply, "MAX": np.maximum, "MIN": np.minimum}
 # the reductions whose tile takes a partial result: a kernel may cut their reduced axes into tiles

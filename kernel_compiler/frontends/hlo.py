@@ -52,7 +52,7 @@ import numpy as np
 
 from dfx import dtypes
 from dfx.graph import MAX_RANK, Graph, Op, Tensor, shape_problem
-from dfx.ops import REGISTRY, ShapeError, lookup
+from dfx.ops import REGISTRY, ShapeError, lookup, reduction
 
 from ..errors import CompileError
 
@@ -91,18 +91,6 @@ REDUCERS = {"add": ("REDUCE_SUM", "ADD"), "multiply": ("REDUCE_PROD", "MUL"), "m
             "minimum": ("REDUCE_MIN", "MINIMUM"), "or": ("REDUCE_MAX", "MAXIMUM"), "and": ("REDUCE_MIN", "MINIMUM")}
 assert all(op in REGISTRY for table in (UNARY, BINARY, PRED_BINARY, COMPARISONS) for op in table.values())
 assert all(op in REGISTRY for pair in REDUCERS.values() for op in pair)
-
-
-def _identity(reducer: str, dtype: str) -> float:
-    """The value a reduction starts from: init values equal to it need no op after the REDUCE."""
-    if reducer in ("add", "or"):
-        return 0
-    if reducer in ("multiply", "and"):  # and: of pred, 0 or 1
-        return 1
-    if dtypes.is_integer(dtype):
-        info = np.iinfo(dtypes.numpy_dtype(dtype))
-        return info.min if reducer == "maximum" else info.max
-    return -math.inf if reducer == "maximum" else math.inf
 
 
 # ---- lexer -----------------------------------------------------------------------------------
@@ -1346,10 +1334,13 @@ def _reduce(b: _Builder, ins: _Instr, args: list) -> _Value:
     if init.shape != ():
         raise b.fail(ins, f"{b.where(ins)}: the init value is {list(init.shape)}, a scalar is needed")
     start = b.value_of(init.tensor)
-    identity = start is not None and bool(np.all(start.astype(np.float64) == _identity(kind, dtype)))
-    step = None if identity else "reduce"
+    # an init value equal to the reduction's identity needs no op after the REDUCE; of pred, `and`
+    # (a MIN over 0 and 1) starts from true, 1, not the u8 highest
+    neutral = 1 if kind == "and" else reduction.identity(reduce_op, dtypes.numpy_dtype(dtype))
+    identity_init = start is not None and bool(np.all(start.astype(np.float64) == neutral))
+    step = None if identity_init else "reduce"
     reduced = b.op(ins, reduce_op, [b.full(ins, x)], {"axes": axes, "keepdims": False}, dtype, step=step)
-    if not identity:  # an init value that is not the identity takes part once
+    if not identity_init:  # an init value that is not the identity takes part once
         reduced = b.op(ins, combine, [reduced, init.tensor], {}, dtype)
     return _Value(reduced, dims, dtype)
 
