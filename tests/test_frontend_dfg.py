@@ -148,7 +148,8 @@ def test_legacy_slotless_edges_follow_the_declared_operand_types():
 
 
 def test_legacy_one_layer_mlp():
-    graph, warnings = parse_dfg(str(DATA / "workloads__oneLayerMLP.dfg"))
+    path = DATA / "workloads__oneLayerMLP.dfg"
+    graph, warnings = parse_dfg(str(path), path.read_text())
     linear, relu = graph.ops
     assert (linear.op_type, relu.op_type) == ("LINEAR", "RELU")
     assert graph.tensors["inputImage"].shape == (4, 256, 256, 1)  # type without its final '>'

@@ -69,11 +69,6 @@ def _frontend(path: str) -> tuple[str, Frontend]:
     return ext, FRONTENDS[ext]
 
 
-def read_source(path: str) -> str:
-    """The text of an input file, or CompileError "<file>: cannot read: <reason>"."""
-    return _text(path, read_bytes(path))
-
-
 def _text(path: str, data: bytes) -> str:
     """`data` as UTF-8 text with its line ends made `\\n`, as reading the file in text mode gives it."""
     try:

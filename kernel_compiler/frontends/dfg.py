@@ -569,12 +569,8 @@ def _unique(candidates: list[str]) -> list[str]:
     return result
 
 
-def parse_dfg(path: str, text: str | None = None) -> tuple[Graph, list[str]]:
-    """Parse a `.dfg` file (or `text`, reported as `path`) into a graph and warning lines."""
-    if text is None:
-        from . import read_source  # here, not at the top: the package imports this module
-
-        text = read_source(path)
+def parse_dfg(path: str, text: str) -> tuple[Graph, list[str]]:
+    """Parse `.dfg` text (the file `path`, which names it in messages) into a graph and warning lines."""
     warnings: list[str] = []
     reader = _Reader(path, warnings)
     reader.read(text)

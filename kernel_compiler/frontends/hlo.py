@@ -1489,12 +1489,8 @@ HANDLERS: dict[str, Handler] = {
 }
 
 
-def parse_hlo(path: str, text: str | None = None) -> tuple[Graph, list[str]]:
-    """Parse an HLO text module (or `text`, reported as `path`) into a graph and warning lines."""
-    if text is None:
-        from . import read_source  # here, not at the top: the package imports this module
-
-        text = read_source(path)
+def parse_hlo(path: str, text: str) -> tuple[Graph, list[str]]:
+    """Parse an HLO text module (the file `path`, which names it in messages) into a graph and warning lines."""
     warnings: list[str] = []
     module = _Parser(path, text).module()
     graph = _Builder(path, module, warnings).build()

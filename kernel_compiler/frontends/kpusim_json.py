@@ -71,12 +71,8 @@ class _Doc:
 _KIND_NAMES = {dict: "an object", list: "a list", str: "a string"}
 
 
-def parse_kpusim_json(path: str, text: str | None = None) -> tuple[Graph, list[str]]:
-    """Parse a kpu-sim graph JSON file (or `text`, reported as `path`) into a graph and warnings."""
-    if text is None:
-        from . import read_source  # here, not at the top: the package imports this module
-
-        text = read_source(path)
+def parse_kpusim_json(path: str, text: str) -> tuple[Graph, list[str]]:
+    """Parse kpu-sim graph JSON text (the file `path`, which names it in messages) into a graph and warnings."""
     try:
         root = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -63,12 +63,9 @@ WIDENED = {"UINT16": "i32", "FLOAT8E4M3FNUZ": "f32", "FLOAT8E5M2": "f32", "FLOAT
            "FLOAT8E8M0": "f32", "FLOAT4E2M1": "f32", "INT4": "i8", "UINT4": "u8", "INT2": "i8", "UINT2": "u8"}
 
 
-def parse_onnx(path: str, data: bytes | None = None) -> tuple[Graph, list[str]]:
-    """Parse an ONNX model (`data`, or the file at `path`) into a graph and warning lines."""
-    if data is None:
-        from . import read_bytes  # here, not at the top: the package imports this module
-
-        data = read_bytes(path)
+def parse_onnx(path: str, data: bytes) -> tuple[Graph, list[str]]:
+    """Parse an ONNX model's bytes (the file `path`, which names it in messages) into a graph and
+    warning lines."""
     model = _load(path, data)
     warnings: list[str] = []
     graph = _Builder(path, model, warnings).build()
