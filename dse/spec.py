@@ -45,12 +45,9 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import importlib.metadata
-import importlib.util
 import itertools
 import json
 import math
-import os
 import re
 import string
 from dataclasses import dataclass
@@ -205,32 +202,11 @@ def read_spec(path: str) -> Spec:
 
 @functools.cache
 def toolchain_digest(binder: str) -> str:
-    """A digest of the code that measures a row with `binder`: the source files (.py, and the
-    .json a package reads, such as the object file's schema) of the TOOLCHAIN packages and
-    TOOLCHAIN_MODULES, each named by its path within them, and OR-Tools' version for CP-SAT.
-    Found without importing them, read once per process."""
-    digest = hashlib.sha256()
-    for name in (*TOOLCHAIN, *TOOLCHAIN_MODULES):
-        found = importlib.util.find_spec(name)
-        if found is None or found.origin is None:  # not installed: nothing can run a point anyway
-            digest.update(f"{name}: missing\0".encode())
-            continue
-        origin = Path(found.origin)
-        files = [origin]
-        if found.submodule_search_locations:  # a package: every file under it, links not followed
-            files = sorted(Path(folder, f) for folder, subfolders, names in os.walk(origin.parent)
-                           if "__pycache__" not in Path(folder).parts
-                           for f in names if Path(f).suffix in (".py", ".json"))
-        for file in files:
-            digest.update(f"{name}/{file.relative_to(origin.parent).as_posix()}\0".encode())
-            digest.update(file.read_bytes())
-            digest.update(b"\0")
-    if binder == "cp-sat":
-        try:
-            digest.update(f"ortools {importlib.metadata.version('ortools')}".encode())
-        except importlib.metadata.PackageNotFoundError:
-            digest.update(b"ortools: missing")
-    return digest.hexdigest()
+    """A digest of the code that measures a row with `binder` (`loader.source_digest` of the
+    TOOLCHAIN packages and TOOLCHAIN_MODULES), read once per process."""
+    from loader import source_digest
+
+    return source_digest((*TOOLCHAIN, *TOOLCHAIN_MODULES), binder)
 
 
 # ---- reading the file ------------------------------------------------------------------------

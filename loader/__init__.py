@@ -12,7 +12,7 @@ _EXPORTS = {
     "LoadError": "run", "RunResult": "run", "bind_program": "run", "check_fits": "run", "check_outputs": "run",
     "execute": "run", "program_tasks": "run", "simulate": "run",
     "bind_cpsat": "bind",
-    "bind_cached": "cache", "cache_dir": "cache",
+    "bind_cached": "cache", "cache_dir": "cache", "source_digest": "cache",
     "summary": "report",
     "BINDERS": "binders", "binder_named": "binders",
 }

@@ -9,7 +9,7 @@ An entry is one JSON file named by the hash of its key:
   any value the binders see does, defaults included; with `accelerator`, the `--accelerator` given;
 - `binder`: `cp-sat` or `greedy`;
 - `loader`: the loader's version, a sha256 of the sources of the packages a binding depends on
-  (`dfx`, `hardware`, `loader`) and, for CP-SAT, of the file of OR-Tools that carries its version:
+  (`dfx`, `hardware`, `loader`; `source_digest`) and, for CP-SAT, OR-Tools' version:
   a binding is only as current as the code that made it.
 
 An entry holds its key, `format` and `version` (CACHE_VERSION), the field names and types of
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
-import sys
 import tempfile
 import types
 import typing
@@ -88,17 +88,35 @@ def cache_dir() -> Path:
 @cache
 def loader_version(binder: str) -> str:
     """A digest of the code that makes a binding with `binder`, read once per process."""
+    return source_digest(PACKAGES, binder)
+
+
+def source_digest(names: tuple[str, ...], binder: str) -> str:
+    """A digest of the code of the packages and modules `names`: their source files (.py, and the
+    .json a package reads, such as the object file's schema), each named by its path within them,
+    found without importing them; and OR-Tools' version when `binder` is CP-SAT (read from its
+    metadata, not imported: that costs a third of a second)."""
     digest = hashlib.sha256()
-    for package in PACKAGES:
-        root = Path(sys.modules[package].__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(f"{path.relative_to(root.parent)}\0".encode())
-            digest.update(path.read_bytes())
+    for name in names:
+        found = importlib.util.find_spec(name)
+        if found is None or found.origin is None:  # not installed: nothing can run with it anyway
+            digest.update(f"{name}: missing\0".encode())
+            continue
+        origin = Path(found.origin)
+        files = [origin]
+        if found.submodule_search_locations:  # a package: every file under it, links not followed
+            files = sorted(Path(folder, f) for folder, subfolders, names_ in os.walk(origin.parent)
+                           if "__pycache__" not in Path(folder).parts
+                           for f in names_ if Path(f).suffix in (".py", ".json"))
+        for file in files:
+            digest.update(f"{name}/{file.relative_to(origin.parent).as_posix()}\0".encode())
+            digest.update(file.read_bytes())
+            digest.update(b"\0")
     if binder == "cp-sat":
-        # OR-Tools' __init__ sets its __version__: read, not imported (that costs a third of a second)
-        spec = importlib.util.find_spec("ortools")
-        if spec is not None and spec.origin is not None:
-            digest.update(Path(spec.origin).read_bytes())
+        try:
+            digest.update(f"ortools {importlib.metadata.version('ortools')}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(b"ortools: missing")
     return digest.hexdigest()
 
 
