@@ -218,21 +218,10 @@ def _parse(path: str) -> Any:
     suffix = Path(path).suffix.lower()
     if suffix not in (".yaml", ".yml", ".json"):
         raise SpecError(f"{path}: unsupported spec type '{suffix}' (expected .yaml, .yml or .json)")
-    try:
-        with open(path, "rb") as file:
-            data = file.read(MAX_SPEC_BYTES + 1)  # no further: the file may be huge, or endless
-    except OSError as e:
-        raise SpecError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"{path}: larger than {MAX_SPEC_BYTES // 1024} KB; a spec is a few KB")
-    try:
-        text = data.decode("utf-8-sig")  # a BOM, as some editors write, is no part of the text (as in configs)
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: cannot read: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    from hardware import ConfigError, read_document
+    from hardware import ConfigError, read_document_file
 
     try:
-        return read_document(text, suffix, path)
+        return read_document_file(path, "spec", MAX_SPEC_BYTES)
     except ConfigError as e:  # the same one line `path: place: reason`
         raise SpecError(str(e)) from None
 

@@ -7,6 +7,7 @@ from hardware.config import (
     load_machine,
     machine_from_dict,
     read_document,
+    read_document_file,
     resolve_config,
 )
 from hardware.energy import AreaModel, EnergyCounts, EnergyModel, kernel_energy, machine_area, total_energy
@@ -59,6 +60,7 @@ __all__ = [
     "matmul_cycles",
     "move_timer",
     "read_document",
+    "read_document_file",
     "resolve_config",
     "total_energy",
     "trace_json",

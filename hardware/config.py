@@ -8,8 +8,9 @@ the file, the dotted key (or the line) and the reason:
 
     configs/x.json: on_chip_memory.l2.bank_count: must be a positive integer up to 1048576, got 0
 
-`read_document(text, suffix, source)` is load_machine's JSON and YAML parser, with the limits on
-nesting, keys, integers and YAML features given below; kpu-dse reads its sweep specs with it.
+`read_document_file(path, what, max_bytes)` and `read_document(text, suffix, source)` are
+load_machine's JSON and YAML reader, with the limits on size, nesting, keys, integers and YAML
+features given below; kpu-dse reads its sweep specs with them.
 
 A document with a top-level `system` or `accelerators` key is read as the system schema (second
 table below); any other as the flat schema (first table). Units follow kpu-sim: KB = 1024 bytes,
@@ -957,19 +958,26 @@ def load_machine(path: str | os.PathLike[str], accelerator: str | None = None) -
     suffix = Path(source).suffix.lower()
     if suffix not in (".json", ".yaml", ".yml"):
         _fail(source, "", f"unsupported extension {suffix!r}; expected .json, .yaml or .yml")
+    return machine_from_dict(read_document_file(source, "config", MAX_CONFIG_BYTES), source, accelerator)
+
+
+def read_document_file(path: str, what: str, max_bytes: int) -> Any:
+    """The document in the file at `path`, JSON if its suffix is `.json` and YAML otherwise (the
+    caller has checked the suffix), read as `read_document` reads text; a file of more than
+    `max_bytes` (`what`, a config or a spec, is a few KB) or not UTF-8 is a ConfigError."""
     try:
-        with open(source, "rb") as file:
-            data = file.read(MAX_CONFIG_BYTES + 1)  # no further: the file may be huge, or endless
+        with open(path, "rb") as file:
+            data = file.read(max_bytes + 1)  # no further: the file may be huge, or endless
     except OSError as e:
-        _fail(source, "", f"cannot read: {e.strerror or e}")
-    if len(data) > MAX_CONFIG_BYTES:
-        _fail(source, "", f"larger than {MAX_CONFIG_BYTES // KB} KB; a config is a few KB")
+        _fail(path, "", f"cannot read: {e.strerror or e}")
+    if len(data) > max_bytes:
+        _fail(path, "", f"larger than {max_bytes // KB} KB; a {what} is a few KB")
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark, as some editors write, is fine
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        _fail(source, f"line {line}", "cannot read: not UTF-8 text")
-    return machine_from_dict(read_document(text, suffix, source), source, accelerator)
+        _fail(path, f"line {line}", "cannot read: not UTF-8 text")
+    return read_document(text, Path(path).suffix.lower(), path)
 
 
 SHIPPED = Path(__file__).parent / "configs"  # the repo's configs/, installed with the package
