@@ -738,14 +738,8 @@ class _Builder:
         """Tensor `old` (and the op computing it) called `new` from here on; `names` so renamed."""
         if old == new:
             return names
-        graph = self.graph
-        graph.tensors = {(new if k == old else k): t for k, t in graph.tensors.items()}
-        graph.tensors[new].name = new
-        if old in graph.constants:
-            graph.constants[new] = graph.constants.pop(old)
-        for op in graph.ops:
-            op.inputs = [new if t == old else t for t in op.inputs]
-            op.outputs = [new if t == old else t for t in op.outputs]
+        self.graph.rename_tensor(old, new)
+        for op in self.graph.ops:
             if op.name == old:
                 op.name = new
                 self.op_names.discard(old)

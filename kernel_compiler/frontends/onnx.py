@@ -417,12 +417,7 @@ class _Builder:
                 raise CompileError(f"{where}: is not computed by any node")
             source = self.fresh(f"{name}.value")
             if tensor is not None:  # a constant ops read already: it moves, the output keeps the ONNX name
-                del self.graph.tensors[name]
-                tensor.name = source
-                self.graph.tensors[source] = tensor
-                self.graph.constants[source] = self.graph.constants.pop(name)
-                for op in self.graph.ops:
-                    op.inputs = [source if t == name else t for t in op.inputs]
+                self.graph.rename_tensor(name, source)
             else:
                 self.values[source] = self.values[name]
                 if name in self.elem_types:
