@@ -324,20 +324,30 @@ def _window_sums(x: np.ndarray, attrs: dict[str, Any], ct: np.dtype) -> np.ndarr
     return _pool(x.astype(ct, copy=False), attrs, np.add, 0)
 
 
+def counts_padding(attrs: dict[str, Any]) -> bool:
+    """Whether an AVGPOOL2D's means count the padding its windows cover (with none, either way)."""
+    return attrs["count_include_pad"] or not any(before or after for before, after in attrs["padding"])
+
+
+def inputs_in_windows(attrs: dict[str, Any], height: int, width: int, dtype: np.dtype) -> np.ndarray:
+    """How many input elements (not padding) each window of an AVGPOOL2D over `height` x `width`
+    covers, [1, OH, OW, 1] in `dtype`."""
+    hw = windows(attrs, tuple(attrs["kernel"]))
+    return _window_sums(_padded(np.ones((1, height, width, 1), dtype), hw, 0), attrs, dtype)
+
+
 def _avg_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     x = arrays[0]
     ct = compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact=False)
     hw = windows(attrs, tuple(attrs["kernel"]))
     sums = _window_sums(_padded(x, hw, 0), attrs, ct)
-    if attrs["count_include_pad"]:
-        counts = attrs["kernel"][0] * attrs["kernel"][1]
-    else:  # each window's elements inside the input
-        counts = _window_sums(_padded(np.ones((1, *x.shape[1:3], 1), ct), hw, 0), attrs, ct)
+    kh, kw = attrs["kernel"]
+    counts = kh * kw if counts_padding(attrs) else inputs_in_windows(attrs, *x.shape[1:3], ct)
     return [convert(sums / counts, out_dtypes[0])]
 
 
 def _avg_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
-    if not attrs["count_include_pad"] and any(before or after for before, after in attrs["padding"]):
+    if not counts_padding(attrs):
         # a band does not say where the input ends in it; a compiler pass scales by the counts first
         raise ValueError("AVGPOOL2D tiles count the padding; one that does not is rewritten by the compiler first")
     return _window_sums(tiles[0], attrs, tile_compute_dtype(acc, exact=False)) / (attrs["kernel"][0] * attrs["kernel"][1])

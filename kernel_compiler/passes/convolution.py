@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from dfx import Op
-from dfx.ops.window import Window, windows
+from dfx.ops.window import counts_padding, inputs_in_windows
 
 from .rewrite import Match, Pat, Rule
 
@@ -42,7 +42,7 @@ def _grouped(attrs: dict) -> bool:
 
 
 def _padding_not_counted(attrs: dict) -> bool:
-    return not attrs["count_include_pad"] and any(before or after for before, after in attrs["padding"])
+    return not counts_padding(attrs)
 
 
 # ---- CONV2D ----------------------------------------------------------------------------------
@@ -100,26 +100,17 @@ def _per_group(m: Match) -> Op:
 # ---- AVGPOOL2D -------------------------------------------------------------------------------
 
 
-def _inside(window: Window, extent: int) -> np.ndarray:
-    """For each position of `window` along a dim of `extent` input elements, how many of its taps
-    read one of them rather than the padding."""
-    starts = np.arange(window.outputs(window.before + extent + window.after)) * window.stride - window.before
-    taps = starts[:, None] + np.arange(window.kernel) * window.dilation
-    return ((taps >= 0) & (taps < extent)).sum(axis=1)
-
-
 def _count_padding(m: Match) -> Op:
     x = m.root.inputs[0]
     attrs = m.attrs("pool")
     kh, kw = attrs["kernel"]
     _, height, width, _ = m.graph.tensors[x].shape
-    rows, cols = windows(attrs, (kh, kw))
     # each window's sum over kh * kw counts the padding; its mean over the inputs is that times
     # kh * kw / (inputs in it), never a division by 0: the padding is smaller than the kernel
-    scale = kh * kw / np.outer(_inside(rows, height), _inside(cols, width))
+    scale = kh * kw / inputs_in_windows(attrs, height, width, np.float64)
     dtype = "f64" if "f64" in (m.graph.tensors[x].dtype, m.dtype("pool")) else "f32"
     mean = m.op("counting_pad", "AVGPOOL2D", x, result_dtype=dtype, **{**attrs, "count_include_pad": True})
-    return m.replace("MUL", mean, m.constant("scale", scale[None, :, :, None], dtype))
+    return m.replace("MUL", mean, m.constant("scale", scale, dtype))
 
 
 CONVOLUTION: list[Rule] = [
