@@ -11,6 +11,7 @@ _EXPORTS = {
     **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),
     **dict.fromkeys(["fail", "run_command"], "command_line"),
     "ObjectFileError": "errors",
+    **dict.fromkeys(["InputFileError", "read_input_file", "shown_path", "size_words"], "input_files"),
     **dict.fromkeys(["DFX_VERSION", "FORMAT", "FORMAT_VERSION", "dumps", "loads", "read", "write"], "objfile"),
     **dict.fromkeys(["OutputError", "OutputFiles"], "output_files"),
     **dict.fromkeys(["REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "convert", "lookup"], "ops"),
