@@ -15,11 +15,13 @@ not a finite number). At the end of a sweep the file is rewritten in the spec's 
 line as it was), so a finished sweep's table does not depend on the order in which the workers
 finished.
 
-The file is read and appended to in place, so it must be a regular file of OUTDIR: a symbolic
-link (dangling or not) or anything else at its path is refused before any work, and neither
-reading nor appending ever follows a link, so no file outside OUTDIR is read, changed or made.
-A BOM at its start (as a spreadsheet saving it writes) and blank lines at its end are ignored;
-the blank lines are cut off before rows are appended.
+The file is read and appended to in place, so it must be a regular file of OUTDIR and its only
+name: a symbolic link (dangling or not), a file with other hard links, or anything else at its
+path is refused before any work, and neither reading nor appending ever follows a link, so no
+file outside OUTDIR is read, changed or made. Only text after a whole header line of this sweep
+is ever cut off: a file whose first line has no line end (a partial header, or something else)
+is refused as not ours. A BOM at its start (as a spreadsheet saving it writes) and blank lines at
+its end are ignored; the blank lines are cut off before rows are appended.
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ import stat
 from pathlib import Path
 from typing import Any, Iterable
 
+from dfx import size_words
+
 from .point import MEASURES, NUMBERS, STATUSES
+
+# A sweep has at most spec.MAX_ROWS rows of a few hundred bytes; a table also keeps the rows of
+# earlier specs. It is read whole, and held with each row parsed: bounded before it is read.
+MAX_RESULTS_BYTES = 256 * 1024 * 1024
 
 
 class ResultsError(ValueError):
@@ -93,19 +101,34 @@ class Table:
             raise ResultsError(f"{self.path}: byte {e.start}: not UTF-8 text, not a kpu-dse results table") from None
         text = text.removeprefix("\ufeff")  # a BOM, as a spreadsheet saving the table writes it
         lines = text.splitlines(keepends=True)
+        if not lines and data.strip():
+            # only what follows our whole header line can be a row a kill cut short: text with no
+            # header line is not ours to cut off
+            shown = data[:60].decode("utf-8", "replace").removeprefix("\ufeff")
+            raise ResultsError(f"{self.path}: line 1: {_clip(shown)!r}: no whole header line, so not a kpu-dse "
+                               "results table (kpu-dse writes its header line whole); choose another -o folder or "
+                               "remove the file")
         if lines:
-            header = next(csv.reader(lines[:1]))
+            header = self._cells(1, lines[0])
             if tuple(header) != self.header:
-                raise ResultsError(f"{self.path}: line 1: columns {','.join(header)} are another sweep's, this one "
-                                   f"writes {','.join(self.header)}; choose another -o folder or remove the file")
+                raise ResultsError(f"{self.path}: line 1: columns {_clip(','.join(header))} are another sweep's, "
+                                   f"this one writes {','.join(self.header)}; choose another -o folder or remove "
+                                   "the file")
         for number, text_line in enumerate(lines[1:], start=2):
-            values = next(csv.reader([text_line]))
+            values = self._cells(number, text_line)
             if len(values) != len(self.header):
                 raise ResultsError(f"{self.path}: line {number}: {len(values)} cells, the header has "
                                    f"{len(self.header)}; the file was edited, not written by kpu-dse")
             self._check(number, dict(zip(self.header, values)))
             self.lines.setdefault(values[0], text_line)
             self.rows.setdefault(values[0], dict(zip(self.header, values)))
+
+    def _cells(self, number: int, text_line: str) -> list[str]:
+        try:
+            return next(csv.reader([text_line]))
+        except csv.Error as e:  # a cell past the csv module's limit: no table kpu-dse writes
+            raise ResultsError(f"{self.path}: line {number}: {e}; the file was edited, not written by "
+                               "kpu-dse") from None
 
     def _open(self, flags: int) -> int:
         """A descriptor of the file at the path, never through a link; ResultsError if a link or
@@ -125,25 +148,38 @@ class Table:
                     raise
                 what = "is a symbolic link" if e.errno == errno.ELOOP else "is not a regular file"
             else:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
+                info = os.fstat(fd)
+                # a hard link is another name of the same file: appending would change a file
+                # outside OUTDIR, or one another program reads
+                if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
                     os.set_blocking(fd, True)
                     return fd
                 os.close(fd)
-                what = "is not a regular file"
+                what = (f"has {info.st_nlink} hard links (other names of the same file)" if stat.S_ISREG(info.st_mode)
+                        else "is not a regular file")
         raise ResultsError(f"{self.path}: {what}; kpu-dse reads and appends to its results table in place and "
                            "never through a link: remove it or choose another -o folder")
 
     def _read_bytes(self) -> bytes:
+        """The file's bytes, read as dfx.read_input_file reads (a regular file, its size bounded
+        before reading), but never through a link: the table is ours only at this path."""
         if not os.path.lexists(self.path):
             return b""
         try:
             fd = self._open(os.O_RDONLY)
             with os.fdopen(fd, "rb") as f:
-                return f.read()
+                size = os.fstat(f.fileno()).st_size
+                if size <= MAX_RESULTS_BYTES:
+                    data = f.read(MAX_RESULTS_BYTES + 1)  # no further: it may grow while read
+                    size = len(data)
         except FileNotFoundError:
             return b""
         except OSError as e:
             raise ResultsError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        if size > MAX_RESULTS_BYTES:
+            raise ResultsError(f"{self.path}: {size_words(size)}, larger than the {size_words(MAX_RESULTS_BYTES)} a "
+                               "results table may be; choose another -o folder")
+        return data
 
     def _check(self, number: int, row: dict[str, str]) -> None:
         """A whole row must be one kpu-dse wrote: a known status, and each measurement empty or a

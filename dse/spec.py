@@ -66,6 +66,7 @@ OBJECTIVES: dict[str, tuple[str, bool, str, float]] = {
     "utilization": ("utilization", True, "%", 100.0),
 }
 DATAFLOWS = ("auto", "os", "ws", "is")
+KB, MB, GB = 1 << 10, 1 << 20, 1 << 30
 # Bounds that keep a typo (a step of 1 instead of 100) from making a sweep of years (a row takes
 # seconds) that the client cannot even hold: it keeps every point's config document, and Dask a
 # task per row.
@@ -73,7 +74,20 @@ MAX_AXIS_VALUES = 1000
 MAX_ROWS = 100_000
 # A spec is a few KB. Its nesting, keys and integer literals have the config reader's limits, as
 # it is read by the config reader's parser (hardware.read_document).
-MAX_SPEC_BYTES = 1024 * 1024
+MAX_SPEC_BYTES = 1 * MB
+# The base config is read once, as the loader reads a config (hardware's own limit, which it does
+# not export: a test holds the two equal), and each point's machine is made from that document.
+MAX_CONFIG_BYTES = 32 * KB
+# The client holds every model in memory and ships each to the cluster once. Protobuf refuses an
+# ONNX model of 2 GB or more; a text model (.dfg, .hlo, .json) of a real network is a few MB.
+MAX_ONNX_BYTES = 2 * GB
+MAX_TEXT_MODEL_BYTES = 256 * MB
+MAX_MODELS_BYTES = 4 * GB  # all the workloads of a sweep
+# A key path names a key of a config, which nests at most 16 levels and whose lists are short:
+# bounded before it is parsed (no int() of thousands of digits) and walked (one call a segment).
+MAX_KEY_CHARS = 256
+MAX_KEY_SEGMENTS = 32
+MAX_INDEX_DIGITS = 9
 # A label shows a point in the plot and the frontier tables: its fields' widths and precisions,
 # and the text it gives for each value, are bounded before a stray `{:>1500000000}` builds 1.5 GB.
 MAX_LABEL_FIELD = 100
@@ -87,7 +101,8 @@ _SPEC_KEYS = ("base", "accelerator", "workloads", "axes", "objectives", "dataflo
 _AXIS_KEYS = ("name", "key", "keys", "values", "range", "label")
 _RANGE_KEYS = ("start", "stop", "step", "factor")
 _WORKLOAD_KEYS = ("name", "path")
-_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[(?:\d+|\*)\])*)")
+_SEGMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[(?:[0-9]+|\*)\])*)")
+_INDEX = re.compile(r"\[([0-9]+|\*)\]")
 _AXIS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
@@ -259,7 +274,7 @@ def _flag(mapping: dict[str, Any], key: str, default: bool, fail) -> bool:
 
 def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, dict[str, Any]]:
     """The base config's name for messages, and its document."""
-    from hardware import ConfigError, load_machine, read_document, resolve_config
+    from hardware import ConfigError, machine_from_dict, read_document_file, resolve_config
 
     if not isinstance(name, str) or not name:
         raise fail("base", f"must be a shipped config name or a config path, got {name!r}")
@@ -269,23 +284,29 @@ def _base(name: Any, accelerator: str | None, folder: Path, fail) -> tuple[str, 
         # a name with a suffix or a folder is a path, relative to the spec; else a shipped config
         shown = name if Path(name).is_absolute() or not (Path(name).suffix or "/" in name) else str(folder / name)
         source = resolve_config(shown)
-        load_machine(source, accelerator)  # checks it as the loader would, limits included
+        suffix = Path(source).suffix.lower()
+        if suffix not in (".json", ".yaml", ".yml"):
+            raise fail("base", f"{source}: unsupported extension {suffix!r}; expected .json, .yaml or .yml")
+        # read once, and checked as the loader checks a config: the document the axes change is
+        # the one that was checked
+        document = read_document_file(source, "config", MAX_CONFIG_BYTES)
+        machine_from_dict(document, source, accelerator)
     except ConfigError as e:
         raise fail("base", str(e)) from None
-    # load_machine has read the file within its limits and found it a machine: read it again as
-    # it did, for the document the axes change
-    return shown, read_document(Path(source).read_text(encoding="utf-8-sig"), Path(source).suffix.lower(), source)
+    return shown, document
 
 
 # ---- workloads --------------------------------------------------------------------------------
 
 
 def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
+    from dfx import InputFileError, read_input_file, size_words
     from kernel_compiler import GRAPH_EXTENSIONS, graph_extension
 
     if not isinstance(value, list) or not value:
         raise fail("workloads", "must be a non-empty list of model files (or {name, path} mappings)")
     workloads: dict[str, Workload] = {}
+    held = 0  # bytes of the models read so far
     for i, item in enumerate(value):
         place = f"workloads[{i}]"
         if isinstance(item, dict):
@@ -309,9 +330,13 @@ def _workloads(value: Any, folder: Path, fail) -> tuple[Workload, ...]:
         if name in workloads:
             raise fail(place, f"the name '{name}' is also {workloads[name].path}'s; give one a `name`")
         try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise fail(place, f"{path}: cannot read: {e.strerror or e}") from None
+            data = read_input_file(path, f"{ext} model", MAX_ONNX_BYTES if ext == ".onnx" else MAX_TEXT_MODEL_BYTES)
+        except InputFileError as e:
+            raise fail(place, str(e)) from None
+        held += len(data)
+        if held > MAX_MODELS_BYTES:
+            raise fail(place, f"{path}: the models up to this one come to {size_words(held)}, more than the "
+                              f"{size_words(MAX_MODELS_BYTES)} a sweep's workloads may hold in all")
         if ext == ".onnx":
             _self_contained_onnx(path, data, place, fail)
         workloads[name] = Workload(name, path, data)
@@ -413,8 +438,12 @@ def _keys(item: dict[str, Any], place: str, fail) -> tuple[str, ...]:
     if not isinstance(keys, list) or not keys:
         raise fail(where, f"must be a non-empty list of config key paths, got {keys!r}")
     for key in keys:
-        if not isinstance(key, str) or not all(_SEGMENT.fullmatch(s) for s in key.split(".")):
+        if not isinstance(key, str):
             raise fail(where, f"{key!r} is not a key path like compute.processor_array.rows")
+        try:
+            _segments(key)
+        except _BadKey as e:
+            raise fail(where, f"{_clip(key)!r}: {e}") from None
     if len(set(keys)) < len(keys):
         raise fail(where, "names a key path twice")
     return tuple(keys)
@@ -568,14 +597,32 @@ def _objectives(value: Any, fail) -> tuple[str, ...]:
 # ---- key paths ----------------------------------------------------------------------------------
 
 
+class _BadKey(ValueError):
+    """Why a text is no key path."""
+
+
 def _segments(key: str) -> list[str | int | None]:
-    """`a.b[2][*]` -> ['a', 'b', 2, None]: a name, an index, or None for every item."""
+    """`a.b[2][*]` -> ['a', 'b', 2, None]: a name, an index, or None for every item. _BadKey
+    for a text that is no key path, or one longer or deeper than a config key can be."""
+    if len(key) > MAX_KEY_CHARS:
+        raise _BadKey(f"{len(key):,} characters, more than the {MAX_KEY_CHARS} a key path may have")
     out: list[str | int | None] = []
     for part in key.split("."):
         match = _SEGMENT.fullmatch(part)
+        if match is None:
+            raise _BadKey("not a key path like compute.processor_array.rows")
         out.append(match.group(1))
-        out += [None if i == "*" else int(i) for i in re.findall(r"\[(\d+|\*)\]", match.group(2))]
+        for index in _INDEX.findall(match.group(2)):
+            if len(index) > MAX_INDEX_DIGITS:
+                raise _BadKey(f"an index of {len(index)} digits; a list's index has at most {MAX_INDEX_DIGITS}")
+            out.append(None if index == "*" else int(index))
+    if len(out) > MAX_KEY_SEGMENTS:
+        raise _BadKey(f"{len(out)} names and indices deep, more than the {MAX_KEY_SEGMENTS} a key path may be")
     return out
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Unset(Exception):

@@ -82,15 +82,23 @@ def _run(client: Any, jobs: list[Job], models: dict[str, bytes], done: Done) -> 
 def _client(scheduler: str | None, workers: int | None) -> Iterator[Any]:
     """A Dask client on the cluster at `scheduler`, or on a local cluster made for this sweep."""
     import importlib
+    import tempfile
 
+    import dask
     from dask.distributed import Client, LocalCluster
 
     # the cluster's own chatter (connection closed at shutdown, GC pauses) is not the sweep's
     # output; its errors still show
     logging.getLogger("distributed").setLevel(logging.ERROR)
     if scheduler is None:
-        with LocalCluster(n_workers=workers or local_cores(), threads_per_worker=1, processes=True,
-                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        # Each Dask server (scheduler, nannies, workers) makes a scratch space under the
+        # `temporary-directory`, and leaves it there: here a folder of this sweep's own, removed
+        # once the cluster is down.
+        with (tempfile.TemporaryDirectory(prefix="kpu-dse-") as scratch,
+              dask.config.set({"temporary-directory": scratch}),
+              LocalCluster(n_workers=workers or local_cores(), threads_per_worker=1, processes=True,
+                           dashboard_address=None, silence_logs=logging.ERROR) as cluster,
+              Client(cluster) as client):
             yield client
         return
     try:
