@@ -67,7 +67,13 @@ def read_input_file(path: str | os.PathLike[str], what: str, max_bytes: int) -> 
             raise InputFileError(f"{where}: {size_words(info.st_size)}, larger than the "
                                  f"{size_words(max_bytes)} a {what} may be")
         try:
-            data = file.read(max_bytes + 1)
+            # read(n) allocates n bytes first: ask for what the file holds, plus one to see it grow
+            data = file.read(info.st_size + 1)
+            while info.st_size < len(data) <= max_bytes:  # it grew: read on in steps, up to the bound
+                more = file.read(min(max_bytes + 1 - len(data), MB))
+                if not more:
+                    break
+                data += more
         except OSError as e:
             raise InputFileError(f"{where}: cannot read: {e.strerror or e}") from None
     if len(data) > max_bytes:

@@ -18,9 +18,9 @@ MB = 1024 KB, bandwidth in GB/s = 1e9 bytes per second.
 Unknown keys are errors everywhere except inside `address_map`; booleans are never numbers.
 YAML is read as YAML 1.1, so write large floats with a dot (`1.0e9`; a bare `1e9` is a string).
 
-A config file is at most 32 KB of UTF-8, nested at most 16 levels, with no key twice in a mapping
-and no integer literal longer than 64 characters; YAML anchors and aliases are refused, as are
-tags other than YAML's own (such as `!!python/object`). Every number is bounded so that the
+A config file is a regular file (never a FIFO or a device) of at most 32 KB of UTF-8, nested
+at most 16 levels, with no key twice in a mapping and no integer literal longer than 64
+characters; YAML anchors and aliases are refused, as are tags other than YAML's own (such as `!!python/object`). Every number is bounded so that the
 machine it describes stays inside the model: counts of at most 2^20 and capacities of at most
 2^20 KB (on chip) or MB (a channel), so a level's total is at most 2^60 bytes and one on-chip
 buffer moves in under 2^40 cycles even at the slowest rate; DRAM latency of at most 10^6 cycles;
@@ -141,6 +141,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
+from dfx import InputFileError, read_input_file  # the one file reader (docs/DESIGN.md, section 2)
 from hardware.energy import (
     ACCESS_PJ_PER_BYTE,
     MAC_PJ,
@@ -963,15 +964,13 @@ def load_machine(path: str | os.PathLike[str], accelerator: str | None = None) -
 
 def read_document_file(path: str, what: str, max_bytes: int) -> Any:
     """The document in the file at `path`, JSON if its suffix is `.json` and YAML otherwise (the
-    caller has checked the suffix), read as `read_document` reads text; a file of more than
-    `max_bytes` (`what`, a config or a spec, is a few KB) or not UTF-8 is a ConfigError."""
+    caller has checked the suffix), read as `read_document` reads text; a file that is not a
+    regular file, of more than `max_bytes` (`what`, a config or a spec, is a few KB) or not UTF-8
+    is a ConfigError."""
     try:
-        with open(path, "rb") as file:
-            data = file.read(max_bytes + 1)  # no further: the file may be huge, or endless
-    except OSError as e:
-        _fail(path, "", f"cannot read: {e.strerror or e}")
-    if len(data) > max_bytes:
-        _fail(path, "", f"larger than {max_bytes // KB} KB; a {what} is a few KB")
+        data = read_input_file(path, what, max_bytes)  # a regular file only: a FIFO or /dev/zero never ends
+    except InputFileError as e:
+        raise ConfigError(str(e)) from None
     try:
         text = data.decode("utf-8-sig")  # a byte-order mark, as some editors write, is fine
     except UnicodeDecodeError as e:

@@ -1,8 +1,11 @@
-"""What a functional run will cost, told before it starts: host memory and tile ops.
+"""What a run will cost, told before it starts: host memory and tile ops.
 
 A functional run keeps every graph tensor in host memory as a whole numpy array and steps
 through every tile op twice (timing, then values). A problem too large for memory would fail
 with numpy's ArrayMemoryError after the whole simulation; a very long one would give no sign.
+Every run, timing only or a dry run too, simulates every tile op, and a small object can ask
+for a great many (a large GEMM re-tiled to tiny tiles): `check_tile_ops` refuses a program above
+a limit the user may raise, before anything is bound.
 """
 
 from __future__ import annotations
@@ -22,6 +25,24 @@ from .buffers import op_runs
 # about 60,000 tile ops/s and compute values at 210,000-330,000 tile ops/s.
 TILE_OPS_PER_SECOND = 50_000
 LONG_RUN_SECONDS = 60  # a run expected to take longer than this is announced
+
+
+class BudgetError(ValueError):
+    """A program of more tile ops than allowed; str(e) is one line."""
+
+
+def tile_ops(program: Program) -> int:
+    """Body-op runs over all kernels, as the progress bar counts them."""
+    return sum(op_runs(k, op) for k in program.kernels for op in k.body)
+
+
+def check_tile_ops(program: Program, limit: int, where: str) -> None:
+    """BudgetError when the program runs more than `limit` tile ops; `where` names it."""
+    ops = tile_ops(program)
+    if ops > limit:
+        time = _size(ops / TILE_OPS_PER_SECOND, _TIME_UNITS)
+        raise BudgetError(f"{where}: {ops:,} tile ops to simulate (about {time} with values), more than "
+                          f"the {limit:,} allowed; --max-tile-ops {ops} runs it")
 
 
 @dataclass(frozen=True)
@@ -49,8 +70,7 @@ def estimate(program: Program, bindings: Sequence[Binding] | None = None) -> Bud
     workers = [b.workers for b in bindings] if bindings else [1] * len(program.kernels)
     tensors = sum(t.size * itemsize(t.dtype) for t in program.graph.tensors.values())
     tiles = max((_tile_bytes(k, program, w) for k, w in zip(program.kernels, workers)), default=0)
-    ops = sum(op_runs(k, op) for k in program.kernels for op in k.body)
-    return Budget(tensors + tiles, ops)
+    return Budget(tensors + tiles, tile_ops(program))
 
 
 def available_memory() -> int | None:
@@ -76,6 +96,9 @@ class Advice:
     message: str  # one line naming `where`
 
 
+_TIME_UNITS = [("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1)]
+
+
 def _size(n: float, units: Sequence[tuple[str, float]]) -> str:
     """`n` in the largest of `units` it reaches (the last one otherwise)."""
     unit, scale = next(((u, s) for u, s in units if n >= s), units[-1])
@@ -91,7 +114,7 @@ def advise(budget: Budget, where: str, available: int | None = None) -> Advice |
         return Advice(True, f"{where}: computing values needs about {_size(budget.host_bytes, gib)} of host "
                             f"memory, {_size(available, gib)} is free; use --timing-only for the cycles alone")
     if budget.seconds > LONG_RUN_SECONDS:
-        time = _size(budget.seconds, [("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1)])
+        time = _size(budget.seconds, _TIME_UNITS)
         return Advice(False, f"{where}: {budget.tile_ops:,} tile ops to simulate and compute, about {time} at "
                              f"{TILE_OPS_PER_SECOND:,} tile ops/s; --timing-only skips the values")
     return None

@@ -19,6 +19,11 @@ cannot be read or parsed, of another format, version, schema or key, or whose bi
 bind exactly the kernels' buffers and streams inside this machine (see `check`), is a miss;
 the program is bound again and the entry replaced. Entries are written to a temp file in the
 cache directory and renamed into place, so a reader never sees half an entry.
+
+The cache folder may be shared or tampered with, so an entry is read only where it is a regular
+file of one name, at most MAX_ENTRY_BYTES: a link (to a file outside the cache, say), a hard link,
+a FIFO or a device there is a miss, never followed or read, and the new entry replaces the name,
+never what it points to.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import stat
 import tempfile
 import types
 import typing
@@ -40,7 +46,9 @@ from typing import Any
 
 import orjson
 
-from dfx import Program
+from dfx import InputFileError, Program, read_input_file
+from dfx.input_files import MB
+from dfx.objfile import MAX_OBJECT_BYTES
 from hardware import Machine
 
 from .binding import Binding, engine_count
@@ -50,6 +58,10 @@ from .schedule import workers_for
 FORMAT = "kpu-binding-cache"
 CACHE_VERSION = 1
 PACKAGES = ("dfx", "hardware", "loader")  # whose code decides a binding
+# An entry holds a few hundred bytes per bound buffer: a whole network's is well under 1 MB.
+MAX_ENTRY_BYTES = 64 * MB
+# The largest source file of the packages is about 50 KB.
+MAX_SOURCE_BYTES = 16 * MB
 
 
 class EntryError(ValueError):
@@ -110,7 +122,10 @@ def source_digest(names: tuple[str, ...], binder: str) -> str:
                            for f in names_ if Path(f).suffix in (".py", ".json"))
         for file in files:
             digest.update(f"{name}/{file.relative_to(origin.parent).as_posix()}\0".encode())
-            digest.update(file.read_bytes())
+            try:
+                digest.update(read_input_file(file, "source file", MAX_SOURCE_BYTES))
+            except InputFileError as e:  # a FIFO or a huge file among the sources: its refusal is its content
+                digest.update(str(e).encode())
             digest.update(b"\0")
     if binder == "cp-sat":
         try:
@@ -135,7 +150,9 @@ def _binding_machine(machine: Machine) -> dict[str, Any]:
 
 
 def cache_key(object_path: str, machine: Machine, accelerator: str | None, binder: str) -> dict[str, Any]:
-    return {"object": hashlib.sha256(Path(object_path).read_bytes()).hexdigest(),
+    """InputFileError where the object cannot be read again."""
+    data = read_input_file(object_path, "kpu object file", MAX_OBJECT_BYTES)
+    return {"object": hashlib.sha256(data).hexdigest(),
             "config": hashlib.sha256(_canonical(_binding_machine(machine))).hexdigest(),
             "accelerator": accelerator, "binder": binder, "loader": loader_version(binder)}
 
@@ -290,13 +307,28 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
 
 # --- reading and writing
 
-def load(path: Path, key: dict[str, Any], program: Program, machine: Machine) -> list[Binding]:
+def _entry_file(path: Path) -> None:
+    """EntryError unless the entry at `path` is a regular file of one name (see the module doc)."""
     try:
-        data = path.read_bytes()
+        info = path.lstat()
     except FileNotFoundError:
         raise EntryError("no entry") from None
     except OSError as e:
         raise EntryError(f"unreadable ({e.strerror or e})") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise EntryError("the entry is a link, not followed")
+    if not stat.S_ISREG(info.st_mode):
+        raise EntryError("the entry is not a regular file")
+    if info.st_nlink != 1:
+        raise EntryError("the entry has other names (hard links)")
+
+
+def load(path: Path, key: dict[str, Any], program: Program, machine: Machine) -> list[Binding]:
+    _entry_file(path)
+    try:
+        data = read_input_file(path, "binding cache entry", MAX_ENTRY_BYTES)
+    except InputFileError as e:  # replaced by a FIFO or a link since it was looked at, or too large
+        raise EntryError(f"unreadable ({e})") from None
     bindings = parse_entry(data, key)
     check(bindings, program, machine)
     return bindings
@@ -324,8 +356,8 @@ def bind_cached(program: Program, machine: Machine, object_path: str, accelerato
     directory = cache_dir()
     try:
         key = cache_key(object_path, machine, accelerator, binder)
-    except OSError as e:  # the object went away since it was read: bind what was read
-        return bind(), CacheUse("miss", reason=f"object unreadable: {e.strerror or e}")
+    except InputFileError as e:  # the object went away since it was read: bind what was read
+        return bind(), CacheUse("miss", reason=f"object unreadable: {e}")
     path = entry_path(directory, key)
     try:
         return load(path, key, program, machine), CacheUse("hit", path)

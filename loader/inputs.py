@@ -19,27 +19,30 @@ cannot change a value:
   bit for bit turns bf16 1.0 into f16 1.875.
 
 Everything else is refused: object arrays and pickles, structured, string, complex and date
-types. The header is checked against the tensor before any data is read, and the file must
-hold exactly the bytes its header promises, so a damaged header cannot make the loader
-allocate more than the file holds.
+types. The file must be a regular file no larger than its tensor's elements at the widest
+dtype accepted plus a header, checked before it is read (a FIFO or a link to /dev/zero would
+never end); its header is checked against the tensor before its data is used, and it must hold
+exactly the bytes its header promises, so a damaged header cannot make the loader allocate more
+than the file holds. A tensor given twice is refused: which one was meant?
 """
 
 from __future__ import annotations
 
 import io
 import math
-import os
 import warnings
 import zlib
 
 import numpy as np
 from numpy.lib import format as npy_format
 
-from dfx import Program, Tensor, is_integer, numpy_dtype
+from dfx import InputFileError, Program, Tensor, is_integer, numpy_dtype, read_input_file
 from dfx.dtypes import NUMPY_DTYPES
 
 # magic string, version, header length field and numpy's largest accepted header (max_header_size)
 _HEAD_BYTES = 6 + 2 + 4 + 10_000
+# the widest numeric dtype a file may hold for conversion (long double)
+_WIDEST_ITEM = max(np.dtype(np.longdouble).itemsize, 8)
 
 
 class InputError(ValueError):
@@ -63,19 +66,30 @@ def read_input(spec: str, program: Program) -> tuple[str, np.ndarray]:
         raise InputError(f"{path}: '{name}' is not an input of the program (inputs: {known})")
     where = f"{path}: input '{name}'"
     try:
-        with open(path, "rb") as f:
-            array = _read_npy(f, path, t, where)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-    return name, _converted(array, t, where)
+        data = read_input_file(path, f".npy file for '{name}'", _HEAD_BYTES + math.prod(t.shape) * _WIDEST_ITEM)
+    except InputFileError as e:
+        raise InputError(str(e)) from None
+    return name, _converted(_read_npy(data, path, t, where), t, where)
 
 
-def _read_npy(f: io.BufferedReader, path: str, t: Tensor, where: str) -> np.ndarray:
-    """The array in `f`, its header checked against `t` before the data is read."""
-    size = os.fstat(f.fileno()).st_size
+def read_inputs(specs: list[str], program: Program) -> dict[str, np.ndarray]:
+    """Tensor name -> its array, for every `--input NAME=FILE.npy`; a name given twice is refused
+    before any file is read."""
+    files: dict[str, str] = {}
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if name in files:
+            raise InputError(f"--input {name}: given twice ({files[name]} and {path}); give each input once")
+        files[name] = path
+    return dict(read_input(spec, program) for spec in specs)
+
+
+def _read_npy(data: bytes, path: str, t: Tensor, where: str) -> np.ndarray:
+    """The array in `data`, its header checked against `t` before the data is used."""
+    size = len(data)
     if size == 0:
         raise InputError(f"{path}: not a .npy array: the file is empty")
-    head = io.BytesIO(f.read(_HEAD_BYTES))  # however long the header says it is
+    head = io.BytesIO(data[:_HEAD_BYTES])  # however long the header says it is
     shape, fortran_order, dtype = _header(head, path)
     if shape != tuple(t.shape):
         raise InputError(f"{where} has shape {list(shape)}, the program expects {list(t.shape)}")
@@ -86,8 +100,7 @@ def _read_npy(f: io.BufferedReader, path: str, t: Tensor, where: str) -> np.ndar
     if size - head.tell() != nbytes:
         raise InputError(f"{path}: the header promises {nbytes:,} bytes of data, the file holds "
                          f"{size - head.tell():,}")
-    f.seek(head.tell())
-    return np.frombuffer(f.read(nbytes), dtype).reshape(shape, order="F" if fortran_order else "C")
+    return np.frombuffer(data, dtype, offset=head.tell()).reshape(shape, order="F" if fortran_order else "C")
 
 
 def _header(head: io.BytesIO, path: str) -> tuple[tuple[int, ...], bool, np.dtype]:

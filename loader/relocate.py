@@ -65,19 +65,23 @@ def relocate(binding: Binding, taken: Occupancy, machine: Machine) -> Binding:
     moved: dict[int, BoundBuffer] = {}  # id of the original -> its new placement
     for (level, owner), banks in by_pool.items():
         count, size = level_banks(machine, level)
-        free = set(range(count))
+        held = {k for lv, ow, k in taken.spans if (lv, ow) == (level, owner)}
+        chosen: set[int] = set()
         for bank, members in sorted(banks.items(), key=lambda kv: (-sum(b.buffer.bytes for b in kv[1]), kv[0])):
             low = min(bb.address for bb in members)
             extent = max(bb.end for bb in members) - low
             best = None
-            for k in sorted(free):
+            # every bank earlier kernels hold, the bank itself, and the lowest empty one: any other
+            # empty bank costs the same and loses the tie-break, so a machine's unused banks cost nothing
+            empty = next((k for k in range(count) if k not in held and k not in chosen), None)
+            for k in sorted(({*held, bank, empty} - {None}) - chosen):
                 for offset in _offsets(taken.spans.get((level, owner, k), []), extent, size, line):
                     shift = offset - low
                     key = (cost((level, owner, k), [(bb.address + shift, bb.end + shift) for bb in members]),
                            k != bank, k, offset)
                     best = min(best or key, key)
             _, _, target, offset = best
-            free.remove(target)
+            chosen.add(target)
             moved.update((id(bb), BoundBuffer(bb.buffer, target, bb.address - low + offset)) for bb in members)
     return replace(binding, buffers=[moved[id(bb)] for bb in binding.buffers])
 
