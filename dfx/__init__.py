@@ -9,7 +9,7 @@ _EXPORTS = {
                      "tolerance"], "dtypes"),
     **dict.fromkeys(["Graph", "Op", "Tensor"], "graph"),
     **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),
-    **dict.fromkeys(["fail", "run_command"], "command_line"),
+    **dict.fromkeys(["cli_console", "fail", "run_command"], "command_line"),
     "ObjectFileError": "errors",
     **dict.fromkeys(["InputFileError", "read_input_file", "shown_path", "size_words"], "input_files"),
     **dict.fromkeys(["DFX_VERSION", "FORMAT", "FORMAT_VERSION", "dumps", "loads", "read", "write"], "objfile"),

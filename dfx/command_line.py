@@ -1,9 +1,28 @@
-"""What both command-line tools share: every error is one line on stderr and exit code 2."""
+"""What the command-line tools share: every error is one line on stderr and exit code 2, and
+one way of printing their messages and tables."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any, NoReturn
+
+# off a terminal a table is as wide as its cells need, up to this: never cut to the 80 columns
+# rich assumes there
+LOG_WIDTH = 1000
+
+
+def cli_console(stderr: bool = True) -> Any:
+    """The rich console a command line prints on (stderr, or stdout). On a terminal: its width,
+    and colour unless NO_COLOR is set. Off one (a pipe, a file, a CI log) or on TERM=dumb: no
+    escape codes, every message on one line whatever its length, and each table as wide as it
+    needs, so a log holds no message cut in two."""
+    from rich.console import Console
+
+    probe = Console(stderr=stderr)
+    if probe.is_terminal and not probe.is_dumb_terminal:
+        return Console(stderr=stderr, color_system=None if os.environ.get("NO_COLOR") else "auto")
+    return Console(stderr=stderr, width=LOG_WIDTH, soft_wrap=True, color_system=None, force_terminal=False)
 
 
 def fail(message: str) -> NoReturn:

@@ -26,9 +26,7 @@ def dse(
     y: Optional[str] = typer.Option(None, "--y", help="Objective up the plot (default: the spec's second)"),
 ) -> None:
     """Compile and simulate every point of a sweep (timing only), and show and plot its Pareto frontier."""
-    from rich.console import Console
-
-    from dfx import OutputError, OutputFiles, fail
+    from dfx import OutputError, OutputFiles, cli_console, fail
 
     from . import sweep
     from .plot import render
@@ -51,7 +49,7 @@ def dse(
     if x == y:
         fail(f"--x and --y: both are {x}; a frontier plot needs two objectives")
 
-    console = Console(stderr=True)
+    console = cli_console()
     say = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     jobs = spec.jobs()
     with OutputFiles(inputs=[spec_file, *(w.path for w in spec.workloads)]) as files:
@@ -99,9 +97,7 @@ def dse(
         except OutputError as e:
             fail(str(e))
 
-    stdout = Console()
-    if not stdout.is_terminal:  # a file or a pipe: the tables at their full width, never cut to 80 columns
-        stdout = Console(width=1000)
+    stdout = cli_console(stderr=False)
     for frontier in frontier_tables(spec, results):
         stdout.print(frontier)
     say(f"evaluated {len(pending) - len(lost)} rows ({failed} failed), skipped {len(jobs) - len(pending)} already "

@@ -45,6 +45,8 @@ def compile(
 
     if dataflow not in ("auto", "os", "ws", "is"):
         fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
+    if output == "":  # not the default name: the user named no file
+        fail("-o: an empty path; name a file")
     with OutputFiles(inputs=[input, target]) as files:
         try:
             out = None if dump else files.claim(output or f"{Path(input).stem}.kpu")

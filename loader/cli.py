@@ -9,6 +9,9 @@ from typing import List, Optional
 import typer
 
 MAX_SHOWN_OPS = 100_000  # --dry-run keeps each shown op's record in memory
+# Every shipped example needs at most 114,000 tile ops (BERT's layer on minimal); 20 M take about
+# 7 minutes with values: a larger program is more likely a mistake (tiles far too small) than meant.
+MAX_TILE_OPS = 20_000_000
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -98,29 +101,31 @@ def load(
     ops: int = typer.Option(20, "--ops", min=0, max=MAX_SHOWN_OPS, help="Scheduled ops shown by --dry-run"),
     timing_only: bool = typer.Option(False, "--timing-only", help="Simulate cycles without computing values"),
     binder: str = typer.Option("cp-sat", "--binder", help="cp-sat | greedy"),
+    max_tile_ops: int = typer.Option(MAX_TILE_OPS, "--max-tile-ops", metavar="N", min=1, max=2**63 - 1,
+                                     help="Refuse a program of more tile ops than this, in every mode"),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the binding cache "
                                   "($KPU_CACHE_DIR, else $XDG_CACHE_HOME/kpu or ~/.cache/kpu)"),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary on stdout"),
+    verbose: bool = typer.Option(False, "-v", "--verbose", help="Print how each kernel was bound"),
 ) -> None:
     """Bind OBJECT.kpu to a machine, simulate it cycle by cycle, and compute its outputs."""
     import orjson
-    from rich.console import Console
 
-    from dfx import ObjectFileError, OutputError, OutputFiles, fail, read
+    from dfx import ObjectFileError, OutputError, OutputFiles, cli_console, fail, read
     from hardware import ConfigError, load_machine, trace_json
 
     from . import roofline_plot
     from .binders import BINDERS, binder_named
     from .binding import BindError
-    from .budget import advise, estimate
+    from .budget import BudgetError, advise, check_tile_ops, estimate
     from .cache import bind_cached
     from .execution import ExecutionError
-    from .inputs import InputError, program_inputs, read_input
+    from .inputs import InputError, program_inputs, read_inputs
     from .outputs import claim_outputs, stage_array
-    from .report import dry_run_view, print_check, print_dry_run, print_profile, shown, summary
+    from .report import dry_run_view, print_bindings, print_check, print_dry_run, print_profile, shown, summary
     from .run import LoadError, RunResult, bind_program, check_fits, check_kernels, check_outputs, execute, simulate
 
-    console = Console(stderr=True)
+    console = cli_console()
     if show_config:
         if object_file is not None:
             fail("--show-config prints the machine and exits: give it no OBJECT.kpu")
@@ -137,6 +142,9 @@ def load(
         fail("Missing argument 'OBJECT.kpu'.")  # as typer says it when the argument is required
     if binder not in BINDERS:
         fail(f"--binder: expected {' or '.join(BINDERS)}, got '{binder}'")
+    for option, path in (("--output-dir", output_dir), ("--trace-output", trace_output), ("--plot", plot)):
+        if path == "":  # Path("") is the current folder
+            fail(f"{option}: an empty path; name a {'folder' if option == '--output-dir' else 'file'}")
     skipping = "--dry-run" if dry_run else "--timing-only" if timing_only else None
     if skipping and (check or output_dir is not None):
         fail(f"{'--check' if check else '--output-dir'} needs the values that {skipping} skips")
@@ -148,15 +156,16 @@ def load(
             plot_path = files.claim(plot) if plot is not None else None
             plot_as = roofline_plot.plot_format(plot_path) if plot_path is not None else None
             program = read(object_file)
+            check_tile_ops(program, max_tile_ops, object_file)
             output_paths = claim_outputs(files, output_dir, [t.name for t in program.graph.outputs]) \
                 if output_dir is not None else {}
             machine = load_machine(config, accelerator)
-            given = dict(read_input(spec, program) for spec in input or [])
+            given = read_inputs(input or [], program)
             check_fits(program, machine, object_file)
             bindings, cache_use = bind_cached(program, machine, object_file, accelerator, binder,
                                               lambda: bind_program(program, machine, object_file, binder_named(binder)),
                                               use_cache=not no_cache)
-        except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError) as e:
+        except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError, BudgetError) as e:
             fail(str(e))
         if cache_use.warning is not None:
             print(f"warning: {cache_use.warning}", file=sys.stderr)
@@ -222,6 +231,8 @@ def load(
     s["binding_cache"] = cache_use.state
     if profile:
         print_profile(s, console)
+    if profile or verbose:
+        print_bindings(s["bindings"], console, each=verbose)
         console.print(cache_use.line(), markup=False, highlight=False, soft_wrap=True)
     if check:
         print_check(s, console)

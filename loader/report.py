@@ -4,6 +4,7 @@ functions that print: the summary needs none of it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from dfx import Barrier, Graph, Kernel, Op, Program, itemsize
@@ -13,7 +14,7 @@ from hardware.units.bandwidth import Bandwidth
 
 from .binding import Binding
 from .buffers import engine_kind
-from .run import RunResult
+from .run import LARGEST, RunResult
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -184,11 +185,13 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
         out["outputs"] = output_paths
     if result.checks is not None:
         def row(c):
-            return {"max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error, "passed": c.passed}
+            return {"passed": c.passed, "worst_element_error": c.worst_error,
+                    "worst_fraction_of_tolerance": c.worst_fraction,
+                    "max_abs_error": c.max_abs_error, "max_rel_error": c.max_rel_error}
 
         kernels = result.kernel_checks
-        # the worst kernel: a failing one first, then the largest relative error
-        worst = max(kernels, key=lambda k: (not kernels[k].passed, kernels[k].max_rel_error), default=None)
+        # the worst kernel: a failing one first, then the one whose worst element came nearest its tolerance
+        worst = max(kernels, key=lambda k: (not kernels[k].passed, kernels[k].worst_fraction), default=None)
         out["check"] = {"passed": result.check_passed,
                         "outputs": {n: row(c) for n, c in result.checks.items()},
                         "kernels": {k: row(c) for k, c in kernels.items()},
@@ -225,9 +228,6 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
         console.print(f"Host link, apart from the cycles above: {s['host_transfer_cycles']:,} cycles "
                       f"({t['bytes_in']:,} bytes in before the run: {t['cycles_in']:,}; "
                       f"{t['bytes_out']:,} bytes out after it: {t['cycles_out']:,})")
-    for kernel, b in s["bindings"].items():
-        for note in b["notes"]:
-            console.print(f"{kernel}: {note}")
     e = s["energy"]
 
     def shares(view: str) -> str:
@@ -256,6 +256,22 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     console.print(moved)
 
 
+def print_bindings(bindings: dict[str, dict[str, Any]], console: Console, each: bool) -> None:
+    """How the kernels were bound: one line for them all (the binders, and how many kernels each
+    note holds for), or with `each` (-v) one line per kernel; `--json` has every kernel's."""
+    if each:
+        for kernel, b in bindings.items():
+            console.print(f"kernel {shown(kernel)}: bound by {b['method']} on {b['compute_tiles']} compute tile(s)"
+                          + "".join(f"; {shown(note)}" for note in b["notes"]))
+        return
+    methods = Counter(b["method"] for b in bindings.values())
+    notes = Counter(note for b in bindings.values() for note in b["notes"])
+    console.print(f"bindings: {len(bindings)} kernel(s) by " + ", ".join(
+        method if len(methods) == 1 else f"{method} ({n})" for method, n in methods.items())
+        + "".join(f"; {shown(note)} ({n})" for note, n in notes.items())
+        + ("; -v lists each kernel's" if notes else ""))
+
+
 def by_cycles(kernels: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The kernels, costliest first; kernels of equal cycles in program order (a stable sort)."""
     return sorted(kernels.items(), key=lambda item: item[1]["cycles"], reverse=True)
@@ -264,9 +280,9 @@ def by_cycles(kernels: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, A
 def kernel_table(s: dict[str, Any]) -> Table:
     """One row per kernel, costliest first, every kernel (a network's last layers matter too).
     Short headers, no borders but the header's and one space between columns keep a network's
-    rows (kernel names like depthwise_conv2d_12, fused ops, 4-d shapes) within 120 columns, and
-    a small graph's within the 80 that rich assumes off a terminal; the caption says what the
-    figures mean."""
+    rows (kernel names like depthwise_conv2d_12, fused ops, 4-d shapes) within 120 columns of a
+    terminal (off one, the table is as wide as it needs: dfx.cli_console); the
+    caption says what the figures mean."""
     from rich import box
     from rich.table import Table
 
@@ -293,13 +309,22 @@ def kernel_table(s: dict[str, Any]) -> Table:
 
 
 def print_check(s: dict[str, Any], console: Console) -> None:
-    """One line per graph output (end to end), one per failing kernel, and the worst kernel."""
+    """One line per graph output (end to end), one per failing kernel, and the worst kernel, each
+    saying what its worst element was held to: its error, and what fraction of its tolerance
+    that is (`loader.run.compare`)."""
     check = s["check"]
 
     def line(what: str, c: dict[str, Any]) -> None:
-        mark = "[green]pass[/]" if c["passed"] else "[red]FAIL[/]"
-        console.print(f"check {what}: {mark} max abs error {c['max_abs_error']:.3g}, "
-                      f"max rel error {c['max_rel_error']:.3g}")
+        error, fraction = c["worst_element_error"], c["worst_fraction_of_tolerance"]
+        if c["passed"]:
+            verdict = f"[green]pass[/] (worst element {error:.2g}, {fraction:.2g} of its tolerance)"
+        elif error == LARGEST:
+            verdict = "[red]FAIL[/] (NaN or inf where the reference differs, or an error beyond float64)"
+        elif fraction == LARGEST:  # an integer result: no error is allowed
+            verdict = f"[red]FAIL[/] (worst element {error:.3g}, where it must be exact)"
+        else:
+            verdict = f"[red]FAIL[/] (worst element {error:.3g}, {fraction:.3g} times its tolerance)"
+        console.print(f"check {what}: {verdict}")
 
     for name, c in check["outputs"].items():
         line(shown(name), c)

@@ -25,13 +25,17 @@ class LoadError(ValueError):
 
 @dataclass
 class OutputCheck:
-    """One output against its reference. The errors are always finite, so JSON holds numbers:
-    an unbounded one (NaN or inf where the reference differs, or an overflow) is reported as
-    the largest float64, 1.8e308."""
+    """One output against its reference, each element held to a tolerance of its own (`compare`):
+    `worst_error` is the error of the element that used the largest fraction of its tolerance,
+    `worst_fraction` that fraction (above 1: the check failed). The errors are always finite, so
+    JSON holds numbers: an unbounded one (NaN or inf where the reference differs, an overflow, an
+    error where none was allowed) is reported as the largest float64, 1.8e308."""
 
     max_abs_error: float
     max_rel_error: float
     passed: bool
+    worst_error: float
+    worst_fraction: float
 
 
 @dataclass
@@ -120,37 +124,69 @@ def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndar
     return memory
 
 
-def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float,
+LARGEST = float(np.finfo(np.float64).max)
+
+
+def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float, magnitude: np.ndarray | None = None,
             rounding: np.ndarray | None = None) -> OutputCheck:
-    """As numpy.testing.assert_allclose(equal_nan=True): NaN agrees with NaN and inf with the
-    same inf; any other non-finite value fails. The relative tolerance is of each element's
-    magnitude or of the tensor's mean magnitude, whichever is larger: an element that a long sum
-    brings near zero carries the rounding of its terms, not of its own small size, and a wrong
-    tile is off by the values' size either way. `rounding` (per element, `_sum_rounding`) is
-    allowed on top."""
-    largest = float(np.finfo(np.float64).max)
+    """As numpy.testing.assert_allclose(equal_nan=True), with a tolerance per element: NaN agrees
+    with NaN and inf with the same inf, any other non-finite value fails, and a finite element
+    may be off by atol + rtol x its `magnitude` (`magnitudes`: of the values it is computed from,
+    at least its own size; without one, its own size), plus `rounding` (per element,
+    `_sum_rounding`). Never the magnitude of values elsewhere in the tensor: one large element
+    must not hide an error anywhere else."""
     # NaN and inf in the inputs are data, not faults: they must not print numpy warnings
     with np.errstate(all="ignore"):
         want, got = want.astype(np.float64), got.astype(np.float64)
         finite = np.isfinite(got) & np.isfinite(want)
         nonfinite_agree = bool(np.all(finite | (got == want) | (np.isnan(got) & np.isnan(want))))
-        allowed = atol + rtol * np.maximum(np.abs(want), np.abs(want[finite]).mean() if finite.any() else 0.0)
+        allowed = atol + rtol * (np.abs(want) if magnitude is None else magnitude)
         if rounding is not None:
             allowed = allowed + rounding
         got, want, allowed = got[finite], want[finite], allowed[finite]
         err = np.abs(got - want)
         rel = err / np.maximum(np.abs(want), np.finfo(np.float64).tiny)
+        fraction = np.where(err == 0, 0.0, err / allowed)  # an error where none was allowed: inf
         passed = nonfinite_agree and bool(np.all(err <= allowed))
+        worst = int(np.argmax(fraction)) if fraction.size else None
         # a non-finite disagreement is an unbounded error, saturated like an overflow
         unbounded = 0.0 if nonfinite_agree else np.inf
-        max_abs, max_rel = (min(max(float(e.max(initial=0.0)), unbounded), largest) for e in (err, rel))
-    return OutputCheck(max_abs, max_rel, passed)
+        max_abs, max_rel, worst_error, worst_fraction = (
+            min(max(float(e), unbounded), LARGEST)
+            for e in (err.max(initial=0.0), rel.max(initial=0.0), 0.0 if worst is None else err[worst],
+                      0.0 if worst is None else fraction[worst]))
+    return OutputCheck(max_abs, max_rel, passed, worst_error, worst_fraction)
+
+
+def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
+               results: list[np.ndarray]) -> list[np.ndarray]:
+    """The magnitude of each element of graph op `op`'s `results`, float64 in their shapes: the
+    registry's rule (OpDef.magnitude) on its operands' `values` and their magnitudes in `known`,
+    and at least the element's own size. An element whose rule gives no finite magnitude (an
+    operand is NaN or inf, or a slope is) is held to its own size."""
+    opdef = lookup(op.op_type)
+    with np.errstate(all="ignore"):
+        own = [np.abs(r.astype(np.float64)) for r in results]
+        if opdef.magnitude is None:
+            return own
+        rule = opdef.magnitude([values[n].astype(np.float64) for n in op.inputs], [known[n] for n in op.inputs],
+                               opdef.normalize_attrs(op.attrs))
+        return [np.where(np.isfinite(m), np.maximum(m, size), size) for m, size in zip(rule, own)]
+
+
+def _worst(checks: list[OutputCheck]) -> OutputCheck:
+    """Several results' checks as one: the largest errors, passed if all passed, the worst
+    element of the check whose worst element used the most of its tolerance."""
+    worst = max(checks, key=lambda c: c.worst_fraction)
+    return OutputCheck(max(c.max_abs_error for c in checks), max(c.max_rel_error for c in checks),
+                       all(c.passed for c in checks), worst.worst_error, worst.worst_fraction)
 
 
 def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, OutputCheck]:
     """Every kernel's results, intermediates included, against the registry's reference of its
     graph ops (the anchor, then its epilogue) applied to the values that kernel actually
-    received: a fault in any kernel fails here, and is not blamed on the kernels after it. The
+    received: a fault in any kernel fails here, and is not blamed on the kernels after it. Each
+    element's magnitude follows from those values through the group's ops (`magnitudes`). The
     tolerance is the loosest of the group's result dtypes: a fused intermediate stays at the
     accumulators' precision on chip, where the reference rounds it. Per kernel, the worst result."""
     g = program.graph
@@ -159,15 +195,17 @@ def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
     for kernel in program.kernels:
         group = [ops[name] for name in [kernel.graph_op, *kernel.epilogue]]
         expected = dict(values)
+        known: dict[str, np.ndarray] = {}
         with np.errstate(all="ignore"):
             for op in group:
-                expected.update(zip(op.outputs, reference_op(op, expected, g)))
-            rounding = _sum_rounding(group, values, expected, g)
+                results = reference_op(op, expected, g)
+                known.update((n, np.abs(values[n].astype(np.float64))) for n in op.inputs if n not in known)
+                known.update(zip(op.outputs, magnitudes(op, expected, known, results)))
+                expected.update(zip(op.outputs, results))
+            rounding = _sum_rounding(group, values, expected, known, g)
         atol, rtol = (max(x) for x in zip(*(tolerance(g.tensors[t].dtype) for op in group for t in op.outputs)))
-        results = [compare(values[name], expected[name], atol, rtol, rounding.get(name))
-                   for name in kernel.outputs]
-        checks[kernel.name] = OutputCheck(max(c.max_abs_error for c in results),
-                                          max(c.max_rel_error for c in results), all(c.passed for c in results))
+        checks[kernel.name] = _worst([compare(values[name], expected[name], atol, rtol, known[name],
+                                              rounding.get(name)) for name in kernel.outputs])
     return checks
 
 
@@ -175,25 +213,25 @@ ROUNDING_SPREAD = 8  # standard deviations of a sum's rounding walk: far beyond 
 
 
 def _sum_rounding(group: list, values: dict[str, np.ndarray], expected: dict[str, np.ndarray],
-                  g) -> dict[str, np.ndarray]:
+                  known: dict[str, np.ndarray], g) -> dict[str, np.ndarray]:
     """For a kernel whose anchor runs on the array, in float: how far rounding may move each
     element of its results, the tiles adding the products in another order than the reference.
     A sum of n products rounded at every step walks about sqrt(n) steps of at most u times the
     sum of their magnitudes (u the accumulator's unit roundoff), however much they cancel: deep
-    layers on generated weights sum products in the hundreds into results near zero. The
-    epilogue carries the bound to the kernel's results: it is applied to the anchor's reference
-    result moved by the bound either way. Empty for any other kernel (an integer sum is exact)."""
+    layers on generated weights sum products in the hundreds into results near zero (the sum of
+    their magnitudes is the anchor's result's in `known`, the registry's rule for a contraction).
+    The epilogue carries the bound to the kernel's results: it is applied to the anchor's
+    reference result moved by the bound either way. Empty for any other kernel (an integer sum
+    is exact)."""
     anchor = group[0]
     dtypes = [g.tensors[n].dtype for n in anchor.inputs + anchor.outputs]
     acc = numpy_dtype(accumulation_dtype(dtypes))
     if lookup(anchor.op_type).tile_mnk is None or acc.kind != "f":
         return {}
-    magnitudes = reference_op(anchor, {**values, **{n: np.abs(values[n]) for n in anchor.inputs}}, g)[0]
-    products = reference_op(anchor, {**values, **{n: np.ones_like(values[n]) for n in anchor.inputs}}, g)[0]
-    bound = ROUNDING_SPREAD * np.sqrt(np.abs(products.astype(np.float64))) * (np.finfo(acc).eps / 2) \
-        * np.abs(magnitudes.astype(np.float64))
-    bound = np.where(np.isfinite(bound), bound, 0)  # a bound that overflowed bounds nothing
     result = anchor.outputs[0]
+    products = reference_op(anchor, {**values, **{n: np.ones_like(values[n]) for n in anchor.inputs}}, g)[0]
+    bound = ROUNDING_SPREAD * np.sqrt(np.abs(products.astype(np.float64))) * (np.finfo(acc).eps / 2) * known[result]
+    bound = np.where(np.isfinite(bound), bound, 0)  # a bound that overflowed bounds nothing
     moved = []
     for sign in (1, -1):
         chain = {**values, result: expected[result].astype(np.float64) + sign * bound}
@@ -209,16 +247,20 @@ def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
     """Each graph output against the registry's reference run of the whole graph from the same
     inputs. Both round every intermediate to its dtype, so they differ only by the order of
     tile-wise sums and its effect downstream: the tolerance is the loosest of the dtypes the
-    output depends on, times the ops on its longest path."""
+    output depends on, times the ops on its longest path, and each element's magnitude follows
+    from the inputs' through every op (`magnitudes`)."""
     g = program.graph
     expected = {t.name: values[t.name] for t in g.inputs}
+    known = {t.name: np.abs(values[t.name].astype(np.float64)) for t in g.inputs}
     tol: dict[str, tuple[float, float, int]] = {t.name: (*tolerance(t.dtype), 0) for t in g.inputs}
     with np.errstate(all="ignore"):
         for op in g.ops:
-            for name, value in zip(op.outputs, reference_op(op, expected, g)):
+            results = reference_op(op, expected, g)
+            known.update(zip(op.outputs, magnitudes(op, expected, known, results)))
+            for name, value in zip(op.outputs, results):
                 expected[name] = value
                 ancestry = [tol[n] for n in op.inputs] + [(*tolerance(g.tensors[name].dtype), 0)]
                 tol[name] = (max(a for a, _, _ in ancestry), max(r for _, r, _ in ancestry),
                              1 + max(d for _, _, d in ancestry))
     return {t.name: compare(values[t.name], expected[t.name], tol[t.name][0] * tol[t.name][2],
-                            tol[t.name][1] * tol[t.name][2]) for t in g.outputs}
+                            tol[t.name][1] * tol[t.name][2], known[t.name]) for t in g.outputs}

@@ -81,6 +81,14 @@ class OpDef:
     # operand, and the value of its padding, by dtype (None: zero)
     windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
     window_fill: Callable[[str], int | float] | None = None
+    # for --check: (the operands' values and their magnitudes, float64 arrays shaped as the
+    # operands, a magnitude at least its value's size; attrs) -> per result, each element's
+    # magnitude (broadcastable to the result): rounding, here or in the ops before, moves the
+    # element by about the unit roundoff times it, so the element is held to a tolerance
+    # relative to it, never to values it does not depend on. A contraction's is its own
+    # (`on_sizes`); every other op carries its operands' to its result to first order
+    # (`on_magnitudes`, or the op's own rule). None: the element's own size alone.
+    magnitude: Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], list[np.ndarray]] | None = None
 
     def padding_value(self, dtype: str) -> int | float:
         """What a sliding-window op's input holds in its padding, in `dtype`: zero unless the op says."""
@@ -159,6 +167,35 @@ def convert(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def elements(shape: Shape) -> int:
     return math.prod(shape)
+
+
+Reference = Callable[[list[np.ndarray], dict[str, Any], list[str]], list[np.ndarray]]
+MagnitudeRule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], list[np.ndarray]]
+
+
+def on_magnitudes(reference: Reference) -> MagnitudeRule:
+    """The magnitude rule of an op whose result elements are moves, maxima or sums of a few
+    (products of) operand elements: its reference on the operands' magnitudes, in float64, which
+    bounds how far its operands' errors move each element."""
+
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        return [np.abs(y) for y in reference(magnitudes, attrs, ["f64"])]
+
+    return magnitude
+
+
+def on_sizes(reference: Reference) -> MagnitudeRule:
+    """A contraction's magnitude rule: its reference on the sizes of its operands' values, in
+    float64 (|A| @ |B|), the scale of its own rounding however much its sums cancel. The errors
+    its operands carry are of the same order: among the many products of a sum, the few operand
+    elements whose magnitude exceeds their size (results of cancellation themselves) count little.
+    Carrying magnitudes through contractions instead would bound layer upon layer of worst cases
+    and let a deep network's outputs be off by more than their size."""
+
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        return [np.abs(y) for y in reference([np.abs(v) for v in values], attrs, ["f64"])]
+
+    return magnitude
 
 
 # ---- shapes ----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import dtype_of, numpy_dtype
-from .base import OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, register
+from .base import OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, on_sizes, register
 
 # ---- MATMUL ----------------------------------------------------------------------------------
 
@@ -77,6 +77,7 @@ MATMUL = register(OpDef(
     attrs={"transpose_b": False},
     tile=_matmul_tile,
     tile_mnk=_matmul_mnk,
+    magnitude=on_sizes(_matmul_reference),
 ))
 
 
@@ -108,4 +109,5 @@ LINEAR = register(OpDef(
     compute_type="MATMUL_TILE",  # after the pass that rewrites it into a MATMUL
     doc="y = x @ W^T (+ bias) for x [..., in], W [out, in], bias [out]; accumulates as MATMUL",
     family="contraction",
+    magnitude=on_sizes(_linear_reference),
 ))

@@ -22,11 +22,14 @@ TRANSCENDENTAL = {"transcendental": 1}
 
 def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
            work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
-           exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None) -> OpDef:
+           exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None,
+           magnitude: Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], np.ndarray] | None = None
+           ) -> OpDef:
     """Declare a map op. `exact`: integer operands and results compute in integers (else in
     float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
     declared dtype: DFX has no bool type, a `.dfg` i1 is u8), so the operands alone choose the
-    compute dtype."""
+    compute dtype. `magnitude(operand values, their magnitudes, attrs)`: each element's
+    (OpDef.magnitude), None for its own size alone."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         results = [] if predicate else [numpy_dtype(d) for d in out_dtypes]
@@ -44,9 +47,13 @@ def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
         per_element = work(attrs) if callable(work) else work
         return {cls: n * elements(out_shape) for cls, n in per_element.items()}
 
+    def magnitudes(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        return [magnitude(values, magnitudes, attrs)]
+
     return register(OpDef(name=name, min_inputs=arity, max_inputs=arity, infer_shapes=_broadcast_shapes,
                           reference=reference, compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
-                          attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate))
+                          attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate,
+                          magnitude=None if magnitude is None else magnitudes))
 
 
 def _operands_dtype(tiles: list[np.ndarray], exact: bool) -> np.dtype:
@@ -67,6 +74,46 @@ def _apply(fn: Callable[..., np.ndarray], operands: list[np.ndarray], attrs: dic
         return np.asarray(fn(*operands, **attrs))
 
 
+# ---- magnitudes ------------------------------------------------------------------------------
+# How far the operands' errors (each about the unit roundoff times its magnitude) move an
+# element, to first order: the sum of their magnitudes for a sum, |f'(x)| times x's for a
+# function of one operand. An op that moves its result no further than its operand (a selection,
+# a clamp) passes the operand's on. Comparisons have none: each is exact, 0 or 1.
+
+Rule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], np.ndarray]
+
+
+def _sum(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return m[0] + m[1]
+
+
+def _follows(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return m[0]
+
+
+def _either(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """The larger of the last two operands' (a SELECT's condition is exact)."""
+    return np.maximum(m[-2], m[-1])
+
+
+def _product(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return np.abs(x[1]) * m[0] + np.abs(x[0]) * m[1]
+
+
+def _quotient(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    return (m[0] + np.abs(x[0] / x[1]) * m[1]) / np.abs(x[1])
+
+
+def _power(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    a, b = x
+    return np.abs(np.power(a, b)) * (np.abs(b) * m[0] / np.abs(a) + np.abs(np.log(np.abs(a))) * m[1])
+
+
+def _slope(derivative: Callable[[np.ndarray], np.ndarray]) -> Rule:
+    """The rule of a function of one operand: |f'(x)| times x's magnitude."""
+    return lambda x, m, attrs: np.abs(derivative(x[0])) * m[0]
+
+
 # ---- arithmetic ------------------------------------------------------------------------------
 
 
@@ -80,17 +127,18 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((q < 0) & (q * b != a), q + 1, q)
 
 
-map_op("ADD", 2, np.add, "a + b", exact=True)
-map_op("SUB", 2, np.subtract, "a - b", exact=True)
-map_op("MUL", 2, np.multiply, "a * b", exact=True)
-map_op("DIV", 2, _divide, "a / b; on integers truncated toward zero, x / 0 = 0", TRANSCENDENTAL, exact=True)
-map_op("POW", 2, np.power, "a ** b, in float", TRANSCENDENTAL)
+map_op("ADD", 2, np.add, "a + b", exact=True, magnitude=_sum)
+map_op("SUB", 2, np.subtract, "a - b", exact=True, magnitude=_sum)
+map_op("MUL", 2, np.multiply, "a * b", exact=True, magnitude=_product)
+map_op("DIV", 2, _divide, "a / b; on integers truncated toward zero, x / 0 = 0", TRANSCENDENTAL, exact=True,
+       magnitude=_quotient)
+map_op("POW", 2, np.power, "a ** b, in float", TRANSCENDENTAL, magnitude=_power)
 # NaN propagates, as numpy.maximum and IEEE 754-2019 maximum
-map_op("MAXIMUM", 2, np.maximum, "max(a, b); NaN if either is NaN", exact=True)
-map_op("MINIMUM", 2, np.minimum, "min(a, b); NaN if either is NaN", exact=True)
-map_op("ABS", 1, np.abs, "|x|", exact=True)
-map_op("NEGATE", 1, np.negative, "-x", exact=True)
-map_op("RECIPROCAL", 1, lambda x: 1 / x, "1 / x", TRANSCENDENTAL)
+map_op("MAXIMUM", 2, np.maximum, "max(a, b); NaN if either is NaN", exact=True, magnitude=_either)
+map_op("MINIMUM", 2, np.minimum, "min(a, b); NaN if either is NaN", exact=True, magnitude=_either)
+map_op("ABS", 1, np.abs, "|x|", exact=True, magnitude=_follows)
+map_op("NEGATE", 1, np.negative, "-x", exact=True, magnitude=_follows)
+map_op("RECIPROCAL", 1, lambda x: 1 / x, "1 / x", TRANSCENDENTAL, magnitude=_slope(lambda x: 1 / (x * x)))
 
 
 # ---- transcendental --------------------------------------------------------------------------
@@ -109,13 +157,21 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-map_op("EXP", 1, np.exp, "e ** x", TRANSCENDENTAL)
-map_op("LOG", 1, np.log, "natural log; -inf at 0, NaN below", TRANSCENDENTAL)
-map_op("SQRT", 1, np.sqrt, "square root; NaN below 0", TRANSCENDENTAL)
-map_op("RSQRT", 1, lambda x: 1 / np.sqrt(x), "1 / sqrt(x)", TRANSCENDENTAL)
-map_op("TANH", 1, np.tanh, "tanh(x)", TRANSCENDENTAL)
-map_op("SIGMOID", 1, _sigmoid, "1 / (1 + exp(-x)), without overflow for large |x|", TRANSCENDENTAL)
-map_op("ERF", 1, _erf, "the error function", TRANSCENDENTAL)
+def _sigmoid_slope(x: np.ndarray) -> np.ndarray:
+    s = _sigmoid(x)
+    return s * (1 - s)
+
+
+map_op("EXP", 1, np.exp, "e ** x", TRANSCENDENTAL, magnitude=_slope(np.exp))
+map_op("LOG", 1, np.log, "natural log; -inf at 0, NaN below", TRANSCENDENTAL, magnitude=_slope(lambda x: 1 / x))
+map_op("SQRT", 1, np.sqrt, "square root; NaN below 0", TRANSCENDENTAL, magnitude=_slope(lambda x: 0.5 / np.sqrt(x)))
+map_op("RSQRT", 1, lambda x: 1 / np.sqrt(x), "1 / sqrt(x)", TRANSCENDENTAL,
+       magnitude=_slope(lambda x: 0.5 / (x * np.sqrt(x))))
+map_op("TANH", 1, np.tanh, "tanh(x)", TRANSCENDENTAL, magnitude=_slope(lambda x: 1 - np.tanh(x) ** 2))
+map_op("SIGMOID", 1, _sigmoid, "1 / (1 + exp(-x)), without overflow for large |x|", TRANSCENDENTAL,
+       magnitude=_slope(_sigmoid_slope))
+map_op("ERF", 1, _erf, "the error function", TRANSCENDENTAL,
+       magnitude=_slope(lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)))
 
 
 # ---- activations -----------------------------------------------------------------------------
@@ -127,18 +183,24 @@ def _gelu(x: np.ndarray, approximate: str) -> np.ndarray:
     return 0.5 * x * (1 + _erf(x * (1 / math.sqrt(2))))
 
 
+def _gelu_slope(x: np.ndarray) -> np.ndarray:
+    """Phi(x) + x phi(x), the erf form's; the tanh approximation's differs by less than 1e-3."""
+    return 0.5 * (1 + _erf(x * (1 / math.sqrt(2)))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
 # erf form: scale by 1/sqrt(2), erf, add 1, two multiplies (0.5 and x).
 # tanh form: cube (2 multiplies), multiply by 0.044715, add x, scale, tanh, add 1, two multiplies.
 _GELU_WORK = {"none": {"simple": 4, "transcendental": 1}, "tanh": {"simple": 8, "transcendental": 1}}
 
-map_op("RELU", 1, lambda x: np.maximum(x, 0), "max(x, 0)", exact=True)
+map_op("RELU", 1, lambda x: np.maximum(x, 0), "max(x, 0)", exact=True, magnitude=_follows)
 map_op("LEAKY_RELU", 1, lambda x, alpha: np.where(x < 0, alpha * x, x), "x if x >= 0 else alpha * x",
-       {"simple": 2}, attrs={"alpha": 0.01})  # multiply, select
+       {"simple": 2}, attrs={"alpha": 0.01},  # multiply, select
+       magnitude=lambda x, m, attrs: m[0] * max(1.0, abs(attrs["alpha"])))
 map_op("GELU", 1, _gelu, "x * Phi(x): 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation",
-       lambda attrs: _GELU_WORK[attrs["approximate"]], attrs={"approximate": "none"})
+       lambda attrs: _GELU_WORK[attrs["approximate"]], attrs={"approximate": "none"}, magnitude=_slope(_gelu_slope))
 map_op("CLAMP", 1, lambda x, min, max: np.minimum(np.maximum(x, min), max),
        "min(max(x, min), max) (max wins where min > max, as numpy.clip)", {"simple": 2},
-       exact=True, attrs={"min": -math.inf, "max": math.inf})
+       exact=True, attrs={"min": -math.inf, "max": math.inf}, magnitude=_follows)
 
 
 # ---- conversion, comparison, selection -------------------------------------------------------
@@ -157,6 +219,7 @@ def _cast_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtyp
 
 register(OpDef(name="CAST", min_inputs=1, max_inputs=1, infer_shapes=_broadcast_shapes, reference=_cast_reference,
                compute_type="ELEMENTWISE_CAST", family="map", attrs={"dtype": REQUIRED}, tile=_cast_tile,
+               magnitude=lambda values, magnitudes, attrs: magnitudes[:1],
                vector_work=lambda in_shapes, out_shape, attrs: {"simple": elements(out_shape)},
                doc="x converted to `dtype` (the graph's output dtype should be the same): float to integer "
                    "truncates toward zero and saturates, NaN giving 0; integer to integer wraps"))
@@ -167,4 +230,5 @@ map_op("GREATER_EQUAL", 2, np.greater_equal, "a >= b, 1 or 0", exact=True, predi
 map_op("LESS", 2, np.less, "a < b, 1 or 0", exact=True, predicate=True)
 map_op("LESS_EQUAL", 2, np.less_equal, "a <= b, 1 or 0", exact=True, predicate=True)
 # the condition arrives in the compute dtype: nonzero selects a, as numpy.where
-map_op("SELECT", 3, np.where, "a where cond (nonzero) else b; operands cond, a, b", exact=True)
+map_op("SELECT", 3, np.where, "a where cond (nonzero) else b; operands cond, a, b", exact=True,
+       magnitude=_either)

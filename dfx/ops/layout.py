@@ -1,6 +1,7 @@
 """The layout family: data moves that compute nothing (no tile COMPUTE, no vector work).
 
-Each reference moves the operand's values, converted once to the output dtype.
+Each reference moves the operand's values, converted once to the output dtype; the same move of
+the operands' magnitudes gives each element's (a pad value's own size where it pads).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from typing import Any, Callable
 import numpy as np
 
 from ..dtypes import dtype_of
-from .base import REQUIRED, VARIADIC, OpDef, Shape, ShapeError, convert, elements, normalize_axis, register
+from .base import (
+    REQUIRED, VARIADIC, OpDef, Shape, ShapeError, convert, elements, normalize_axis, on_magnitudes, register,
+)
 
 ShapeRule = Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]]
 
@@ -24,7 +27,7 @@ def layout_op(name: str, infer_shapes: ShapeRule, move: Callable[..., np.ndarray
 
     return register(OpDef(name=name, min_inputs=1, max_inputs=max_inputs, infer_shapes=infer_shapes,
                           reference=reference, compute_type=f"LAYOUT_{name}", doc=doc, family="layout",
-                          attrs=attrs))
+                          attrs=attrs, magnitude=on_magnitudes(reference)))
 
 
 def _check_rank(values: list, x: Shape, what: str) -> None:

@@ -100,10 +100,18 @@ def _reduce_op(kind: str, doc: str) -> OpDef:
         # one step per element reduced (a mean's scaling is per output row, left out)
         return {"reduction": elements(in_shapes[0])}
 
+    # the sum (mean, product) of the magnitudes bounds a sum's, however much it cancels; a min,
+    # like a max, is as large as the largest magnitude at most
+    bound = _REDUCERS["MAX" if kind == "MIN" else kind]
+
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+        m = magnitudes[0]
+        return [bound(m, _reduced_axes(m.shape, attrs), attrs["keepdims"])]
+
     return register(OpDef(name=name, min_inputs=1, max_inputs=1, infer_shapes=_reduce_shapes,
                           reference=reference, compute_type=f"{name}_TILE", doc=doc, family="reduction",
                           attrs={"axes": None, "keepdims": True}, tile=tile, vector_work=vector_work,
-                          whole_axes=_reduced_axes, result_dims=_reduce_result_dims))
+                          whole_axes=_reduced_axes, result_dims=_reduce_result_dims, magnitude=magnitude))
 
 
 _reduce_op("SUM", "sum over `axes` (None: all); integers exactly, in int64")
@@ -117,9 +125,10 @@ _reduce_op("MEAN", "mean over `axes` (None: all), in float")
 
 
 def _row_op(name: str, min_inputs: int, max_inputs: int, infer_shapes, whole_axes, fn, work, doc: str,
-            attrs: dict) -> OpDef:
+            attrs: dict, magnitude=None) -> OpDef:
     """Declare a float row op, its result shaped as its first operand: fn(operands in the compute
-    dtype, attrs) -> result; `work` the vector work per element of the first operand."""
+    dtype, attrs) -> result; `work` the vector work per element of the first operand;
+    `magnitude` as OpDef's."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         ct = compute_dtype([x.dtype for x in arrays] + [numpy_dtype(out_dtypes[0])], exact=False)
@@ -139,7 +148,7 @@ def _row_op(name: str, min_inputs: int, max_inputs: int, infer_shapes, whole_axe
     return register(OpDef(name=name, min_inputs=min_inputs, max_inputs=max_inputs, infer_shapes=infer_shapes,
                           reference=reference, compute_type=f"{name}_TILE", doc=doc, family="reduction",
                           attrs=attrs, tile=tile, vector_work=vector_work, whole_axes=whole_axes,
-                          result_dims=lambda shape, attrs: list(range(len(shape)))))
+                          result_dims=lambda shape, attrs: list(range(len(shape))), magnitude=magnitude))
 
 
 def _axis_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -167,14 +176,30 @@ def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
 
 
+def _softmax_spread(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The softmax s of x, and how far x's errors move log s to first order: d log s_i = dx_i -
+    sum_j s_j dx_j, so at most m_i + sum_j s_j m_j."""
+    s = _softmax(values[:1], attrs)
+    m = magnitudes[0]
+    return s, m + np.sum(s * m, axis=attrs["axis"], keepdims=True)
+
+
+def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
+                       ) -> list[np.ndarray]:
+    s, spread = _softmax_spread(values, magnitudes, attrs)
+    return [s * spread]  # ds_i = s_i dlog s_i
+
+
 # max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
 _row_op("SOFTMAX", 1, 1, _axis_shapes, _the_axis, _softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
-        "exp(x - max) / sum(exp(x - max)) along `axis`", {"axis": -1})
+        "exp(x - max) / sum(exp(x - max)) along `axis`", {"axis": -1}, _softmax_magnitude)
 # max and sum (reductions), exp, subtract the max and subtract the log of the sum
 _row_op("LOG_SOFTMAX", 1, 1, _axis_shapes, _the_axis, _log_softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
-        "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1})
+        "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1},
+        lambda values, magnitudes, attrs: [_softmax_spread(values, magnitudes, attrs)[1]])
 
 
 def _layernorm_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -196,10 +221,29 @@ def _layernorm(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return y
 
 
+def _layernorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
+                         ) -> list[np.ndarray]:
+    """First order: x's errors move the normalized value n_i = (x_i - mean) / sigma by
+    (dx_i - mean(dx) - n_i mean(n dx)) / sigma, at most (m_i + mean(m) + |n_i| mean(|n| m)) /
+    sigma; a scale and a bias add |scale| times that, |n| times the scale's and the bias's."""
+    x, m = values[0], magnitudes[0]
+    axes = _axis_to_last(x.shape, attrs)
+    centred = x - np.mean(x, axis=axes, keepdims=True)
+    sigma = np.sqrt(np.mean(centred * centred, axis=axes, keepdims=True) + attrs["epsilon"])
+    n = centred / sigma
+    spread = (m + np.mean(m, axis=axes, keepdims=True) + np.abs(n) * np.mean(np.abs(n) * m, axis=axes, keepdims=True)) \
+        / sigma
+    if len(values) > 1:
+        spread = np.abs(values[1]) * spread + np.abs(n) * magnitudes[1]
+    if len(values) > 2:
+        spread = spread + magnitudes[2]
+    return [spread]
+
+
 # mean and variance sums (reductions); subtract the mean, square, multiply by the rsqrt; one
 # more multiply for a scale and one add for a bias
 _row_op("LAYERNORM", 1, 3, _layernorm_shapes, _axis_to_last, _layernorm,
         lambda n: {"reduction": 2, "simple": 3 + (n - 1)},
         "(x - mean) / sqrt(var + epsilon) * scale + bias over axes axis..last (ONNX LayerNormalization, "
         "Y only); operands x, optional scale, optional bias (a bias needs a scale)",
-        {"axis": -1, "epsilon": 1e-5})
+        {"axis": -1, "epsilon": 1e-5}, _layernorm_magnitude)

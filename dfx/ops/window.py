@@ -23,8 +23,8 @@ import numpy as np
 
 from ..dtypes import dtype_of, numpy_dtype
 from .base import (
-    REQUIRED, OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, compute_dtype, convert, elements, register,
-    tile_compute_dtype,
+    REQUIRED, OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, compute_dtype, convert, elements,
+    on_magnitudes, on_sizes, register, tile_compute_dtype,
 )
 from .reduction import lowest
 
@@ -188,6 +188,7 @@ CONV2D = register(OpDef(
     family="contraction",
     attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC"},
     tile=_conv_tile,
+    magnitude=on_sizes(_conv_reference),
     tile_mnk=_conv_mnk,
     operand_dims=_conv_operand_dims,
     windows=lambda attrs, shapes: windows(attrs, (shapes[1][1], shapes[1][2])),
@@ -256,6 +257,7 @@ DEPTHWISE_CONV2D = register(OpDef(
     family="window",
     attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
     tile=_depthwise_tile,
+    magnitude=on_magnitudes(_depthwise_reference),
     vector_work=_window_work,
     # x and the bias run along the result's dims, a channel c of x along its channels c*M..c*M+M-1
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3], [None, None, 3, None], *_bias_dims(shapes)],
@@ -312,6 +314,7 @@ MAXPOOL2D = register(OpDef(
     family="window",
     attrs={"kernel": REQUIRED, "stride": [1, 1], "padding": [[0, 0], [0, 0]]},
     tile=_max_tile,
+    magnitude=on_magnitudes(_max_reference),
     vector_work=_window_work,
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
     windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),
@@ -365,6 +368,7 @@ AVGPOOL2D = register(OpDef(
     family="window",
     attrs={"kernel": REQUIRED, "stride": [1, 1], "padding": [[0, 0], [0, 0]], "count_include_pad": False},
     tile=_avg_tile,
+    magnitude=on_magnitudes(_avg_reference),
     vector_work=_window_work,
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
     windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),
