@@ -35,12 +35,66 @@ _spec.loader.exec_module(make_gemm)
 gemm_dfg = make_gemm.gemm_dfg
 
 
+PROGRAMS = {"compiler": ("kpu-kernel-compiler", "kernel_compiler"), "loader": ("kpu-loader", "loader")}
+DEADLINE_SECONDS = 300
+
+
+class DeadlinePassed(BaseException):
+    """Raised into a tool run in-process that outlived its deadline: a BaseException, so no
+    handler of the tool's own can take it for one of its errors."""
+
+
+def _deadline_passed(signum, frame):
+    raise DeadlinePassed
+
+
 def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader"), with a
-    deadline, so an input that makes a tool hang fails its test instead of stalling the suite."""
-    module = {"compiler": "kernel_compiler", "loader": "loader"}[tool]
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
+    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader") as its console
+    script runs it, but in this process: the same entry point on the same arguments, its exit
+    code, stdout and stderr (a traceback as a process would print it, with exit code 1), without
+    a new interpreter's second of imports per run. A deadline fails a test whose input makes a
+    tool hang instead of stalling the suite. `run_cli_process` runs the real process, for the
+    tests of what only a process shows."""
+    import signal
+    import traceback
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+
+    program, module = PROGRAMS[tool]
+    main = importlib.import_module(f"{module}.cli").main
+    out, err = StringIO(), StringIO()
+    argv, here = sys.argv, os.getcwd()
+    previous = signal.signal(signal.SIGALRM, _deadline_passed)
+    signal.alarm(DEADLINE_SECONDS)
+    try:
+        sys.argv = [program, *map(str, args)]
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+                if not isinstance(e.code, int | None):
+                    print(e.code, file=sys.stderr)
+            except DeadlinePassed:
+                pytest.fail(f"{program} {' '.join(map(str, args))}: still running after {DEADLINE_SECONDS} s")
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(here)
+        sys.argv = argv
+    return subprocess.CompletedProcess([program, *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`run_cli` in a process of its own, with the same deadline."""
+    return subprocess.run([sys.executable, "-m", PROGRAMS[tool][1], *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd, timeout=DEADLINE_SECONDS)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
@@ -52,6 +106,21 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) ->
     for f in fragments:
         assert f in lines[0], (f, lines[0])
     return lines[0]
+
+
+# The longest tests are handed out first, so the workers finish together instead of one of them
+# taking a minute-long test last while the others wait.
+LONGEST_FIRST = ("test_readme_tour.py", "test_corpus.py::test_corpus_convolution", "test_fuzz_dfg.py",
+                 "test_dse.py::test_a_killed_sweep", "test_dse.py::test_a_local_dask_cluster",
+                 "test_frontend_hlo.py::test_corpus_compiles")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        return next((i for i, name in enumerate(LONGEST_FIRST) if item.nodeid.startswith(f"tests/{name}")),
+                    len(LONGEST_FIRST))
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session", autouse=True)

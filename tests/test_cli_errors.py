@@ -115,3 +115,16 @@ def test_empty_dimension_is_refused(gemm_file, tmp_path):
     out = tmp_path / "e.kpu"
     assert_one_line_error(run_cli("compiler", gemm_file(4, 0, 4), "-o", out), "node 2 'matmul'", "empty dimension")
     assert not out.exists()
+
+
+def test_the_installed_processes_keep_the_contract(tmp_path):
+    """The rest of the suite runs the tools' entry points in-process; here both run as processes
+    of their own: a good run exits 0 with its output, bad input exits 2 with one line."""
+    from conftest import run_cli_process
+
+    obj = tmp_path / "m.kpu"
+    assert run_cli_process("compiler", DATA / "dfg" / "workloads__nla__matmul_linear.dfg", "-o", obj).returncode == 0
+    proc = run_cli_process("loader", obj, "--config", "standard", "--check")
+    assert proc.returncode == 0 and "check" in proc.stderr, proc.stderr
+    assert_one_line_error(run_cli_process("compiler", tmp_path / "nope.dfg", "-o", tmp_path / "x.kpu"), "nope.dfg")
+    assert_one_line_error(run_cli_process("loader", tmp_path / "nope.kpu", "--config", "standard"), "nope.kpu")
