@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from dfx import InputFileError, read_input_file
 from dfx.graph import Graph
+from dfx.input_files import GB, MB
 
 from ..errors import CompileError
 from ..shape_inference import infer_shapes
@@ -30,6 +32,11 @@ FRONTENDS: dict[str, Frontend] = {
 }
 # a frontend gets (path, the file's text), or (path, its bytes) for these extensions
 BINARY = frozenset({".onnx"})
+# A model file's size is checked before it is read: protobuf refuses an ONNX model of 2 GB or
+# more (larger weights live in external data files, which the ONNX frontend bounds itself); a
+# text model (.dfg, .hlo, .json) of a real network is a few MB.
+MAX_ONNX_BYTES = 2 * GB
+MAX_TEXT_MODEL_BYTES = 256 * MB
 
 
 def load_graph(path: str) -> tuple[Graph, list[str]]:
@@ -79,8 +86,10 @@ def _text(path: str, data: bytes) -> str:
 
 
 def read_bytes(path: str) -> bytes:
-    """The bytes of an input file, or CompileError "<file>: cannot read: <reason>"."""
+    """The bytes of a model file, a regular file within its kind's bound, or CompileError
+    "<file>: <reason>" (a FIFO or a device is refused, never read)."""
+    ext, _ = _frontend(path)
     try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise CompileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return read_input_file(path, f"{ext} model", MAX_ONNX_BYTES if ext in BINARY else MAX_TEXT_MODEL_BYTES)
+    except InputFileError as exc:
+        raise CompileError(str(exc)) from None

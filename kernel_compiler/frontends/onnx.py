@@ -2,10 +2,12 @@
 so `kpu-kernel-compiler --help` and the other frontends never load it).
 
 Loading: the bytes parse as a ModelProto; tensors whose data lives in external files are read
-from the model's folder; onnx's shape inference runs (strict, with data propagation: it checks
-each node against its op's schema), which gives every value its element type. Opsets 11 up to
-the newest the installed package knows are read. A node of an op type outside the table of
-onnx_ops.py, or of another domain, is refused naming the node and its op type.
+from regular files in the model's folder, exactly the bytes their elements take (2 GB in all at
+most); onnx's shape inference runs (strict, with data propagation: it checks each node against
+its op's schema), which gives every value its element type, on the model without its external
+weights. Opsets 11 up to the newest the installed package knows are read. A node of an op type
+outside the table of onnx_ops.py, or of another domain, is refused naming the node and its op
+type, as is an attribute its op's schema (at the model's opset) does not define, or of another type.
 
 Values keep their ONNX names: graph inputs, node outputs and graph outputs alike. Initializers
 (an initializer also listed as a graph input is a constant with a default: a constant) and the
@@ -33,6 +35,8 @@ mapping sees real shapes, and a ShapeError becomes a one-line CompileError namin
 from __future__ import annotations
 
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,7 @@ import numpy as np
 
 from dfx.dtypes import is_integer, numpy_dtype
 from dfx.graph import Graph, Op, Tensor, shape_problem
+from dfx.input_files import GB, KB, shown_path, size_words
 from dfx.ops import ShapeError, lookup
 
 from ..errors import CompileError
@@ -52,6 +57,15 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MOVES_VALUES = frozenset({"Constant", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                           "Concat", "Split", "Slice", "Gather"})
 FOLD_LIMIT = 1 << 24
+# The data a model's tensors keep in external files, all together: what the model could hold
+# inline, as its constants travel base64 in the object.
+MAX_EXTERNAL_BYTES = 2 * GB
+# External tensors read before shape inference: the values it may read (shapes, axes, split
+# sizes) are integers, and few. The rest join its result, so it never serializes the weights.
+INFERENCE_READS = frozenset({"INT32", "INT64"})
+INFERENCE_READS_BYTES = 64 * KB
+# element types whose raw data packs elements below a byte (bits each)
+PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
 
 # ONNX TensorProto element type (by name) -> DFX dtype
 ELEMENT_TYPES = {"FLOAT": "f32", "FLOAT16": "f16", "DOUBLE": "f64", "BFLOAT16": "bf16", "FLOAT8E4M3FN": "f8",
@@ -84,7 +98,7 @@ def _reason(exc: BaseException) -> str:
 
 def _load(path: str, data: bytes) -> Any:
     import onnx
-    from onnx import external_data_helper
+    from onnx import TensorProto, external_data_helper
 
     fail = lambda reason: CompileError(f"{path}: {reason}")  # noqa: E731
     try:
@@ -96,24 +110,125 @@ def _load(path: str, data: bytes) -> Any:
     if not _text_fields_are_text(model):
         raise fail("not an ONNX model: a name or op type is not UTF-8 text")
     _check_ops(path, model)
-    folder = Path(path).resolve().parent
-    for tensor in external_data_helper._get_all_tensors(model):
-        if external_data_helper.uses_external_data(tensor):
-            location = {e.key: e.value for e in tensor.external_data}.get("location", "")
-            file = (folder / location).resolve()
-            where = f"tensor '{_clip(tensor.name)}': external data file '{_clip(location)}'"
-            if not file.is_relative_to(folder):
-                raise fail(f"{where} is outside the model's folder {folder}")
-            if not location or not file.is_file():
-                raise fail(f"{where} not found in {folder}")
+    # external data is read (bounded) before shape inference, which runs on the model as bytes:
+    # only the small integer tensors it may read (shapes, axes) are in the model it sees, the
+    # weights join its result
+    tensors = list(external_data_helper._get_all_tensors(model))
+    external = _read_external_data(path, tensors)
+    for i in [i for i, data in external.items() if len(data) <= INFERENCE_READS_BYTES
+              and TensorProto.DataType.Name(tensors[i].data_type) in INFERENCE_READS]:
+        _attach(tensors[i], external.pop(i))
     try:
-        external_data_helper.load_external_data_for_model(model, str(folder))
-    except Exception as exc:
-        raise fail(f"cannot read external data: {_reason(exc)}") from None
-    try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
         raise fail(f"shape inference: {_reason(exc)}") from None
+    tensors = list(external_data_helper._get_all_tensors(model))  # the same tensors, in the same order
+    for i in list(external):
+        _attach(tensors[i], external.pop(i))
+    return model
+
+
+def _read_external_data(path: str, tensors: list[Any]) -> dict[int, bytes]:
+    """The external data of each tensor that has some, by its index in `tensors`: exactly the
+    bytes its elements take, from `offset`, read from a regular file inside the model's folder;
+    all together at most MAX_EXTERNAL_BYTES."""
+    from onnx import TensorProto, external_data_helper
+
+    folder = Path(path).resolve().parent
+    read: dict[int, bytes] = {}
+    total = 0
+    for i, tensor in enumerate(tensors):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        where = f"{path}: tensor '{_clip(tensor.name)}'"
+        entries = {e.key: e.value for e in tensor.external_data}
+        if not all(isinstance(v, str) for v in (*entries, *entries.values())):
+            raise CompileError(f"{where}: its external data entries are not UTF-8 text")
+        location = entries.get("location", "")
+        if "\0" in location:
+            raise CompileError(f"{where}: external data file '{shown_path(location)}': a file name cannot hold "
+                               "a NUL character")
+        where_file = f"{where}: external data file '{shown_path(location)}'"
+        try:
+            file = (folder / location).resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+            raise CompileError(f"{where_file}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        if not file.is_relative_to(folder):
+            raise CompileError(f"{where_file} is outside the model's folder {folder}")
+        offset, length = (_external_number(where, entries, key) for key in ("offset", "length"))
+        needed = _data_bytes(tensor, where)
+        if length is not None and length != needed:
+            raise CompileError(f"{where}: external data length {length} differs from the {needed} bytes its "
+                               f"{math.prod(tensor.dims)} {TensorProto.DataType.Name(tensor.data_type)} "
+                               "elements take")
+        if total + needed > MAX_EXTERNAL_BYTES:
+            raise CompileError(f"{where}: its external data ({size_words(needed)}) would take the model's past "
+                               f"the {size_words(MAX_EXTERNAL_BYTES)} the ONNX frontend reads")
+        read[i] = _read_slice(where_file, folder, file, location, offset or 0, needed)
+        total += needed
+    return read
+
+
+def _external_number(where: str, entries: dict[str, str], key: str) -> int | None:
+    """An external data entry's `offset` or `length`: a whole number of bytes, if given."""
+    text = entries.get(key)
+    if text is None:
+        return None
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        raise CompileError(f"{where}: external data {key} {text!r:.40} is not a number of bytes")
+    return int(text)
+
+
+def _data_bytes(tensor: Any, where: str) -> int:
+    """The bytes a tensor's elements take in raw data (4-, 2- and 6-bit types packed)."""
+    from onnx import TensorProto, helper
+
+    if tensor.data_type in (TensorProto.STRING, TensorProto.UNDEFINED) or (
+            tensor.data_type not in TensorProto.DataType.values()):
+        raise CompileError(f"{where}: a tensor of element type {tensor.data_type} cannot keep its data in an "
+                           "external file")
+    if min(tensor.dims, default=0) < 0:
+        raise CompileError(f"{where}: dims {list(tensor.dims)[:8]} include a negative one")
+    bits = PACKED_BITS.get(TensorProto.DataType.Name(tensor.data_type))
+    if bits is None:
+        bits = 8 * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return -(-math.prod(tensor.dims) * bits // 8)
+
+
+def _read_slice(where: str, folder: Path, file: Path, location: str, offset: int, size: int) -> bytes:
+    """`size` bytes from `offset` of `file`, a regular file (a FIFO or a device is never read)."""
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise CompileError(f"{where} not found in {folder}") from None
+    except OSError as exc:
+        raise CompileError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not location or stat.S_ISDIR(info.st_mode):
+            raise CompileError(f"{where} not found in {folder}")
+        if not stat.S_ISREG(info.st_mode):
+            raise CompileError(f"{where}: cannot read: not a regular file")
+        if info.st_size < offset + size:
+            raise CompileError(f"{where}: its {info.st_size} bytes end before the {size} its data takes from "
+                               f"offset {offset}")
+        try:
+            f.seek(offset)
+            data = f.read(size)
+        except OSError as exc:
+            raise CompileError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if len(data) != size:  # the file shrank while it was read
+        raise CompileError(f"{where}: ends before the {size} bytes its data takes from offset {offset}")
+    return data
+
+
+def _attach(tensor: Any, data: bytes) -> None:
+    """The tensor holds `data`, its external data read, as its raw data."""
+    from onnx import TensorProto
+
+    tensor.raw_data = data
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
 
 
 def _text_fields_are_text(model: Any) -> bool:
@@ -145,6 +260,7 @@ def _check_ops(path: str, model: Any) -> None:
     if not MIN_OPSET <= version <= newest:
         raise CompileError(f"{path}: opset {version} is not supported (the ONNX frontend reads opsets "
                            f"{MIN_OPSET} to {newest})")
+    schemas: dict[str, Any] = {}  # op type -> its schema at the model's opset
     # every value is made once (ONNX's single assignment): a second writer would silently win
     made = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer}
     for i, node in enumerate(model.graph.node):
@@ -158,10 +274,45 @@ def _check_ops(path: str, model: Any) -> None:
                                "(the ONNX frontend maps ops of the default domain)")
         if node.op_type not in OPS:
             raise CompileError(f"{_where(path, node, i)}: op type not supported by the ONNX frontend")
+        if node.op_type not in schemas:
+            try:
+                schemas[node.op_type] = onnx.defs.get_schema(node.op_type, version, "")
+            except onnx.defs.SchemaError:
+                raise CompileError(f"{_where(path, node, i)}: not an op of opset {version}, which the model "
+                                   "imports") from None
+        _check_attributes(path, node, i, schemas[node.op_type], version)
+
+
+def _check_attributes(path: str, node: Any, index: int, schema: Any, opset: int) -> None:
+    """Each attribute of a node is one its op's schema defines at the model's opset, of the type
+    it defines, given once; each required one is given. A misspelt attribute (`stride` for
+    `strides`) would otherwise read as absent, its default taken."""
+    from onnx import AttributeProto
+
+    where = _where(path, node, index)
+    given: set[str] = set()
+    for attr in node.attribute:
+        spec = schema.attributes.get(attr.name)
+        if spec is None:
+            known = ", ".join(sorted(schema.attributes)) or "none"
+            raise CompileError(f"{where}: attribute '{_clip(attr.name)}' is not one of {node.op_type}'s in opset "
+                               f"{opset} (those are: {known})")
+        if attr.name in given:
+            raise CompileError(f"{where}: attribute '{attr.name}' is given twice")
+        if attr.type != int(spec.type):
+            got = (AttributeProto.AttributeType.Name(attr.type) if attr.type in AttributeProto.AttributeType.values()
+                   else str(attr.type))
+            raise CompileError(f"{where}: attribute '{attr.name}' must be of type {spec.type.name}, got {got}")
+        given.add(attr.name)
+    missing = sorted(name for name, spec in schema.attributes.items() if spec.required and name not in given)
+    if missing:
+        raise CompileError(f"{where}: required attribute '{missing[0]}' is missing")
 
 
 def _clip(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())  # one line, whatever the name holds
+    if not text.isprintable():  # a NUL or a control character, shown escaped
+        text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -208,9 +359,14 @@ class _Builder:
                 if tensor_type.HasField("shape") and all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
                     self.static[info.name] = tuple(d.dim_value for d in dims)
         self.outputs = [o.name for o in g.output]
+        self.output_names = set(self.outputs)
+        self.constant_of_output: dict[str, str] = {}  # a known value that is a graph output -> its constant
+        self.last_reader = {t: i for i, n in enumerate(g.node) for t in n.input}  # value -> the last node reading it
         self.taken: set[str] = {o.name for o in g.output} | {i.name for i in g.input} | {
             t.name for t in g.initializer} | {t for n in g.node for t in [*n.input, *n.output] if t}
+        self.fresh_count: dict[str, int] = {}  # a base name -> the last number `fresh` gave it
         self.op_names: set[str] = set()
+        self.op_name_count: dict[str, int] = {}  # a repeated op name -> the last number it was given
         self.produced: set[str] = set()
         self.held: dict[str, str] = {}  # graph tensor -> the ONNX type it holds in another DFX one
         self.dynamic: list[str] = []
@@ -291,23 +447,34 @@ class _Builder:
         self.graph.tensors[name] = Tensor(name, tuple(int(d) for d in shape), dtype, role)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.taken:
-            name, k = f"{base}.{k}", k + 1
+        """A name not taken: `base`, else the first free `base.<k>`, counting on from the last one given."""
+        name = base
+        if name in self.taken:
+            k = self.fresh_count.get(base, 0) + 1
+            while f"{base}.{k}" in self.taken:
+                k += 1
+            self.fresh_count[base] = k
+            name = f"{base}.{k}"
         self.taken.add(name)
         return name
 
     def materialize(self, name: str, where: str) -> str:
-        """The graph tensor of a value: a known value becomes a graph constant with its bytes."""
+        """The graph tensor of a value: a known value becomes a graph constant with its bytes (under
+        another name if it is a graph output, which keeps the ONNX name for the copy of it)."""
         if name in self.graph.tensors:
             return name
+        if name in self.constant_of_output:
+            return self.constant_of_output[name]
         if name not in self.values:
             raise CompileError(f"{where}: input '{_clip(name)}' is not computed by any node before it")
         dtype, held = dfx_dtype(self.value_type(name), f"{where}: constant '{_clip(name)}'", role="value")
-        self.add_constant(name, self.values[name], dtype, where)
+        tensor = name
+        if name in self.output_names:
+            tensor = self.constant_of_output[name] = self.fresh(f"{name}.value")
+        self.add_constant(tensor, self.values[name], dtype, where)
         if held:
             self.held[name] = held
-        return name
+        return tensor
 
     def add_constant(self, name: str, value: np.ndarray, dtype: str, where: str) -> None:
         target = numpy_dtype(dtype)
@@ -397,7 +564,7 @@ class _Builder:
             name = self.fresh(f"{node.base}.{op_type.lower()}")
             role = "intermediate"
         else:
-            name, role = out, "output" if out in self.outputs else "intermediate"
+            name, role = out, "output" if out in self.output_names else "intermediate"
             self.produced.add(out)
         self.add_tensor(name, tuple(shape), dtype, role, node.where)
         op_name = node.op_name()
@@ -415,15 +582,8 @@ class _Builder:
                 raise CompileError(f"{where}: is the graph input itself; there is nothing to compute")
             if name not in self.values:
                 raise CompileError(f"{where}: is not computed by any node")
-            source = self.fresh(f"{name}.value")
-            if tensor is not None:  # a constant ops read already: it moves, the output keeps the ONNX name
-                self.graph.rename_tensor(name, source)
-            else:
-                self.values[source] = self.values[name]
-                if name in self.elem_types:
-                    self.elem_types[source] = self.elem_types[name]
-                self.materialize(source, where)
-                tensor = self.graph.tensors[source]
+            source = self.materialize(name, where)
+            tensor = self.graph.tensors[source]
             self.add_tensor(name, tensor.shape, tensor.dtype, "output", where)
             self.graph.ops.append(Op(self.fresh(f"{name}.copy"), "RESHAPE", [source], [name],
                                      {"new_shape": list(tensor.shape)}, where))
@@ -563,7 +723,7 @@ class Node:
         name = self.out(k)
         if name is None:
             return False
-        return name in self.b.outputs or any(name in n.input for n in self.b.model.graph.node[self.index + 1:])
+        return name in self.b.output_names or self.b.last_reader.get(name, -1) > self.index
 
     def out_dtype(self, k: int = 0) -> str | None:
         name = self.out(k)
@@ -596,8 +756,12 @@ class Node:
         base = _clip(self.proto.name, 120) or f"{self.op_type.lower()}_{self.index}"
         name = base if self.ops == 0 else f"{base}.{self.ops}"
         self.ops += 1
-        while name in self.b.op_names:
-            name = f"{name}_"
+        if name in self.b.op_names:  # nodes of one name: numbered, counting on from the last one taken
+            k = self.b.op_name_count.get(name, 0)
+            while f"{name}_{k + 1}" in self.b.op_names:
+                k += 1
+            self.b.op_name_count[name] = k + 1
+            name = f"{name}_{k + 1}"
         self.b.op_names.add(name)
         return name
 

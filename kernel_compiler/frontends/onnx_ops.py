@@ -193,6 +193,13 @@ def _per_dim(n: Node, name: str, d: int, default: int = 1) -> list[int]:
     return values
 
 
+def _kernel_shape_is(n: Node, kernel: list[int]) -> None:
+    """`kernel_shape`, where given, restates the weights' spatial dims: it must agree with them."""
+    given = n.ints_attr("kernel_shape")
+    if given is not None and given != kernel:
+        raise n.fail(f"kernel_shape {given} differs from the weights' spatial dims {kernel}")
+
+
 def _as_2d(n: Node, x: str, d: int) -> str:
     """A 1-D image [N, C, L] as [N, C, 1, L]."""
     return x if d == 2 else n.reshape(x, (*n.shape(x)[:2], 1, n.shape(x)[2]))
@@ -212,6 +219,7 @@ def conv(n: Node) -> None:
     kernel = list(n.shape(1)[2:])
     if len(kernel) != d:
         raise n.fail(f"weights {list(n.shape(1))} do not match the {d}-D input {list(n.shape(0))}")
+    _kernel_shape_is(n, kernel)
     strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
     spans = [(k - 1) * dil + 1 for k, dil in zip(kernel, dilations)]
     padding = _padding(n, list(n.shape(0)[2:]), spans, strides)
@@ -235,6 +243,7 @@ def conv_transpose(n: Node) -> None:
     kernel = list(wshape[2:])
     if len(wshape) != d + 2 or wshape[0] != c or group < 1 or c % group:
         raise n.fail(f"weights {list(wshape)} do not fit the input {list(n.shape(0))} in {group} group(s)")
+    _kernel_shape_is(n, kernel)
     strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
     output_padding = n.ints_attr("output_padding", [0] * d)
     if len(output_padding) != d:
