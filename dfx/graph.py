@@ -83,17 +83,6 @@ class Graph:
         t = self.tensors[name]
         return np.frombuffer(raw, numpy_dtype(t.dtype).newbyteorder("<")).astype(numpy_dtype(t.dtype)).reshape(t.shape)
 
-    def rename_tensor(self, old: str, new: str) -> None:
-        """Tensor `old` called `new` (a name not taken), in its place: its values and every op
-        reading or writing it follow."""
-        self.tensors = {(new if k == old else k): t for k, t in self.tensors.items()}
-        self.tensors[new].name = new
-        if old in self.constants:
-            self.constants[new] = self.constants.pop(old)
-        for op in self.ops:
-            op.inputs = [new if t == old else t for t in op.inputs]
-            op.outputs = [new if t == old else t for t in op.outputs]
-
     def producer(self, tensor: str) -> Op | None:
         for op in self.ops:
             if tensor in op.outputs:

@@ -20,6 +20,7 @@ import orjson
 
 from .errors import ObjectFileError
 from .graph import INT64_MAX, Graph, Op, Tensor
+from .input_files import GB, InputFileError, read_input_file
 from .kernel import Barrier, Compute, DataMove, IndexTable, Kernel, TileLoop, TileRef
 from .output_files import OutputFiles
 from .program import Program
@@ -39,14 +40,21 @@ PRODUCER = "kpu-kernel-compiler 0.1.0"
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf}
 
 
+@cache
+def _field_names(cls: type) -> tuple[str, ...] | None:
+    """The fields of a dataclass type (None for another type), asked once per type: a program
+    holds hundreds of thousands of dataclass instances."""
+    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+
+
 def _plain(value: Any) -> Any:
     """Dataclasses to dicts, dropping fields left at None so the file stays small; an infinite
     float as its NON_FINITE string."""
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if getattr(value, f.name) is not None}
+    names = _field_names(type(value))
+    if names is not None:
+        return {name: _plain(v) for name in names if (v := getattr(value, name)) is not None}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -138,17 +146,27 @@ MAX_DEPTH = 64
 def _bounds_error(where: str, obj: Any) -> None:
     """Nesting depth and integer range, walked without recursion: orjson reads integers up to
     2^64 - 1 and nesting up to 1024 levels, more than the rest of the reader can take."""
-    stack: list[tuple[Any, str, int]] = [(obj, "", 0)]
+    # each entry: (a dict or list, its parent's entry, its key there, depth); the path is spelled
+    # only for a refusal, and only containers are stacked, not each of a large program's values
+    stack: list[tuple[Any, Any, Any, int]] = [(obj, None, None, 0)]
+
+    def path(entry: tuple[Any, Any, Any, int], key: Any) -> str:
+        keys = [str(key)]
+        while entry[1] is not None:
+            keys.append(str(entry[2]))
+            entry = entry[1]
+        return "/".join(reversed(keys))
+
     while stack:
-        value, path, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise ObjectFileError(f"{where}: {path[:80]}...: nested deeper than {MAX_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, f"{path}/{k}" if path else k, depth + 1) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((v, f"{path}/{i}" if path else str(i), depth + 1) for i, v in enumerate(value))
-        elif isinstance(value, int) and value > INT64_MAX:
-            raise ObjectFileError(f"{where}: {path}: {value} does not fit in a signed 64-bit integer")
+        entry = stack.pop()
+        value, depth = entry[0], entry[3] + 1  # the depth of its items
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            if depth > MAX_DEPTH:
+                raise ObjectFileError(f"{where}: {path(entry, key)[:80]}...: nested deeper than {MAX_DEPTH} levels")
+            if isinstance(item, (dict, list)):
+                stack.append((item, entry, key, depth))
+            elif isinstance(item, int) and item > INT64_MAX:
+                raise ObjectFileError(f"{where}: {path(entry, key)}: {item} does not fit in a signed 64-bit integer")
 
 
 def loads(data: bytes, where: str = "<object>") -> Program:
@@ -172,11 +190,16 @@ def loads(data: bytes, where: str = "<object>") -> Program:
     return _program(body, where)
 
 
+# An object carries its constants' bytes in base64 (4/3 of them): an ONNX model of up to 2 GB of
+# initializers makes an object of under 3 GB, the rest of the file grows with the graph alone.
+MAX_OBJECT_BYTES = 4 * GB
+
+
 def read(path: str | Path) -> Program:
     try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise ObjectFileError(f"{path}: cannot read: {e.strerror or e}") from None
+        data = read_input_file(path, "kpu object file", MAX_OBJECT_BYTES)
+    except InputFileError as e:
+        raise ObjectFileError(str(e)) from None
     return loads(data, str(path))
 
 
@@ -213,6 +236,8 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
 def _program(body: dict[str, Any], where: str) -> Program:
     g = Graph(body["name"])
     for t in body["graph"]["tensors"]:
+        if t["name"] in g.tensors:  # the graph holds one tensor per name: a second would replace the first
+            raise ObjectFileError(f"{where}: tensor '{t['name']}': listed twice in the graph")
         g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"])
     for o in body["graph"]["ops"]:
         g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),

@@ -7,7 +7,8 @@ says, so an edited body must not make it do less work than the graph, or other w
 the dataflow names where the computes run, one loop at most is parallel and never the one a
 compute accumulates over, only ops that can accumulate do, from the loop's first step, each op
 sits where its tile indices run, each on-chip read is of the tile its writer made there before
-it, a compute's operand tiles are the ones its result tile needs, and every result is stored."""
+it, a compute's operand tiles are the ones its result tile needs, every result is stored, and a
+move's fill and index table are the ones its graph op gives."""
 
 from __future__ import annotations
 
@@ -38,7 +39,15 @@ def validate_program(program: Program, where: str) -> None:
     if not g.ops:
         fail("graph", "has no ops: the program computes nothing")
     producer: dict[str, str] = {}
+    readers: dict[str, set[str]] = {}  # tensor -> the graph ops reading it
+    graph_ops: dict[str, Op] = {}
     for op in g.ops:
+        # a second op of one name would hide behind the first: its kernel, its check
+        if op.name in graph_ops:
+            fail(f"graph op '{op.name}'", "listed twice in the graph")
+        graph_ops[op.name] = op
+        for name in op.inputs:
+            readers.setdefault(name, set()).add(op.name)
         for name in op.inputs + op.outputs:
             if name not in g.tensors:
                 fail(f"graph op '{op.name}'", f"unknown tensor '{name}'")
@@ -81,7 +90,6 @@ def validate_program(program: Program, where: str) -> None:
         if len(raw) != t.size * itemsize(t.dtype):
             fail(f"constants/{name}", f"holds {len(raw)} bytes, tensor {list(t.shape)} {t.dtype} "
                  f"needs {t.size * itemsize(t.dtype)}")
-    graph_ops = {op.name: op for op in g.ops}
     kernel_names: set[str] = set()
     body_ids: dict[str, set[int]] = {}  # kernel -> its op ids
     written: dict[str, tuple[str, set[int]]] = {}  # tensor -> (kernel, its ops writing it to EXTERNAL)
@@ -106,9 +114,10 @@ def validate_program(program: Program, where: str) -> None:
         if reads != k.inputs or group[-1].outputs != k.outputs:
             fail(place, f"reads [{', '.join(k.inputs)}] and writes [{', '.join(k.outputs)}], its graph ops "
                  f"read [{', '.join(reads)}] and write [{', '.join(group[-1].outputs)}]")
+        members = {op.name for op in group}
         for t in made - set(k.outputs):
             # a fused intermediate never leaves the compute tile: nothing else may want it
-            if g.tensors[t].role != "intermediate" or any(t in op.inputs for op in g.ops if op not in group):
+            if g.tensors[t].role != "intermediate" or readers.get(t, set()) - members:
                 fail(place, f"keeps '{t}' on chip, but it is a graph output or read by another kernel")
         op_of = {t: op for op in group for t in op.outputs}
         computed: set[str] = set()
@@ -192,7 +201,7 @@ def validate_program(program: Program, where: str) -> None:
                         or (ref.windowed and isinstance(op, Compute) and ref is op.output):
                     fail(op_place, f"tile of '{ref.tensor}' has a window or a table, which only a data move's "
                          f"may (and a compute's operand, read as a move left it)")
-                table = _table(ref, t.shape, g) if ref.table is not None else []
+                table = _table(ref, t.shape, group) if ref.table is not None else []
                 if isinstance(table, str):
                     fail(op_place, table)
                 for axis, (index, extent, dim) in enumerate(zip(ref.tile_indices, ref.tile_shape, t.shape)):
@@ -238,6 +247,13 @@ def validate_program(program: Program, where: str) -> None:
         fail(f"graph op '{name}'", "has no kernel")
 
 
+# layout ops whose kernel reads the operand through an index table (`TileRef.table`): the
+# attribute holding the table and the one naming the axis it indexes
+INDEX_TABLES = {"GATHER": ("indices", "axis")}
+# layout ops that write a value of their own around the operand: the attribute holding it
+PAD_VALUES = {"PAD": "pad_value"}
+assert all(set(attrs) <= set(REGISTRY[name].attrs) for name, attrs in INDEX_TABLES.items())
+assert all(attr in REGISTRY[name].attrs for name, attr in PAD_VALUES.items())
 ARRAY_DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 # the ops whose tile COMPUTE adds to a partial result: the array's (C += A B over k) and the
 # reductions that combine the tiles of their reduced axes
@@ -444,15 +460,9 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if src.tensor == dst.tensor and (src.offset, src.step, src.padding) != (dst.offset, dst.step, dst.padding):
                 return (op_place, f"moves the tiles of '{src.tensor}' from {_tile(src)} to {_tile(dst)}; a move "
                         f"within a tensor keeps its tiles where they are")
-            if dst.level != "EXTERNAL" and any(b or a for b, a in dst.padding or []):
-                window_op = bands.get(dst.tensor)
-                if window_op is None:
-                    return op_place, f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
-                dtype = g.tensors[dst.tensor].dtype
-                want = window_op.padding_value(dtype)
-                if op.fill != want:
-                    return (op_place, f"fills the padding of '{dst.tensor}' with {op.fill}; {window_op.name} pads with "
-                            f"{want}")
+            problem = _fill_problem(op, g, op_of, bands)
+            if problem:
+                return op_place, problem
     for name in k.outputs:
         if not any(isinstance(op, DataMove) and op.destination.level == "EXTERNAL" and op.destination.tensor == name
                    for op in k.body):
@@ -677,17 +687,57 @@ def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]
             f"dimension {dim} of '{ref.tensor}' nor hold it whole"), False
 
 
-def _table(ref: TileRef, shape: tuple[int, ...], g: Graph) -> list[int] | str:
-    """The entries of a tile's index table, or why it has none."""
+def _table(ref: TileRef, shape: tuple[int, ...], group: list[Op]) -> list[int] | str:
+    """The entries of a tile's index table, or why it has none: it must be the index table of
+    the kernel's own graph op (INDEX_TABLES), along that op's axis."""
     table = ref.table
-    op = next((o for o in g.ops if o.name == table.op), None)
-    values = op.attrs.get(table.attr) if op is not None else None
+    op = next((o for o in group if o.name == table.op), None)
+    if op is None:
+        return f"table '{table.attr}' of graph op '{table.op}' is not of the kernel's own graph op"
+    if op.op_type not in INDEX_TABLES or INDEX_TABLES[op.op_type][0] != table.attr:
+        has = f"'{INDEX_TABLES[op.op_type][0]}'" if op.op_type in INDEX_TABLES else "none"
+        return (f"table '{table.attr}' of graph op '{op.name}' is not the index table of {op.op_type} "
+                f"(which has {has})")
+    attr, axis_attr = INDEX_TABLES[op.op_type]
+    axis = lookup(op.op_type).normalize_attrs(op.attrs)[axis_attr]
+    if table.dim < len(shape) and table.dim != axis % len(shape):
+        return (f"table '{attr}' of graph op '{op.name}' indexes dim {table.dim} of '{ref.tensor}'; "
+                f"{op.op_type} takes its entries along dim {axis % len(shape)}")
+    values = op.attrs.get(attr)
     dim = shape[table.dim] if table.dim < len(shape) else 0
     if table.dim >= len(shape) or not isinstance(values, list) \
             or not all(type(v) is int and -dim <= v < dim for v in values):
         return (f"table '{table.attr}' of graph op '{table.op}' is not a list of indices into dimension "
                 f"{table.dim} of '{ref.tensor}'")
     return values
+
+
+def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str, OpDef]) -> str | None:
+    """Why a move's fill is not the value the kernel's graph op gives the padding it writes (None
+    if it is): an on-chip band of a sliding-window op's input is padded with the op's padding
+    value, the tile of a PAD's result made from its operand's window with its pad value, and no
+    other move fills (whatever it wrote would reach no result but by mistake)."""
+    src, dst = op.source, op.destination
+    if dst.level == "EXTERNAL":
+        return None  # a fill there is refused as a move that cannot run
+    maker = op_of.get(dst.tensor)
+    if any(b or a for b, a in dst.padding or []):
+        window_op = bands.get(dst.tensor)
+        if window_op is None:
+            return f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
+        want, who = window_op.padding_value(g.tensors[dst.tensor].dtype), window_op.name
+    elif maker is not None and maker.op_type in PAD_VALUES and src.tensor in maker.inputs:
+        want = lookup(maker.op_type).normalize_attrs(maker.attrs)[PAD_VALUES[maker.op_type]]
+        who = f"{maker.op_type} '{maker.name}'"
+    elif op.fill is not None:
+        return f"fills its tile of '{dst.tensor}' with {op.fill}, but no graph op of the kernel pads it"
+    else:
+        return None
+    if op.fill is None:
+        return f"leaves the padding of '{dst.tensor}' unfilled; {who} pads with {want}"
+    if op.fill != want:
+        return f"fills the padding of '{dst.tensor}' with {op.fill}; {who} pads with {want}"
+    return None
 
 
 def _move_problem(op: DataMove, g: Graph) -> str | None:

@@ -56,14 +56,15 @@ def _held(op: Op, graph: Graph) -> bool:
     return result == accumulation_dtype(dtypes)  # a float is computed in f32, or f64 beside an f64
 
 
-def _joins(op: Op, group: list[Op], graph: Graph, readers: Counter) -> bool:
+def _joins(op: Op, group: list[Op], held: bool, graph: Graph, readers: Counter) -> bool:
+    """Whether `op` joins `group`'s epilogue; `held`: every member of it is `_held`."""
     opdef = lookup(op.op_type)
     result = group[-1].outputs[0]
     if not (opdef is not None and opdef.family == "map" and opdef.tile is not None
             and result in op.inputs and readers[result] == 1 and graph.tensors[result].role == "intermediate"
             and len(op.outputs) == 1 and graph.tensors[op.outputs[0]].shape == graph.tensors[result].shape):
         return False
-    if all(_held(member, graph) for member in group):
+    if held:
         return True  # the running result is the reference's
     # off the reference by roundings: never an integer, and only into a float that moves with it
     return (not is_integer(graph.tensors[result].dtype) and not opdef.predicate
@@ -75,11 +76,14 @@ def fusion_groups(graph: Graph, fuse: bool = True) -> list[list[Op]]:
     # an op reading a tensor twice (MUL(x, x)) is one reader of it
     readers = Counter(name for op in graph.ops for name in set(op.inputs))
     groups: list[list[Op]] = []
+    held = False  # every op of the last group is `_held`: kept as the group grows, not asked again
     for op in graph.ops:
         group = groups[-1] if groups else None
         if (fuse and group is not None and _anchors(group[0], graph) and len(group) <= MAX_EPILOGUE
-                and _joins(op, group, graph, readers)):
+                and _joins(op, group, held, graph, readers)):
             group.append(op)
+            held = held and _held(op, graph)
         else:
             groups.append([op])
+            held = fuse and _anchors(op, graph) and _held(op, graph)
     return groups

@@ -155,7 +155,7 @@ def set_field(op: int, path: tuple, value):
     ("transpose_rotate", set_field(1, ("permutation",), [1, 2, 0]),
      r"op 1: moves tiles of \[.*\] into tiles of \[.*\] under permutation \[1, 2, 0\]"),
     ("gather", set_field(0, ("source", "table", "attr"), "start"),
-     r"op 0: table 'start' of graph op 'op0' is not a list of indices into dimension 1 of 'x'"),
+     r"op 0: table 'start' of graph op 'op0' is not the index table of GATHER \(which has 'indices'\)"),
     ("reshape", set_field(0, ("destination", "level"), "L3"),
      r"op 0: a VIEW names all of 'x' in external memory as 't0', which must hold as many elements"),
     ("pad", set_field(1, ("fill",), 0),

@@ -15,12 +15,13 @@ the instruction marked so, else the last.
 Graph. The entry's parameters are the graph's inputs, named as their instructions without `%`
 (`Arg_0.1`); its ROOT is the output, under the ROOT's name (a tuple ROOT: one output per element,
 `<root>.0`, `<root>.1`, ..., nested tuples `<root>.1.0`). `fusion` (`calls=`) and `call`
-(`to_apply=`) computations are inlined, their tensors named `<caller>.<name>`; a `reduce`'s
-`to_apply` computation must be one add, multiply, maximum or minimum (or, and for pred) of its two
-parameters. `constant` and `iota` become graph constants with their values, so `--check` runs on
-them. An op whose operands are all constants is folded into a constant with the registry's
-reference (a RESHAPE of any size, the rest up to FOLD_LIMIT elements), so `convert(constant(8))`
-is the number 8 to the passes that look for it.
+(`to_apply=`) computations are inlined, their tensors named `<caller>.<name>`, up to MAX_INLINED
+instructions in all (counted before inlining); a `reduce`'s `to_apply` computation must be one
+add, multiply, maximum or minimum (or, and for pred) of its two parameters. `constant` and
+`iota` become graph constants with their values, so `--check` runs on them. An op whose operands
+are all constants is folded into a constant with the registry's reference (a RESHAPE of any size,
+the rest up to FOLD_LIMIT elements), so `convert(constant(8))` is the number 8 to the passes that
+look for it.
 
 HLO's `broadcast` is not materialised: its operand is RESHAPEd (or TRANSPOSEd) to the result's
 rank with size-1 dims and the map ops that read it broadcast as numpy does. Such a value carries
@@ -35,7 +36,9 @@ and [batch..., K, N], a MATMUL and a RESHAPE to the HLO result; `convolution` wi
 dims to CONV2D NHWC/OHWI between TRANSPOSEs; `reduce` to REDUCE_* with keepdims false, then the
 init value combined in unless it is the reduction's identity; `slice` to SLICE (and GATHER along
 a strided dim); `pad` to PAD (SLICE first for negative padding); `convert` to CAST (to pred:
-x != 0). pred is held as u8 0/1, as the `.dfg` frontend holds i1. Errors are one line,
+x != 0). pred is held as u8 0/1, as the `.dfg` frontend holds i1. Where HLO restates a type, the
+declared one must be what the op makes: the operands' element type (SAME_ELEMENT; pred for
+compare), and for the ops that make a whole tensor (WHOLE) its shape exactly. Errors are one line,
 "<file>:<line>: <reason>", the line the instruction (or the token) is on.
 """
 
@@ -71,6 +74,10 @@ ALL_ELEMENT_TYPES = frozenset(ELEMENT_TYPES) | OTHER_ELEMENT_TYPES
 FOLD_LIMIT = 1 << 16  # elements of a folded constant (a RESHAPE of a constant folds at any size)
 MAX_MADE_CONSTANT = 1 << 24  # elements of a constant the frontend makes (iota, ones to materialise a broadcast)
 MAX_CALL_DEPTH = 64  # fusions and calls inlined inside each other
+# instructions the inlined fusions and calls may add up to: each calls the next twice, thirty deep,
+# is a billion from a few lines; a quarter of a million is more than a large model's module holds
+# and still compiles in minutes. Counted before inlining, so a refusal costs nothing
+MAX_INLINED = 1 << 18
 MAX_TUPLE_DEPTH = 32  # tuple shapes inside each other
 MAX_INT_DIGITS = 18
 
@@ -89,6 +96,16 @@ COMPARISONS = {"EQ": "EQUAL", "LT": "LESS", "LE": "LESS_EQUAL", "GT": "GREATER",
 # a reduce's to_apply root -> (the REDUCE_* op, the map op that combines an init value in)
 REDUCERS = {"add": ("REDUCE_SUM", "ADD"), "multiply": ("REDUCE_PROD", "MUL"), "maximum": ("REDUCE_MAX", "MAXIMUM"),
             "minimum": ("REDUCE_MIN", "MINIMUM"), "or": ("REDUCE_MAX", "MAXIMUM"), "and": ("REDUCE_MIN", "MINIMUM")}
+# opcodes whose result has the element type of their operands, which share one (select's and
+# clamp's all but the predicate): HLO restates it, and a result declared of another type is not
+# what the op makes (no op converts but convert). compare's result is pred.
+SAME_ELEMENT = frozenset({*UNARY, *BINARY, *PRED_BINARY, "not", "select", "clamp", "compare", "copy", "broadcast",
+                          "reshape", "transpose", "slice", "concatenate", "pad", "reduce"})
+# opcodes whose value is a whole tensor (never a broadcast left to its readers): its shape must
+# be the declared one exactly
+WHOLE = frozenset({"reshape", "bitcast", "transpose", "slice", "concatenate", "pad", "reduce", "dot", "convolution"})
+# the attribute naming the computation each inlined opcode calls
+CALLS = {"fusion": "calls", "call": "to_apply"}
 assert all(op in REGISTRY for table in (UNARY, BINARY, PRED_BINARY, COMPARISONS) for op in table.values())
 assert all(op in REGISTRY for pair in REDUCERS.values() for op in pair)
 
@@ -588,12 +605,15 @@ class _Builder:
         self.file, self.module, self.warnings = file, module, warnings
         self.graph = Graph(module.name)
         self.producer: dict[str, Op] = {}
+        self.readers: dict[str, list[Op]] = {}  # tensor -> the ops reading it
         self.op_names: set[str] = set()
         self.cse: dict[tuple, str] = {}  # (op, inputs, attrs, dtype) -> the tensor already made so
         self.ones: dict[tuple, str] = {}  # (shape, dtype) -> a constant of ones
         self.reserved = set(module.entry.instrs)  # names helpers never take: the entry's own
         self.prefix = ""  # "<caller>." inside an inlined computation
         self.calls: list[str] = []  # the computations being inlined, outermost first
+        self.sizes: dict[str, int] = {}  # computation -> the instructions inlining it makes
+        self.inlined = 0  # instructions the calls inlined so far make
         self.input_lines: dict[str, int] = {}
 
     def fail(self, ins: _Instr, reason: str) -> CompileError:
@@ -641,8 +661,9 @@ class _Builder:
                     raise self.fail(ins, f"{self.where(ins)}: a bitcast between layouts other than row-major "
                                          f"moves elements as a transpose would; only a row-major bitcast (a "
                                          f"reshape) is supported")
+                self.check_element(ins, [comp.instrs[o].type for o in ins.operands])
                 value = handler(self, ins, [values[o] for o in ins.operands])
-            self.check(ins, value)
+            self.check(ins, value, [comp.instrs[o].type for o in ins.operands])
             values[ins.name] = value
         return values[comp.root.name]
 
@@ -678,8 +699,27 @@ class _Builder:
             raise self.fail(stuck, f"'{_clip(stuck.name)}' is on a cycle of operands")
         return order
 
-    def check(self, ins: _Instr, value: _Any) -> None:
-        """The value an instruction made has the type it declares."""
+    def check_element(self, ins: _Instr, operands: list[_Type]) -> None:
+        """An op of SAME_ELEMENT declares the element type its operands give it."""
+        if ins.opcode not in SAME_ELEMENT or not isinstance(ins.type, _Shape):
+            return  # the handler refuses a tuple where an array is needed
+        shapes = [t for t in operands if isinstance(t, _Shape)]
+        predicate = shapes[:1] if ins.opcode == "select" else []
+        data = shapes[1:] if ins.opcode == "select" else shapes
+        made = _made(ins, operands)
+        if any(t.element != "pred" for t in predicate):
+            raise self.fail(ins, f"{self.where(ins)}: {made}: the predicate (operand 0) must be pred")
+        elements = list(dict.fromkeys(t.element for t in data))
+        if len(elements) > 1:
+            raise self.fail(ins, f"{self.where(ins)}: {made}: operands of element types {', '.join(elements)}; "
+                                 f"{ins.opcode} takes one")
+        want = "pred" if ins.opcode == "compare" else elements[0] if elements else ins.type.element
+        if ins.type.element != want:
+            raise self.fail(ins, f"{self.where(ins)}: declares {_type_text(ins.type)}, but {made} gives "
+                                 f"{_Shape(want, ins.type.dims)}")
+
+    def check(self, ins: _Instr, value: _Any, operands: list[_Type]) -> None:
+        """The value an instruction made has the type it declares; an op of WHOLE its shape exactly."""
         def same(t: _Type, v: _Any) -> bool:
             if isinstance(t, tuple):
                 return isinstance(v, tuple) and len(t) == len(v) and all(same(a, b) for a, b in zip(t, v))
@@ -689,11 +729,19 @@ class _Builder:
         if not same(ins.type, value):
             raise self.fail(ins, f"'{_clip(ins.name)}' declares {_type_text(ins.type)} but {ins.opcode} gives "
                                  f"{_clip(_value_text(value), 120)}")
+        if ins.opcode in WHOLE and isinstance(value, _Value) and self.shape(value.tensor) != value.shape:
+            raise self.fail(ins, f"{self.where(ins)}: declares {_type_text(ins.type)}, but {_made(ins, operands)} "
+                                 f"gives {_Shape(ins.type.element, self.shape(value.tensor))}")
 
     def finish(self, root: _Instr, outputs: list[tuple[str, _Value]]) -> None:
         """Name the outputs, drop what they do not need, set the roles."""
         graph, made = self.graph, set()
+        # where each tensor was made: a renamed one keeps its place (the order of the object's tensors)
+        place = {name: i for i, name in enumerate(graph.tensors)}
         tensors = [self.full(root, value) for _, value in outputs]
+        holding: dict[str, list[int]] = {}  # tensor -> the outputs whose entry of `tensors` it is
+        for i, tensor in enumerate(tensors):
+            holding.setdefault(tensor, []).append(i)
         for i, (name, value) in enumerate(outputs):
             tensor = tensors[i]
             computed = tensor in self.producer and graph.tensors[tensor].role == "intermediate" and tensor not in made
@@ -705,10 +753,10 @@ class _Builder:
                 if not movable:
                     raise self.fail(root, f"output '{_clip(name)}' would take the name of another instruction")
                 moved = self.fresh(f"{name}.value", own=False)
-                tensors = self.rename(name, moved, tensors)
+                self.rename(name, moved, tensors, holding, place)
                 tensor = tensors[i]
             if computed:
-                tensors = self.rename(tensor, name, tensors)
+                self.rename(tensor, name, tensors, holding, place)
             else:  # an input, a constant or another output: a copy under the output's name
                 self.op(root, "RESHAPE", [tensor], {"new_shape": list(value.shape)}, value.dtype, name=name,
                         reuse=False)
@@ -729,24 +777,42 @@ class _Builder:
                 graph.constants.pop(name, None)
             elif name in made:
                 t.role = "output"
-        # inputs in parameter order, constants, the rest, outputs in the ROOT's order
+        # inputs in parameter order, constants, the rest, outputs in the ROOT's order; else as made
         rank = {"input": 0, "constant": 1, "intermediate": 2, "output": 3}
         order = {name: i for i, (name, _) in enumerate(outputs)}
-        graph.tensors = dict(sorted(graph.tensors.items(), key=lambda kv: (rank[kv[1].role], order.get(kv[0], 0))))
+        graph.tensors = dict(sorted(graph.tensors.items(), key=lambda kv: (rank[kv[1].role], order.get(kv[0], 0),
+                                                                           place.get(kv[0], len(place)))))
 
-    def rename(self, old: str, new: str, names: list[str]) -> list[str]:
-        """Tensor `old` (and the op computing it) called `new` from here on; `names` so renamed."""
+    def rename(self, old: str, new: str, tensors: list[str], holding: dict[str, list[int]],
+               place: dict[str, int]) -> None:
+        """Tensor `old` (and the op computing it) called `new` from here on, in `tensors` too
+        (`holding` says where) and in `place`. Only its readers and its producer are touched, so
+        naming many outputs costs no pass over the graph for each."""
         if old == new:
-            return names
-        self.graph.rename_tensor(old, new)
-        for op in self.graph.ops:
+            return
+        graph = self.graph
+        t = graph.tensors.pop(old)
+        t.name = new
+        graph.tensors[new] = t
+        if old in graph.constants:
+            graph.constants[new] = graph.constants.pop(old)
+        if old in place:
+            place[new] = place.pop(old)
+        readers = self.readers.pop(old, [])
+        for op in readers:
+            op.inputs = [new if n == old else n for n in op.inputs]
+        self.readers.setdefault(new, []).extend(readers)
+        op = self.producer.pop(old, None)
+        if op is not None:
+            op.outputs = [new if n == old else n for n in op.outputs]
             if op.name == old:
                 op.name = new
                 self.op_names.discard(old)
                 self.op_names.add(new)
-        if old in self.producer:
-            self.producer[new] = self.producer.pop(old)
-        return [new if n == old else n for n in names]
+            self.producer[new] = op
+        for i in holding.pop(old, []):
+            tensors[i] = new
+            holding.setdefault(new, []).append(i)
 
     # -- making ops and tensors
 
@@ -794,6 +860,8 @@ class _Builder:
         op = Op(result, op_type, list(inputs), [result], attrs, f"{self.file}:{ins.line} '{ins.name}'")
         self.graph.ops.append(op)
         self.producer[result] = op
+        for t in dict.fromkeys(inputs):
+            self.readers.setdefault(t, []).append(op)
         self.op_names.add(result)
         if reuse:
             self.cse[key] = result
@@ -946,6 +1014,13 @@ class _Builder:
         if len(params) != len(args):
             raise self.fail(ins, f"{self.where(ins)}: computation '{_clip(comp.name)}' has {len(params)} "
                                  f"parameters, {len(args)} operands are given")
+        if not self.calls:  # an outermost call: its size counts the calls inside it
+            size = self.inlined_size(comp)
+            self.inlined += size
+            if self.inlined > MAX_INLINED:
+                before = "" if size == self.inlined else f", {self.inlined} with the calls inlined before it"
+                raise self.fail(ins, f"{self.where(ins)}: inlining computation '{_clip(comp.name)}' makes {size} "
+                                     f"instructions{before}, more than the {MAX_INLINED} a module may inline")
         saved = self.prefix
         self.calls.append(comp.name)
         self.prefix = f"{self.prefix}{ins.name}."
@@ -954,6 +1029,40 @@ class _Builder:
         finally:
             self.prefix = saved
             self.calls.pop()
+
+    def callee(self, ins: _Instr) -> _Computation | None:
+        """The computation a fusion or call inlines (None: another opcode, or a name `called` refuses)."""
+        key = CALLS.get(ins.opcode)
+        if key not in ins.attrs:
+            return None
+        text = ins.attrs[key][0]
+        return self.module.computations.get(text[1:] if text.startswith("%") else text)
+
+    def inlined_size(self, comp: _Computation) -> int:
+        """The instructions inlining `comp` makes: its own, each call among them counted as the
+        computation it calls. Each computation is counted once and remembered, the calls walked
+        depth first on a stack of their own (a chain of calls may be longer than Python recurses);
+        a call back into a computation on the path counts nothing, as inlining refuses it."""
+        stack: list[tuple[_Computation, list | None]] = [(comp, None)]
+        path: set[str] = set()
+        while stack:
+            c, callees = stack.pop()
+            if c.name in self.sizes or (callees is None and c.name in path):
+                continue
+            if callees is None:  # first met: count its callees first, then come back to it
+                callees = [self.callee(i) for i in c.instrs.values()]
+                path.add(c.name)
+                stack.append((c, callees))
+                stack.extend((d, None) for d in callees if d is not None and d.name not in self.sizes)
+                continue
+            self.sizes[c.name] = sum(1 if d is None else self.sizes.get(d.name, 0) for d in callees)
+            path.discard(c.name)
+        return self.sizes.get(comp.name, 0)
+
+
+def _made(ins: _Instr, operands: list[_Type]) -> str:
+    """What an instruction computes from, for messages: `add of f32[4], f32[4]`."""
+    return f"{ins.opcode} of {', '.join(map(_type_text, operands))}"
 
 
 def _flatten(name: str, value: _Any):
@@ -1478,8 +1587,7 @@ HANDLERS: dict[str, Handler] = {
     "pad": _pad,
     "tuple": _tuple,
     "get-tuple-element": _get_tuple_element,
-    "fusion": _call("calls"),
-    "call": _call("to_apply"),
+    **{opcode: _call(key) for opcode, key in CALLS.items()},
 }
 
 

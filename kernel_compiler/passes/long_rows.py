@@ -45,14 +45,14 @@ from ..target import Target
 class Chain:
     """The ops that replace one row op `root`, in order, with intermediates of `dtype`."""
 
-    def __init__(self, graph: Graph, root: Op, dtype: str):
-        self.graph, self.root, self.dtype = graph, root, dtype
+    def __init__(self, graph: Graph, root: Op, dtype: str, op_names: set[str]):
+        self.graph, self.root, self.dtype, self.op_names = graph, root, dtype, op_names
         self.ops: list[Op] = []
 
     def _name(self, step: str) -> str:
         """A new tensor (and op) name: the root's, then the step."""
         name, n = f"{self.root.name}.{step}", 1
-        while name in self.graph.tensors or any(op.name == name for op in self.graph.ops):
+        while name in self.graph.tensors or name in self.op_names:
             name, n = f"{self.root.name}.{step}{n}", n + 1
         return name
 
@@ -65,6 +65,7 @@ class Chain:
                                       opdef.normalize_attrs(attrs))
         self.graph.tensors[name] = Tensor(name, tuple(shape), self.dtype)
         self.ops.append(Op(name, op_type, list(inputs), [name], attrs, self.root.source))
+        self.op_names.add(name)
         return name
 
     def constant(self, step: str, value: float) -> str:
@@ -83,6 +84,7 @@ class Chain:
         """The chain, its last op computing the root's result under the root's name."""
         last = self.ops[-1]
         del self.graph.tensors[last.outputs[0]]
+        self.op_names.discard(last.name)
         self.ops[-1] = replace(last, name=self.root.name, outputs=list(self.root.outputs))
         return self.ops
 
@@ -140,7 +142,7 @@ SPLITS: dict[str, Callable[[Chain, dict, list[int], tuple[int, ...]], None]] = {
 }
 
 
-def _split(graph: Graph, root: Op, cut: tuple[int, ...]) -> list[Op]:
+def _split(graph: Graph, root: Op, cut: tuple[int, ...], op_names: set[str]) -> list[Op]:
     """The ops that compute `root` in kernels that lower, its kernel cutting axes `cut`."""
     opdef = lookup(root.op_type)
     attrs = opdef.normalize_attrs(root.attrs)
@@ -151,7 +153,7 @@ def _split(graph: Graph, root: Op, cut: tuple[int, ...]) -> list[Op]:
         dtype = dtypes[-1] if root.op_type in ("REDUCE_SUM", "REDUCE_PROD") else dtypes[0]
     else:
         dtype = "f64" if "f64" in dtypes else "f32"  # as the op computes, before it rounds once
-    chain = Chain(graph, root, dtype)
+    chain = Chain(graph, root, dtype, op_names)
     SPLITS[root.op_type](chain, attrs, axes, cut)
     return chain.finish()
 
@@ -164,12 +166,13 @@ def split_long_rows(graph: Graph, target: Target, fuse: bool = True) -> Graph:
     changed = True
     while changed:
         changed, ops = False, []
+        op_names = {op.name for op in graph.ops}  # and those the splits add, as they add them
         for group in fusion_groups(graph, fuse):
             root = group[0]
             cut = split_axes(graph, group, target) if root.op_type in SPLITS else ()
             takes = 1 if root.op_type in ACCUMULATING else 0  # a reduction loop takes one cut axis
             if len(cut) > takes:
-                ops += _split(graph, root, cut)
+                ops += _split(graph, root, cut, op_names)
                 changed = True
             else:
                 ops.append(root)

@@ -149,9 +149,8 @@ class Match:
 
     def _fresh(self, step: str) -> str:
         """A name no tensor or op of the graph has yet: the root's, then the step."""
-        op_names = {op.name for op in self.index.producer.values()}
         name, n = f"{self.root.name}.{step}", 1
-        while name in self.graph.tensors or name in op_names:
+        while name in self.graph.tensors or name in self.index.names:
             name, n = f"{self.root.name}.{step}{n}", n + 1
         return name
 
@@ -170,6 +169,7 @@ class _Index:
 
     producer: dict[str, Op]  # tensor -> the op computing it
     consumers: dict[str, dict[str, Op]]  # tensor -> op name -> an op reading it
+    names: set[str] = field(default_factory=set)  # the names of the ops, which new ones must not take
 
     @staticmethod
     def of(ops: list[Op]) -> _Index:
@@ -180,10 +180,12 @@ class _Index:
 
     def add(self, op: Op) -> None:
         self.producer.update((t, op) for t in op.outputs)
+        self.names.add(op.name)
         for t in op.inputs:
             self.consumers.setdefault(t, {})[op.name] = op
 
     def remove(self, op: Op) -> None:
+        self.names.discard(op.name)
         for t in op.outputs:
             del self.producer[t]
         for t in dict.fromkeys(op.inputs):
