@@ -17,7 +17,8 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 class _Progress:
-    """A progress bar on stderr, shown only once a run has taken more than a second."""
+    """A progress bar on stderr, shown only on a terminal and once a run has taken more than a
+    second: in a log it would be blank lines."""
 
     def __init__(self, total: int, console, what: str):
         self.total, self.console, self.what, self.start = total, console, what, time.perf_counter()
@@ -25,7 +26,7 @@ class _Progress:
 
     def __call__(self, done: int) -> None:
         if self.bar is None:
-            if time.perf_counter() - self.start < 1.0:
+            if not self.console.is_terminal or time.perf_counter() - self.start < 1.0:
                 return
             from rich.progress import Progress
 

@@ -201,3 +201,19 @@ def test_verbose_names_each_kernels_binding(tmp_path):
     assert [line.split(":")[0] for line in lines] == [f"kernel {name}" for name in kernels]
     for line, b in zip(lines, kernels.values()):
         assert f"bound by greedy on {b['compute_tiles']} compute tile(s)" in line
+
+
+def test_no_progress_bar_off_a_terminal():
+    """A run past a second drew a progress bar even into a pipe, where its redraws were blank lines."""
+    from contextlib import redirect_stderr
+    from io import StringIO
+
+    from dfx import cli_console
+    from loader.cli import _Progress
+
+    with redirect_stderr(StringIO()) as err:
+        progress = _Progress(100, cli_console(), "simulating")
+        progress.start -= 10  # as if the run had taken ten seconds
+        progress(50)
+        progress.close()
+    assert err.getvalue() == ""
