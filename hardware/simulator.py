@@ -74,7 +74,7 @@ class PhaseSpan:
 @dataclass(slots=True)
 class SimResult:
     cycles: int  # makespan
-    units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., vec0.., l2bank0..
+    units: dict[str, UnitStats]  # dram0.., dma0.., bm0.., str0.., array0.., vec0.., then each L2 bank used
     bytes_moved: dict[str, int]  # "EXTERNAL->L3": bytes, ... as they occur
     macs: int
     trace_events: list[dict] = field(default_factory=list)  # Chrome trace events, if trace=True
@@ -133,6 +133,24 @@ class _Resource:
         self.waiters: list[tuple[int, int, _Engine]] = []  # heap of (asked cycle, task id, engine)
 
 
+class _Banks:
+    """The L2 banks, each made on its first task: a machine may have a million banks and a
+    program use four."""
+
+    def __init__(self, count: int, ports: int):
+        self.count, self.ports = count, ports
+        self.used: dict[int, _Resource] = {}
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, b: int) -> _Resource:
+        bank = self.used.get(b)
+        if bank is None:
+            bank = self.used[b] = _Resource(f"l2bank{b}", self.ports)
+        return bank
+
+
 class Simulator:
     def __init__(self, machine: Machine, trace: bool = False, record_first: int = 0,
                  dep_window: int = 1 << 16):
@@ -169,8 +187,7 @@ class Simulator:
                 home = channels[e % len(channels)] if unit == "dma" else None
                 engines[unit][e] = _Engine(f"{UNIT_PREFIX[unit]}{e}", track, model, role, home, costs)
                 track += 1
-        banks = [_Resource(f"l2bank{b}", mc.l2_bank_ports) for b in range(mc.l2.count)]
-        return channels, engines, banks
+        return channels, engines, _Banks(mc.l2.count, mc.l2_bank_ports)
 
     def run(self, tasks: Iterable[Task],
             progress: Callable[[int], None] | None = None) -> SimResult:
@@ -378,8 +395,8 @@ class Simulator:
                     bytes_moved[key] = bytes_moved.get(key, 0) + n
                     per_phase = phases[phase].bytes_moved
                     per_phase[key] = per_phase.get(key, 0) + n
-        for r in banks:
-            units[r.name] = r.stats
+        for b in sorted(banks.used):
+            units[banks.used[b].name] = banks.used[b].stats
         macs = sum(span.macs for span in phases.values())
         return SimResult(cycles, units, bytes_moved, macs, events, first, phases)
 
@@ -401,7 +418,7 @@ def _slice(task: Task, eng: _Engine, res: _Resource | None, cycles: int, now: in
             "ts": now * us_per_cycle, "dur": cycles * us_per_cycle, "args": args}
 
 
-def _resource(task: Task, channels: list[_Resource], banks: list[_Resource]) -> _Resource:
+def _resource(task: Task, channels: list[_Resource], banks: _Banks) -> _Resource:
     """The shared resource a task that names a DRAM channel or an L2 bank holds while it transfers."""
     ch, bank = task.dram_channel, task.l2_bank
     if bank is None:

@@ -87,8 +87,19 @@ def test_single_tile():
     assert (r.units["dma0"].busy_cycles, r.units["dma0"].tasks) == (264, 2)
     assert r.units["dram0"].busy_cycles == 64  # the channel holds only the data: 2 x 1024/32
     assert r.units["array0"].busy_cycles == 46
+    # every engine and channel; an L2 bank only once a task used it (none here)
     assert set(r.units) == {"dram0", "dram1", "dma0", "dma1", "bm0", "bm1", "str0", "str1",
-                            "array0", "vec0", "barrier0", "l2bank0", "l2bank1", "l2bank2", "l2bank3"}
+                            "array0", "vec0", "barrier0"}
+
+
+def test_an_l2_bank_is_a_unit_once_used_and_unused_ones_cost_nothing():
+    """A machine may have a million L2 banks; a run makes only those its tasks use."""
+    many = replace(MACHINE, l2=replace(MACHINE.l2, count=10**6))
+    r = run([stream(0, 0, 1 * KB, 999_999), stream(1, 1, 1 * KB, 2)], many)
+    assert sorted(n for n in r.units if n.startswith("l2bank")) == ["l2bank2", "l2bank999999"]
+    assert r.units["l2bank999999"].tasks == 1
+    with pytest.raises(ValueError, match="no L2 bank 1000000; the machine has 1000000"):
+        run([stream(0, 0, 1 * KB, 10**6)], many)
 
 
 # --- (b) double buffering --------------------------------------------------------------------

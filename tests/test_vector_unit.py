@@ -161,7 +161,7 @@ def test_one_vector_unit_per_compute_tile_beside_the_array():
     two = replace(MACHINE, compute=replace(MACHINE.compute, tiles=2))
     r = run([vector(0, engine=1)], two)
     names = list(r.units)
-    assert names.index("array1") < names.index("vec0") < names.index("vec1") < names.index("l2bank0")
+    assert names.index("array1") < names.index("vec0") < names.index("vec1") < names.index("barrier0")
     assert (r.units["vec0"].tasks, r.units["vec1"].tasks) == (0, 1)
     with pytest.raises(ValueError, match="no vector engine 2; the machine has 2"):
         run([vector(0, engine=2)], two)
