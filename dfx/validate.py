@@ -247,13 +247,6 @@ def validate_program(program: Program, where: str) -> None:
         fail(f"graph op '{name}'", "has no kernel")
 
 
-# layout ops whose kernel reads the operand through an index table (`TileRef.table`): the
-# attribute holding the table and the one naming the axis it indexes
-INDEX_TABLES = {"GATHER": ("indices", "axis")}
-# layout ops that write a value of their own around the operand: the attribute holding it
-PAD_VALUES = {"PAD": "pad_value"}
-assert all(set(attrs) <= set(REGISTRY[name].attrs) for name, attrs in INDEX_TABLES.items())
-assert all(attr in REGISTRY[name].attrs for name, attr in PAD_VALUES.items())
 ARRAY_DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 # the ops whose tile COMPUTE adds to a partial result: the array's (C += A B over k) and the
 # reductions that combine the tiles of their reduced axes
@@ -689,16 +682,17 @@ def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]
 
 def _table(ref: TileRef, shape: tuple[int, ...], group: list[Op]) -> list[int] | str:
     """The entries of a tile's index table, or why it has none: it must be the index table of
-    the kernel's own graph op (INDEX_TABLES), along that op's axis."""
+    the kernel's own graph op (its registry entry's `index_table`), along that op's axis."""
     table = ref.table
     op = next((o for o in group if o.name == table.op), None)
     if op is None:
         return f"table '{table.attr}' of graph op '{table.op}' is not of the kernel's own graph op"
-    if op.op_type not in INDEX_TABLES or INDEX_TABLES[op.op_type][0] != table.attr:
-        has = f"'{INDEX_TABLES[op.op_type][0]}'" if op.op_type in INDEX_TABLES else "none"
+    index_table = lookup(op.op_type).index_table
+    if index_table is None or index_table[0] != table.attr:
+        has = f"'{index_table[0]}'" if index_table is not None else "none"
         return (f"table '{table.attr}' of graph op '{op.name}' is not the index table of {op.op_type} "
                 f"(which has {has})")
-    attr, axis_attr = INDEX_TABLES[op.op_type]
+    attr, axis_attr = index_table
     axis = lookup(op.op_type).normalize_attrs(op.attrs)[axis_attr]
     if table.dim < len(shape) and table.dim != axis % len(shape):
         return (f"table '{attr}' of graph op '{op.name}' indexes dim {table.dim} of '{ref.tensor}'; "
@@ -726,8 +720,9 @@ def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str,
         if window_op is None:
             return f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
         want, who = window_op.padding_value(g.tensors[dst.tensor].dtype), window_op.name
-    elif maker is not None and maker.op_type in PAD_VALUES and src.tensor in maker.inputs:
-        want = lookup(maker.op_type).normalize_attrs(maker.attrs)[PAD_VALUES[maker.op_type]]
+    elif maker is not None and lookup(maker.op_type).fill_attr is not None and src.tensor in maker.inputs:
+        maker_def = lookup(maker.op_type)
+        want = maker_def.normalize_attrs(maker.attrs)[maker_def.fill_attr]
         who = f"{maker.op_type} '{maker.name}'"
     elif op.fill is not None:
         return f"fills its tile of '{dst.tensor}' with {op.fill}, but no graph op of the kernel pads it"

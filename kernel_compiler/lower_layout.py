@@ -171,10 +171,11 @@ def _body(op: Op, ins: list[Tensor], out: Tensor, attrs: dict, space: Space, pla
             src = window(x, "EXTERNAL", attrs["start"])
         elif op.op_type == "PAD":
             src = window(x, "EXTERNAL", [-before for before, _ in attrs["padding"]])
-            fill = attrs["pad_value"]
+            fill = attrs[lookup(op.op_type).fill_attr]
         else:  # GATHER: along the axis, the tile is the index table's entry for the loop's step
-            axis = normalize_axis(attrs["axis"], len(out.shape))
-            src = replace(tile_ref(x.name, "EXTERNAL", same, space), table=IndexTable(axis, op.name, "indices"))
+            table, axis_attr = lookup(op.op_type).index_table
+            axis = normalize_axis(attrs[axis_attr], len(out.shape))
+            src = replace(tile_ref(x.name, "EXTERNAL", same, space), table=IndexTable(axis, op.name, table))
         loaded = move("LOAD", src, result("L3"), [], fill=fill)
         move("STORE", result("L3"), result("EXTERNAL"), loaded)
     return body

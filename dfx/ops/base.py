@@ -81,6 +81,11 @@ class OpDef:
     # operand, and the value of its padding, by dtype (None: zero)
     windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
     window_fill: Callable[[str], int | float] | None = None
+    # layout ops whose kernel reads the operand through an index table (`TileRef.table`): the
+    # attribute holding the table and the one naming the axis it indexes
+    index_table: tuple[str, str] | None = None
+    # layout ops that write a value of their own around the operand: the attribute holding it
+    fill_attr: str | None = None
     # for --check: (the operands' values and their magnitudes, float64 arrays shaped as the
     # operands, a magnitude at least its value's size; attrs) -> per result, each element's
     # magnitude (broadcastable to the result): rounding, here or in the ops before, moves the

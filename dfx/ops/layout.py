@@ -19,15 +19,18 @@ ShapeRule = Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]]
 
 
 def layout_op(name: str, infer_shapes: ShapeRule, move: Callable[..., np.ndarray], doc: str,
-              attrs: dict[str, Any], max_inputs: int = 1) -> OpDef:
-    """Declare a layout op; `move(operands converted to the output dtype, **attrs)`."""
+              attrs: dict[str, Any], max_inputs: int = 1, index_table: tuple[str, str] | None = None,
+              fill_attr: str | None = None) -> OpDef:
+    """Declare a layout op; `move(operands converted to the output dtype, **attrs)`;
+    `index_table` and `fill_attr` as OpDef's."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         return [move([convert(x, out_dtypes[0]) for x in arrays], **attrs)]
 
     return register(OpDef(name=name, min_inputs=1, max_inputs=max_inputs, infer_shapes=infer_shapes,
                           reference=reference, compute_type=f"LAYOUT_{name}", doc=doc, family="layout",
-                          attrs=attrs, magnitude=on_magnitudes(reference)))
+                          attrs=attrs, magnitude=on_magnitudes(reference), index_table=index_table,
+                          fill_attr=fill_attr))
 
 
 def _check_rank(values: list, x: Shape, what: str) -> None:
@@ -133,7 +136,7 @@ def _pad(xs: list[np.ndarray], padding: list[list[int]], pad_value: int | float)
 
 
 layout_op("PAD", _pad_shapes, _pad, "`padding` [before, after] elements of `pad_value` around each dim",
-          {"padding": REQUIRED, "pad_value": 0})
+          {"padding": REQUIRED, "pad_value": 0}, fill_attr="pad_value")
 
 
 # ---- GATHER ----------------------------------------------------------------------------------
@@ -151,4 +154,4 @@ def _gather_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]
 layout_op("GATHER", _gather_shapes,
           lambda xs, indices, axis: np.take(xs[0], np.asarray(indices, dtype=np.int64), axis=axis),
           "the entries `indices` (constant; negative counts from the end) of `axis`",
-          {"indices": REQUIRED, "axis": 0})
+          {"indices": REQUIRED, "axis": 0}, index_table=("indices", "axis"))
