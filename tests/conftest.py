@@ -7,6 +7,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,26 @@ def gemm_file(tmp_path):
         return path
 
     return make
+
+
+@contextmanager
+def fifo(path: Path, seconds: float = 10):
+    """A FIFO at `path` that no one writes. A reader that blocks on it is released after `seconds`
+    (the write end opened and closed: it reads nothing), so a test of it fails instead of hanging."""
+    os.mkfifo(path)
+    done = threading.Event()
+
+    def release() -> None:
+        if not done.wait(seconds):
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader: nothing blocks
+                pass
+
+    thread = threading.Thread(target=release, daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        done.set()
+        thread.join()

@@ -8,15 +8,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import assert_one_line_error, gemm_dfg
+from conftest import assert_one_line_error, fifo, gemm_dfg
 
 from dse.results import MAX_RESULTS_BYTES, ResultsError, Table, columns, line
 from dse.spec import MAX_MODELS_BYTES, MAX_ONNX_BYTES, MAX_TEXT_MODEL_BYTES, SpecError, read_spec
@@ -48,29 +46,6 @@ def spec_error(path: Path) -> str:
     message = str(info.value)
     assert "\n" not in message and message.startswith(f"{path}: "), message
     return message[len(f"{path}: "):]
-
-
-@contextmanager
-def fifo(path: Path, seconds: float = 10):
-    """A FIFO at `path` that no one writes. A reader that blocks on it is released after `seconds`
-    (the write end opened and closed: it reads nothing), so a test of it fails instead of hanging."""
-    os.mkfifo(path)
-    done = threading.Event()
-
-    def release() -> None:
-        if not done.wait(seconds):
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:  # no reader: nothing blocks
-                pass
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join()
 
 
 # ---- (B) every read is of a regular file, bounded before it is read -----------------------------

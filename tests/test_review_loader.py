@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, assert_one_line_error, gemm_dfg, run_cli
+from conftest import CONFIGS, assert_one_line_error, fifo, gemm_dfg, run_cli
 from dfx import ObjectFileError, OutputError, OutputFiles, read, write
 from dfx.objfile import MAX_OBJECT_BYTES
 from hardware import ConfigError, load_machine
@@ -29,29 +28,6 @@ from loader.cli import MAX_TILE_OPS
 from loader.inputs import InputError, read_input, read_inputs
 
 MINIMAL = CONFIGS / "minimal.json"
-
-
-@contextmanager
-def fifo(path: Path, seconds: float = 10):
-    """A FIFO at `path` that no one writes. A reader that blocks on it is released after `seconds`
-    (the write end opened and closed: it reads nothing), so a test of it fails instead of hanging."""
-    os.mkfifo(path)
-    done = threading.Event()
-
-    def release() -> None:
-        if not done.wait(seconds):
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:  # no reader: nothing blocks
-                pass
-
-    thread = threading.Thread(target=release, daemon=True)
-    thread.start()
-    try:
-        yield path
-    finally:
-        done.set()
-        thread.join()
 
 
 @contextmanager
