@@ -12,7 +12,7 @@ tolerance of their dtype (dfx.tolerance), NaN equal to NaN.
 
 Every eligible case passes, except those in SKIP, each with its reason and the refusal it gets
 (checked: a skipped case that stops failing so fails its test). `test_pass_count` holds the
-share: at the time of writing 397 of 412 eligible cases pass (96%).
+share: at the time of writing 435 of 450 eligible cases pass (97%).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.errors import CompileError
 from kernel_compiler.frontends.onnx import ELEMENT_TYPES, parse_onnx
-from kernel_compiler.frontends.onnx_ops import OPS
+from kernel_compiler.frontends.onnx_ops import FOLD_ONLY, OPS
 from kernel_compiler.shape_inference import infer_shapes
 from kernel_compiler.target import load_target
 from loader import bind_greedy, bind_program, execute
@@ -44,7 +44,9 @@ ISSUE_OPS = frozenset("""
     MatMul Gemm Conv ConvTranspose Relu LeakyRelu Sigmoid Tanh Gelu Erf Softmax LogSoftmax Add Sub Mul Div Pow
     Sqrt Exp Log Neg Abs Reciprocal Clip Min Max Where Equal Less Greater LessOrEqual GreaterOrEqual Transpose
     Reshape Flatten Squeeze Unsqueeze Concat Split Slice Gather ReduceSum ReduceMean ReduceMax ReduceMin
-    LayerNormalization BatchNormalization MaxPool AveragePool GlobalAveragePool Identity Cast Constant""".split())
+    LayerNormalization BatchNormalization MaxPool AveragePool GlobalAveragePool Identity Cast Constant
+    HardSigmoid HardSwish Softplus Elu Selu Mish PRelu Floor Ceil Round Sign Mod IsNaN IsInf And Or Xor Not
+    Sum Mean""".split())
 
 _3D = "3-D {}: the registry's CONV2D and pools are 2-D (1-D and 2-D images map)"
 _DILATED = "dilated pooling: the registry's MAXPOOL2D and AVGPOOL2D have no dilation"
@@ -138,7 +140,8 @@ def test_node_case(name):
 
 
 def test_the_frontend_maps_the_issues_ops():
-    assert set(OPS) == ISSUE_OPS
+    # and the ops it only folds, and Dropout, which vanishes (their cases read runtime inputs)
+    assert set(OPS) - FOLD_ONLY - {"Dropout"} == ISSUE_OPS
 
 
 def test_pass_count():

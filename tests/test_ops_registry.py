@@ -130,6 +130,19 @@ UNARY = {
     "ERF": (math.erf, (-3, 3), {}),
     "GELU": (_gelu_erf, (-4, 4), {}),
     "CLAMP": (lambda x: min(max(x, -1.0), 2.0), (-3, 3), {"min": -1, "max": 2.0}),
+    "HARD_SIGMOID": (lambda x: max(0.0, min(1.0, 0.3 * x + 0.4)), (-5, 5), {"alpha": 0.3, "beta": 0.4}),
+    "HARD_SWISH": (lambda x: x * max(0.0, min(1.0, x / 6 + 0.5)), (-5, 5), {}),
+    "SOFTPLUS": (lambda x: math.log(math.exp(x) + 1), (-5, 5), {}),
+    "ELU": (lambda x: x if x >= 0 else 0.7 * (math.exp(x) - 1), (-3, 3), {"alpha": 0.7}),
+    "SELU": (lambda x: 1.5 * x if x > 0 else 1.5 * (2.0 * math.exp(x) - 2.0), (-3, 3), {"alpha": 2.0, "gamma": 1.5}),
+    "MISH": (lambda x: x * math.tanh(math.log(1 + math.exp(x))), (-5, 5), {}),
+    "FLOOR": (math.floor, (-3, 3), {}),
+    "CEIL": (math.ceil, (-3, 3), {}),
+    "ROUND": (round, (-3, 3), {}),  # Python's round: halves to even
+    "SIGN": (lambda x: (x > 0) - (x < 0), (-3, 3), {}),
+    "IS_NAN": (math.isnan, (-3, 3), {}),
+    "IS_INF": (math.isinf, (-3, 3), {}),
+    "LOGICAL_NOT": (lambda x: not x, (-3, 3), {}),
 }
 BINARY = {
     "ADD": (lambda a, b: a + b, (-3, 3)),
@@ -144,8 +157,14 @@ BINARY = {
     "GREATER_EQUAL": (lambda a, b: a >= b, (-3, 3)),
     "LESS": (lambda a, b: a < b, (-3, 3)),
     "LESS_EQUAL": (lambda a, b: a <= b, (-3, 3)),
+    "PRELU": (lambda x, slope: x if x >= 0 else slope * x, (-3, 3)),
+    "MOD": (lambda a, b: a - math.floor(a / b) * b, (-3, 3)),
+    "LOGICAL_AND": (lambda a, b: bool(a) and bool(b), (-3, 3)),
+    "LOGICAL_OR": (lambda a, b: bool(a) or bool(b), (-3, 3)),
+    "LOGICAL_XOR": (lambda a, b: bool(a) != bool(b), (-3, 3)),
 }
-PREDICATES = {"EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"}
+PREDICATES = {"EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "LOGICAL_XOR",
+              "LOGICAL_NOT", "IS_NAN", "IS_INF"}
 
 
 @pytest.mark.parametrize("name", UNARY)
@@ -195,6 +214,34 @@ def test_clamp_defaults_are_unbounded_and_integers_stay_exact():
     np.testing.assert_array_equal(run("CLAMP", [x]), x)
     big = np.int32([-2**31, 16777217, 2**31 - 1])
     np.testing.assert_array_equal(run("CLAMP", [big], out="i32", min=0), [0, 16777217, 2**31 - 1])
+
+
+def test_rounding_mod_and_truth_value_edges():
+    halves = np.float32([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0])
+    np.testing.assert_array_equal(run("ROUND", [halves]), [-2, -2, -0.0, 0, 2, 2, -0.0])
+    np.testing.assert_array_equal(run("FLOOR", [halves]), [-3, -2, -1, 0, 1, 2, 0])
+    np.testing.assert_array_equal(run("CEIL", [halves]), [-2, -1, 0, 1, 2, 3, 0])
+    big = np.int32([2**31 - 1, -2**31 + 1])  # integers are their own rounding, never through f32
+    np.testing.assert_array_equal(run("FLOOR", [big], out="i32"), big)
+    np.testing.assert_array_equal(run("SIGN", [np.float32([-2, 0, 3, np.nan])]), [-1, 0, 1, np.nan])
+    a, b = np.int32([7, -7, 7, -7, 0]), np.int32([3, 3, -3, -3, 5])
+    np.testing.assert_array_equal(run("MOD", [a, b], out="i32"), [1, 2, -2, -1, 0])  # the divisor's sign
+    np.testing.assert_array_equal(run("MOD", [a, b], out="i32", fmod=True), [1, -1, 1, -1, 0])  # the dividend's
+    np.testing.assert_array_equal(run("MOD", [np.float32([5.5, -5.5]), np.float32([-2])], fmod=True), [1.5, -1.5])
+    x = np.float32([np.inf, -np.inf, np.nan, 0, 1])
+    np.testing.assert_array_equal(run("IS_NAN", [x], out="u8"), [0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(run("IS_INF", [x], out="u8"), [1, 1, 0, 0, 0])
+    np.testing.assert_array_equal(run("IS_INF", [x], out="u8", detect_negative=False), [1, 0, 0, 0, 0])
+    np.testing.assert_array_equal(run("IS_INF", [x], out="u8", detect_positive=False), [0, 1, 0, 0, 0])
+    p, q = np.uint8([0, 0, 1, 1]), np.uint8([0, 1, 0, 1])
+    for name, want in (("LOGICAL_AND", [0, 0, 0, 1]), ("LOGICAL_OR", [0, 1, 1, 1]), ("LOGICAL_XOR", [0, 1, 1, 0])):
+        np.testing.assert_array_equal(run(name, [p, q], out="u8"), want)
+    np.testing.assert_array_equal(run("LOGICAL_NOT", [p], out="u8"), [1, 1, 0, 0])
+    with np.errstate(all="raise"):  # no overflow in the reference's steps
+        y = run("SOFTPLUS", [np.float32([-200, 200])])
+    np.testing.assert_array_equal(y, [0, 200])
+    prelu = run("PRELU", [np.float32([[-2, 3], [-4, 0]]), np.float32([[0.5], [0.25]])])
+    np.testing.assert_array_equal(prelu, [[-1, 3], [-1, 0]])
 
 
 def test_integer_arithmetic_is_exact():
@@ -763,6 +810,10 @@ def test_vector_work_as_documented():
     assert work("ADD", [(4, 1), (1, 6)], (4, 6)) == {"simple": 24}
     assert work("EXP", [(4, 6)], (4, 6)) == {"transcendental": 24}
     assert work("GELU", [(10,)], (10,), approximate="tanh") == {"simple": 80, "transcendental": 10}
+    assert work("MOD", [(4, 6), (6,)], (4, 6)) == {"transcendental": 24, "simple": 144}
+    assert work("MOD", [(4, 6), (6,)], (4, 6), fmod=True) == {"transcendental": 24, "simple": 72}
+    assert work("MISH", [(10,)], (10,)) == {"simple": 40, "transcendental": 30}
+    assert work("LOGICAL_AND", [(10,), (10,)], (10,)) == {"simple": 10}
     assert work("REDUCE_SUM", [(4, 6)], (4, 1), axes=[1]) == {"reduction": 24}
     assert work("SOFTMAX", [(4, 8)], (4, 8)) == {"reduction": 64, "transcendental": 32, "simple": 64}
     assert work("LAYERNORM", [(4, 8), (8,), (8,)], (4, 8)) == {"reduction": 64, "simple": 160}

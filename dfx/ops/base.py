@@ -354,4 +354,9 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "groups": lambda name, value: _positive(name, value),
     "layout": _choice("NHWC", "NCHW"),
     "count_include_pad": _bool,
+    "beta": _float,  # HARD_SIGMOID's offset
+    "gamma": _float,  # SELU's scale
+    "detect_positive": _bool,  # IS_INF: +inf counts
+    "detect_negative": _bool,  # IS_INF: -inf counts
+    "fmod": _bool,  # MOD: C's fmod (the dividend's sign), else the divisor's sign (Python's %)
 }

@@ -232,3 +232,79 @@ map_op("LESS_EQUAL", 2, np.less_equal, "a <= b, 1 or 0", exact=True, predicate=T
 # the condition arrives in the compute dtype: nonzero selects a, as numpy.where
 map_op("SELECT", 3, np.where, "a where cond (nonzero) else b; operands cond, a, b", exact=True,
        magnitude=_either)
+
+
+# ---- more activations, rounding, logic (the ONNX ops real models use) -------------------------
+# Each as its ONNX spec defines it; an integer operand of a rounding op is its own result.
+
+
+def _integral(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda x: x if x.dtype.kind in "iub" else fn(x)
+
+
+def _softplus(x: np.ndarray) -> np.ndarray:
+    """ln(exp(x) + 1) as max(x, 0) + ln(1 + exp(-|x|)): neither overflows nor loses the small ones."""
+    return np.logaddexp(np.zeros_like(x), x)
+
+
+def _mish_slope(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(_softplus(x))
+    return t + x * (1 - t * t) * _sigmoid(x)
+
+
+def _hard_swish_slope(x: np.ndarray) -> np.ndarray:
+    return np.where(x < -3, 0.0, np.where(x > 3, 1.0, (2 * x + 3) / 6))
+
+
+def _is_inf(x: np.ndarray, detect_positive: bool, detect_negative: bool) -> np.ndarray:
+    return (detect_positive & (x == np.inf)) | (detect_negative & (x == -np.inf))
+
+
+def _mod(a: np.ndarray, b: np.ndarray, fmod: bool) -> np.ndarray:
+    # fmod: a - trunc(a / b) * b, the dividend's sign (C's fmod); else a - floor(a / b) * b, the
+    # divisor's (numpy.mod, Python's %, on floats too: -0 and inf as ONNX says). Integers: x mod 0 = 0
+    return np.fmod(a, b) if fmod else np.mod(a, b)
+
+
+def _mod_work(attrs: dict[str, Any]) -> dict[str, int]:
+    # divide; truncate, multiply, subtract; floor mod: compare signs, select, add the divisor
+    return {"transcendental": 1, "simple": 3 if attrs["fmod"] else 6}
+
+
+_SELU_ALPHA, _SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
+
+map_op("HARD_SIGMOID", 1, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1), "max(0, min(1, alpha x + beta))",
+       {"simple": 4}, attrs={"alpha": 0.2, "beta": 0.5},  # multiply, add, max, min
+       magnitude=lambda x, m, attrs: abs(attrs["alpha"]) * m[0])
+map_op("HARD_SWISH", 1, lambda x: x * np.clip(x * (1 / 6) + 0.5, 0, 1), "x max(0, min(1, x / 6 + 1/2))",
+       {"simple": 5}, magnitude=_slope(_hard_swish_slope))
+map_op("SOFTPLUS", 1, _softplus, "ln(exp(x) + 1), without overflow", {"simple": 3, "transcendental": 2},
+       magnitude=_slope(_sigmoid))
+map_op("ELU", 1, lambda x, alpha: np.where(x < 0, alpha * np.expm1(np.minimum(x, 0)), x),
+       "x if x >= 0 else alpha (exp(x) - 1)", {"simple": 3, "transcendental": 1}, attrs={"alpha": 1.0},
+       magnitude=lambda x, m, attrs: m[0] * np.where(x[0] < 0, abs(attrs["alpha"]) * np.exp(np.minimum(x[0], 0)), 1))
+map_op("SELU", 1, lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(np.minimum(x, 0)), x),
+       "gamma x if x > 0 else gamma alpha (exp(x) - 1)", {"simple": 4, "transcendental": 1},
+       attrs={"alpha": _SELU_ALPHA, "gamma": _SELU_GAMMA},
+       magnitude=lambda x, m, attrs: m[0] * abs(attrs["gamma"]) * np.where(
+           x[0] <= 0, abs(attrs["alpha"]) * np.exp(np.minimum(x[0], 0)), 1))
+map_op("MISH", 1, lambda x: x * np.tanh(_softplus(x)), "x tanh(softplus(x))", {"simple": 4, "transcendental": 3},
+       magnitude=_slope(_mish_slope))
+map_op("PRELU", 2, lambda x, slope: np.where(x < 0, slope * x, x), "x if x >= 0 else slope * x; operands x, slope",
+       {"simple": 2}, exact=True,  # multiply, select
+       magnitude=lambda x, m, attrs: np.where(x[0] < 0, np.abs(x[1]) * m[0] + np.abs(x[0]) * m[1], m[0]))
+map_op("FLOOR", 1, _integral(np.floor), "the largest integer <= x", exact=True, magnitude=_follows)
+map_op("CEIL", 1, _integral(np.ceil), "the smallest integer >= x", exact=True, magnitude=_follows)
+map_op("ROUND", 1, _integral(np.rint), "the nearest integer, halves to even", exact=True, magnitude=_follows)
+map_op("SIGN", 1, np.sign, "1, 0 or -1 as x is above, at or below 0; NaN for NaN", {"simple": 2}, exact=True)
+map_op("MOD", 2, _mod, "a mod b: with fmod, the dividend's sign (C fmod); else the divisor's (a - floor(a/b) b)",
+       _mod_work, exact=True, attrs={"fmod": False},
+       magnitude=lambda x, m, attrs: m[0] + np.abs(x[0] / x[1]) * m[1])
+map_op("IS_NAN", 1, np.isnan, "x is NaN, 1 or 0", exact=True, predicate=True)
+map_op("IS_INF", 1, _is_inf, "x is +inf (if detect_positive) or -inf (if detect_negative), 1 or 0", {"simple": 2},
+       exact=True, predicate=True, attrs={"detect_positive": True, "detect_negative": True})
+# truth values: nonzero is true
+map_op("LOGICAL_AND", 2, np.logical_and, "a and b, 1 or 0", exact=True, predicate=True)
+map_op("LOGICAL_OR", 2, np.logical_or, "a or b, 1 or 0", exact=True, predicate=True)
+map_op("LOGICAL_XOR", 2, np.logical_xor, "a xor b, 1 or 0", exact=True, predicate=True)
+map_op("LOGICAL_NOT", 1, np.logical_not, "not x, 1 or 0", exact=True, predicate=True)

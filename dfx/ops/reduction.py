@@ -178,11 +178,12 @@ def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
 
 def _softmax_spread(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
                     ) -> tuple[np.ndarray, np.ndarray]:
-    """The softmax s of x, and how far x's errors move log s to first order: d log s_i = dx_i -
-    sum_j s_j dx_j, so at most m_i + sum_j s_j m_j."""
+    """The softmax s of x, and how far x's errors move log s to first order: d log s_i =
+    (1 - s_i) dx_i - sum_{j != i} s_j dx_j, so at most (1 - s_i) m_i + sum_{j != i} s_j m_j (a
+    row's largest element, s_i near 1, barely moves)."""
     s = _softmax(values[:1], attrs)
     m = magnitudes[0]
-    return s, m + np.sum(s * m, axis=attrs["axis"], keepdims=True)
+    return s, (1 - s) * m + np.sum(s * m, axis=attrs["axis"], keepdims=True) - s * m
 
 
 def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]

@@ -5,21 +5,29 @@ Loading: the bytes parse as a ModelProto; tensors whose data lives in external f
 from regular files in the model's folder, exactly the bytes their elements take (2 GB in all at
 most); onnx's shape inference runs (strict, with data propagation: it checks each node against
 its op's schema), which gives every value its element type, on the model without its external
-weights. Opsets 11 up to the newest the installed package knows are read. A node of an op type
-outside the table of onnx_ops.py, or of another domain, is refused naming the node and its op
-type, as is an attribute its op's schema (at the model's opset) does not define, or of another type.
+weights. Opsets 11 up to the newest the installed package knows are read; a model of opset 7 to
+10 is first upgraded to 11 in memory by onnx's version converter, with a warning (a node it cannot
+upgrade is refused by name). Op types outside the table of onnx_ops.py, or of another domain, are
+refused all in one line, each with its count of nodes and its first node; a node's attribute its
+op's schema (at the model's opset) does not define, or of another type, is refused naming the node.
 
 Values keep their ONNX names: graph inputs, node outputs and graph outputs alike. Initializers
 (an initializer also listed as a graph input is a constant with a default: a constant) and the
 results of Constant nodes are values known here. Such a value becomes a graph constant, its
 bytes in `graph.constants` and so in the object, only when an op reads it as data: int64 tensors
 read as shapes, axes, indices, split sizes or bounds are consumed here and never reach the
-graph. A node whose inputs are all known values is evaluated here (onnx's reference evaluator)
-when it only moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape
-arithmetic) or reads a tensor of no elements (a graph input with a dimension of 0 is such a
-known value: a reduction over it gives its identity); a result of no elements is known without
-computing it. Any other computation on constants runs on the KPU as ops. Dynamic dimensions
-(`dim_param`, or no value) read as 1, with a warning.
+graph. Constant folding: a node whose inputs are all known values is evaluated here. One that
+moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape arithmetic, in
+ONNX's own int64) or reads a tensor of no elements (a graph input with a dimension of 0 is such
+a known value: a reduction over it gives its identity) runs in onnx's reference evaluator, as do
+the fold-only op types (FOLD_ONLY in onnx_ops.py: ConstantOfShape, Range, Expand, Tile, ...),
+which are refused naming the node where an input is not known; Shape and Size read only their
+input's shape. Any other (float) computation folds as its mapping emits registry ops, each
+computed by the registry's reference, as the KPU would. A result's elements are counted before
+it is computed: past FOLD_LIMIT a mapped op stays as ops on the KPU, a fold-only one is refused
+in one line; a result of no elements is known without computing it. Identity and Dropout
+(inference: its mask, where read, all true) vanish: their output names their input (a graph
+output gets a copy). Dynamic dimensions (`dim_param`, or no value) read as 1, with a warning.
 
 Dtypes (`ELEMENT_TYPES`): each ONNX element type the DFX contract holds maps onto it, BOOL onto
 u8 (as TOSA's i1 in the `.dfg` frontend). INT64, UINT32 and UINT64 data are held in i32, with a
@@ -49,11 +57,14 @@ from dfx.ops import ShapeError, lookup
 
 from ..errors import CompileError
 
-MIN_OPSET = 11
+MIN_OPSET = 11  # read natively; from MIN_UPGRADED_OPSET up, a model is upgraded to it first
+MIN_UPGRADED_OPSET = 7
+# the unsupported op types a refusal names, the most common first
+UNMAPPED_SHOWN = 8
 DEFAULT_DOMAINS = ("", "ai.onnx")
-# a node whose inputs are all known is evaluated here if it only moves values, or if it computes
-# integers; a result of more elements than this stays as ops (a fuzzed model must not make the
-# compiler allocate gigabytes)
+# a node whose inputs are all known is evaluated by onnx's reference evaluator if it only moves
+# values, computes integers or is fold-only; a result of more elements than this stays as ops, or
+# is refused if fold-only (a fuzzed model must not make the compiler allocate gigabytes)
 MOVES_VALUES = frozenset({"Constant", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                           "Concat", "Split", "Slice", "Gather"})
 FOLD_LIMIT = 1 << 24
@@ -80,8 +91,8 @@ WIDENED = {"UINT16": "i32", "FLOAT8E4M3FNUZ": "f32", "FLOAT8E5M2": "f32", "FLOAT
 def parse_onnx(path: str, data: bytes) -> tuple[Graph, list[str]]:
     """Parse an ONNX model's bytes (the file `path`, which names it in messages) into a graph and
     warning lines."""
-    model = _load(path, data)
     warnings: list[str] = []
+    model = _load(path, data, warnings)
     graph = _Builder(path, model, warnings).build()
     return graph, warnings
 
@@ -96,7 +107,7 @@ def _reason(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _load(path: str, data: bytes) -> Any:
+def _load(path: str, data: bytes, warnings: list[str]) -> Any:
     import onnx
     from onnx import TensorProto, external_data_helper
 
@@ -109,7 +120,7 @@ def _load(path: str, data: bytes) -> Any:
         raise fail("not an ONNX model: it has no graph")
     if not _text_fields_are_text(model):
         raise fail("not an ONNX model: a name or op type is not UTF-8 text")
-    _check_ops(path, model)
+    model = _check_ops(path, model, warnings)
     # external data is read (bounded) before shape inference, which runs on the model as bytes:
     # only the small integer tensors it may read (shapes, axes) are in the model it sees, the
     # weights join its result
@@ -245,9 +256,10 @@ def _text_fields_are_text(model: Any) -> bool:
     return all(isinstance(f, str) for f in fields)
 
 
-def _check_ops(path: str, model: Any) -> None:
-    """Refuse an opset outside 11..newest and any node the frontend does not map, before shape
-    inference (which would word an unknown op its own way)."""
+def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
+    """Refuse an opset outside 7..newest and every op type the frontend does not map (all in one
+    line), upgrade a model below opset 11, and check each node's attributes: before shape
+    inference, which would word an unknown op its own way. Returns the model, upgraded or not."""
     import onnx
 
     from .onnx_ops import OPS
@@ -257,12 +269,12 @@ def _check_ops(path: str, model: Any) -> None:
     newest = onnx.defs.onnx_opset_version()
     if version is None:
         raise CompileError(f"{path}: the model imports no version of the default ONNX opset")
-    if not MIN_OPSET <= version <= newest:
+    if not MIN_UPGRADED_OPSET <= version <= newest:
         raise CompileError(f"{path}: opset {version} is not supported (the ONNX frontend reads opsets "
-                           f"{MIN_OPSET} to {newest})")
-    schemas: dict[str, Any] = {}  # op type -> its schema at the model's opset
+                           f"{MIN_UPGRADED_OPSET} to {newest}, upgrading those below {MIN_OPSET})")
     # every value is made once (ONNX's single assignment): a second writer would silently win
     made = {v.name for v in model.graph.input} | {t.name for t in model.graph.initializer}
+    unmapped: dict[str, list[Any]] = {}  # op type (and its domain if another) -> [its first node, count]
     for i, node in enumerate(model.graph.node):
         for name in node.output:
             if name and name in made:
@@ -270,10 +282,19 @@ def _check_ops(path: str, model: Any) -> None:
                                    "an initializer or an earlier node's output); each value is made once")
             made.add(name)
         if node.domain not in DEFAULT_DOMAINS:
-            raise CompileError(f"{_where(path, node, i)}: op of domain '{_clip(node.domain)}' is not supported "
-                               "(the ONNX frontend maps ops of the default domain)")
-        if node.op_type not in OPS:
-            raise CompileError(f"{_where(path, node, i)}: op type not supported by the ONNX frontend")
+            kind = f"{_clip(node.op_type)} of domain '{_clip(node.domain)}'"
+        elif node.op_type not in OPS:
+            kind = _clip(node.op_type)
+        else:
+            continue
+        unmapped.setdefault(kind, [f"'{_clip(node.name, 40)}'" if node.name else f"#{i}", 0])[1] += 1
+    if unmapped:
+        raise CompileError(_unmapped_message(path, unmapped))
+    if version < MIN_OPSET:
+        model = _upgrade(path, model, version, warnings)
+        version = MIN_OPSET
+    schemas: dict[str, Any] = {}  # op type -> its schema at the model's opset
+    for i, node in enumerate(model.graph.node):
         if node.op_type not in schemas:
             try:
                 schemas[node.op_type] = onnx.defs.get_schema(node.op_type, version, "")
@@ -281,6 +302,74 @@ def _check_ops(path: str, model: Any) -> None:
                 raise CompileError(f"{_where(path, node, i)}: not an op of opset {version}, which the model "
                                    "imports") from None
         _check_attributes(path, node, i, schemas[node.op_type], version)
+    return model
+
+
+def _unmapped_message(path: str, unmapped: dict[str, list[Any]]) -> str:
+    """One line naming each op type the frontend does not map, most nodes first (ties by name),
+    with its count and first node."""
+    ranked = sorted(unmapped.items(), key=lambda item: (-item[1][1], item[0]))
+    parts = [f"{kind} ({count} nodes, first {first})" if count > 1 else f"{kind} (1 node: {first})"
+             for kind, (first, count) in ranked[:UNMAPPED_SHOWN]]
+    if len(ranked) > UNMAPPED_SHOWN:
+        parts.append(f"and {len(ranked) - UNMAPPED_SHOWN} more")
+    types = f"{len(ranked)} op types are" if len(ranked) > 1 else "1 op type is"
+    return f"{path}: {types} not supported by the ONNX frontend: {', '.join(parts)}"
+
+
+def _upgrade(path: str, model: Any, version: int, warnings: list[str]) -> Any:
+    """The model upgraded in memory to MIN_OPSET, the lowest opset the frontend reads natively:
+    the fewest of the converter's adapters change it. A model it cannot upgrade is refused naming
+    the first node that stops it."""
+    import onnx
+    from onnx import version_converter
+
+    for i, node in enumerate(model.graph.node):  # the converter words this "No Adapter From Version"
+        try:
+            onnx.defs.get_schema(node.op_type, version, "")
+        except onnx.defs.SchemaError:
+            raise CompileError(f"{_where(path, node, i)}: not an op of opset {version}, which the model "
+                               "imports") from None
+    try:
+        upgraded = version_converter.convert_version(model, MIN_OPSET)
+    except Exception as exc:
+        # the converter's messages name no node (and may carry its source file): the node is the
+        # last of the shortest prefix of the graph that fails to convert
+        lines = [line.strip() for line in str(exc).split(" failed: ")[-1].splitlines() if line.strip()]
+        reason = _clip(lines[0] if lines else type(exc).__name__, 200)
+        i = _first_unconvertible(model)
+        where = path if i is None else _where(path, model.graph.node[i], i)
+        raise CompileError(f"{where}: cannot be upgraded from opset {version} to {MIN_OPSET}: {reason}") from None
+    warnings.append(f"{path}: opset {version} upgraded to opset {MIN_OPSET} in memory (the ONNX frontend reads "
+                    f"opsets {MIN_OPSET} and newer natively)")
+    return upgraded
+
+
+def _first_unconvertible(model: Any) -> int | None:
+    """The index of the node whose prefix of the graph is the shortest one the converter fails on
+    (a binary search: a prefix holding a failing one fails too), or None if none fails."""
+    import onnx
+    from onnx import version_converter
+
+    def fails(count: int) -> bool:
+        prefix = onnx.ModelProto()
+        prefix.CopyFrom(model)
+        del prefix.graph.node[count:]
+        del prefix.graph.output[:]
+        prefix.graph.output.extend(onnx.ValueInfoProto(name=o) for o in model.graph.node[count - 1].output if o)
+        try:
+            version_converter.convert_version(prefix, MIN_OPSET)
+        except Exception:
+            return True
+        return False
+
+    low, high = 1, len(model.graph.node)
+    if high == 0 or not fails(high):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fails(middle) else (middle + 1, high)
+    return low - 1
 
 
 def _check_attributes(path: str, node: Any, index: int, schema: Any, opset: int) -> None:
@@ -368,6 +457,7 @@ class _Builder:
         self.op_names: set[str] = set()
         self.op_name_count: dict[str, int] = {}  # a repeated op name -> the last number it was given
         self.produced: set[str] = set()
+        self.aliases: dict[str, str] = {}  # an output of a node that vanished (Identity, Dropout) -> its input
         self.held: dict[str, str] = {}  # graph tensor -> the ONNX type it holds in another DFX one
         self.dynamic: list[str] = []
 
@@ -401,7 +491,8 @@ class _Builder:
             if not self.fold(node):
                 OPS[proto.op_type](node)
             for k, name in enumerate(proto.output):
-                if name and name not in self.produced and name not in self.values and (name in used):
+                if name and name not in self.produced and name not in self.values and name not in self.aliases and (
+                        name in used):
                     raise node.fail(f"output {k} ('{_clip(name)}') is not produced by the ONNX frontend's "
                                     f"mapping of {proto.op_type}")
         self.finish_outputs()
@@ -511,8 +602,12 @@ class _Builder:
     # -- compile-time evaluation
 
     def fold(self, node: Node) -> bool:
-        """Evaluate a node whose inputs are all known, if it moves values, computes integers or
-        reads an empty tensor, and a node whose results have no elements; whether it did."""
+        """Evaluate a node here, whether it did: a node whose results have no elements; Shape and
+        Size, from their input's shape; a node whose inputs are all known (onnx's reference
+        evaluator) if it is fold-only, moves values, computes integers or reads an empty tensor.
+        A float computation on known values folds as its mapping emits registry ops (`emit`)."""
+        from .onnx_ops import FOLD_ONLY
+
         proto = node.proto
         outputs = [t for t in proto.output if t]
         if outputs and all(t in self.static and math.prod(self.static[t]) == 0 for t in outputs):
@@ -521,24 +616,41 @@ class _Builder:
             for t in outputs:  # no elements: nothing to compute
                 self.values[t] = np.zeros(self.static[t], helper.tensor_dtype_to_np_dtype(self.elem_types[t]))
             return True
+        if proto.op_type in ("Shape", "Size") and outputs:
+            shape = node.shape(0)
+            self.values[outputs[0]] = np.array(
+                math.prod(shape) if proto.op_type == "Size"
+                else shape[node.int_attr("start", 0):node.int_attr("end", len(shape))], np.int64)
+            return True
         inputs = [t for t in proto.input if t]
         if not all(t in self.values for t in inputs):
             return False
+        fold_only = proto.op_type in FOLD_ONLY
         integral = all(self.elem_types.get(t) is not None and _integral(self.elem_types[t])
                        for t in proto.output if t)
         empty = any(self.values[t].size == 0 for t in inputs)  # nothing for the KPU to read
-        if proto.op_type not in MOVES_VALUES and not integral and not empty:
+        if not (fold_only or proto.op_type in MOVES_VALUES or integral or empty):
             return False
-        if sum(int(self.values[t].size) for t in inputs) > FOLD_LIMIT or any(
-                math.prod(self.static.get(t, ())) > FOLD_LIMIT for t in proto.output):
-            return False
+        count = self.result_size(proto)
+        read = sum(int(self.values[t].size) for t in inputs)
+        if (count or 0) > FOLD_LIMIT or read > FOLD_LIMIT:
+            if not fold_only:
+                return False  # stays as ops, on the KPU
+            what = f"its result would hold {count:,} elements" if (count or 0) > FOLD_LIMIT else (
+                f"its inputs hold {read:,} elements")
+            raise node.fail(f"{what}, more than the {FOLD_LIMIT:,} the ONNX frontend folds at compile time")
+        from onnx import ValueInfoProto, helper
         from onnx.reference import ReferenceEvaluator
 
+        # the node in a model of the model's opset: the evaluator runs a bare node as of the newest
+        graph = helper.make_graph([proto], "fold", [ValueInfoProto(name=t) for t in dict.fromkeys(inputs)],
+                                  [ValueInfoProto(name=t) for t in outputs])
+        evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)]))
         try:
-            results = ReferenceEvaluator(proto, opsets={"": self.opset}).run(None, {t: self.values[t] for t in inputs})
+            results = evaluator.run(outputs, {t: self.values[t] for t in inputs})
         except Exception as exc:
             raise node.fail(f"cannot evaluate on its constant inputs: {_reason(exc)}") from None
-        for name, value in zip(proto.output, results):
+        for name, value in zip(outputs, results):
             if name:
                 value = np.asarray(value)
                 if value.size > FOLD_LIMIT:
@@ -546,10 +658,36 @@ class _Builder:
                 self.values[name] = value
         return True
 
+    def result_size(self, proto: Any) -> int | None:
+        """The elements of a node's largest result, told before it is evaluated: from static
+        shapes, else from the known inputs of the ops that make a large result of small ones;
+        None when neither tells."""
+        outputs = [t for t in proto.output if t]
+        if outputs and all(t in self.static for t in outputs):
+            return max(math.prod(self.static[t]) for t in outputs)
+        value = lambda i: self.values[proto.input[i]]  # noqa: E731
+        try:
+            if proto.op_type == "ConstantOfShape":
+                return math.prod(int(d) for d in value(0).reshape(-1))
+            if proto.op_type == "Expand":
+                return math.prod(np.broadcast_shapes(value(0).shape, tuple(int(d) for d in value(1).reshape(-1))))
+            if proto.op_type == "Tile":
+                return math.prod(d * int(r) for d, r in zip(value(0).shape, value(1).reshape(-1)))
+            if proto.op_type == "Range":
+                start, limit, delta = (value(i).item() for i in range(3))
+                return max(math.ceil((limit - start) / delta), 0)
+        except (ValueError, TypeError, ZeroDivisionError, OverflowError, IndexError):
+            return None  # malformed: the evaluator words the problem
+        return None
+
     # -- ops
 
     def emit(self, node: Node, op_type: str, inputs: list[str], attrs: dict[str, Any], out: str | None,
              dtype: str | None) -> str:
+        if all(t in self.values for t in inputs):
+            folded = self.fold_op(node, op_type, inputs, attrs, out, dtype)
+            if folded is not None:
+                return folded
         names = [self.materialize(t, node.where) for t in inputs]
         opdef = lookup(op_type)
         operands = [self.graph.tensors[t] for t in names]
@@ -569,6 +707,34 @@ class _Builder:
         self.add_tensor(name, tuple(shape), dtype, role, node.where)
         op_name = node.op_name()
         self.graph.ops.append(Op(op_name, op_type, names, [name], dict(attrs), node.where))
+        return name
+
+    def fold_op(self, node: Node, op_type: str, inputs: list[str], attrs: dict[str, Any], out: str | None,
+                dtype: str | None) -> str | None:
+        """A registry op on known values computed here by its reference, on the values as the KPU
+        would hold them: the name of its known result; None (an op after all) when the result
+        holds more than FOLD_LIMIT elements or an integer value does not fit its DFX dtype."""
+        opdef = lookup(op_type)
+        dtypes = [self.dtype_of(t, node.where) for t in inputs]
+        try:
+            normalized = opdef.normalize_attrs(attrs)
+            (shape,) = opdef.infer_shapes([self.shape(t) for t in inputs], dtypes, normalized)
+        except ShapeError as exc:
+            raise node.fail(str(exc)) from None
+        if math.prod(shape) > FOLD_LIMIT:
+            return None
+        arrays = []
+        for t, d in zip(inputs, dtypes):
+            with np.errstate(all="ignore"):
+                held = self.values[t].astype(numpy_dtype(d))
+            if is_integer(d) and not np.array_equal(held.astype(np.int64), self.values[t].astype(np.int64)):
+                return None  # materialized, it is refused naming the constant
+            arrays.append(held)
+        if dtype is None:
+            dtype = dtypes[0] if opdef.family == "layout" else "u8" if opdef.predicate else node.dtype
+        (value,) = opdef.reference(arrays, normalized, [dtype])
+        name = out if out is not None else self.fresh(f"{node.base}.{op_type.lower()}")
+        self.values[name] = np.asarray(value)
         return name
 
     def finish_outputs(self) -> None:
@@ -680,7 +846,7 @@ class Node:
     def name(self, i: int) -> str:
         if not self.has(i):
             raise self.fail(f"input {i} is missing")
-        return self.proto.input[i]
+        return self.b.aliases.get(self.proto.input[i], self.proto.input[i])
 
     def x(self, i: int) -> str:
         """Input i as an operand of an op (a known value becomes a graph constant)."""
@@ -794,6 +960,18 @@ class Node:
         name = self.b.fresh(f"{self.base}.{step}")
         self.b.values[name] = values
         return name
+
+    def alias(self, x: str, out: int = 0) -> None:
+        """Output `out` is `x` itself: no op (a graph output gets a copy of it)."""
+        name = self.out(out)
+        if name is None:
+            return
+        if name in self.b.output_names:
+            self.reshape(x, self.shape(x), out=out)
+        elif x in self.b.values:
+            self.b.values[name] = self.b.values[x]
+        else:
+            self.b.aliases[name] = x
 
     def reshape(self, x: str, shape: tuple[int, ...] | list[int], out: int | None = None) -> str:
         """x under `shape` (same elements): a known value is reshaped here."""

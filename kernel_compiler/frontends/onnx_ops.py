@@ -35,7 +35,24 @@ def _binary(op: str) -> Callable[[Node], None]:
 
 
 def _identity(n: Node) -> None:
-    n.reshape(n.x(0), n.shape(0), out=0)
+    n.alias(n.x(0))
+
+
+def dropout(n: Node) -> None:
+    """Inference: the output is the input, the mask (where read) all true."""
+    if n.has(2) and any(n.ints(2, "training_mode")):
+        raise n.fail("training_mode true is not supported (inference only)")
+    _identity(n)
+    if n.used(1):
+        from onnx import TensorProto, helper
+
+        from .onnx import FOLD_LIMIT
+
+        shape, mask = n.shape(0), n.out(1)
+        if math.prod(shape) > FOLD_LIMIT:
+            raise n.fail(f"its mask of {math.prod(shape):,} elements is more than the {FOLD_LIMIT:,} the ONNX "
+                         "frontend keeps")
+        n.b.values[mask] = np.ones(shape, helper.tensor_dtype_to_np_dtype(n.b.elem_types.get(mask, TensorProto.BOOL)))
 
 
 def leaky_relu(n: Node) -> None:
@@ -48,7 +65,7 @@ def gelu(n: Node) -> None:
 
 
 def _variadic(op: str) -> Callable[[Node], None]:
-    """Min, Max: a chain of binary ops, in operand order."""
+    """Min, Max, Sum: a chain of binary ops, in operand order."""
 
     def variadic(n: Node) -> None:
         operands = [n.x(i) for i in range(len(n.proto.input))]
@@ -60,6 +77,40 @@ def _variadic(op: str) -> Callable[[Node], None]:
             y = n.emit(op, [y, x], out=0 if i == len(operands) else None)
 
     return variadic
+
+
+def mean(n: Node) -> None:
+    """The chain of ADDs (as Sum), times 1/n."""
+    operands = [n.x(i) for i in range(len(n.proto.input))]
+    if len(operands) == 1:
+        _identity(n)
+        return
+    y = operands[0]
+    for x in operands[1:]:
+        y = n.emit("ADD", [y, x])
+    n.emit("MUL", [y, n.scalar(1 / len(operands), y)], out=0)
+
+
+def hard_sigmoid(n: Node) -> None:
+    n.emit("HARD_SIGMOID", [n.x(0)], out=0, alpha=n.float_attr("alpha", 0.2), beta=n.float_attr("beta", 0.5))
+
+
+def elu(n: Node) -> None:
+    n.emit("ELU", [n.x(0)], out=0, alpha=n.float_attr("alpha", 1.0))
+
+
+def selu(n: Node) -> None:
+    n.emit("SELU", [n.x(0)], out=0, alpha=n.float_attr("alpha", 1.67326319217681884765625),
+           gamma=n.float_attr("gamma", 1.05070102214813232421875))
+
+
+def is_inf(n: Node) -> None:
+    n.emit("IS_INF", [n.x(0)], out=0, detect_positive=bool(n.int_attr("detect_positive", 1)),
+           detect_negative=bool(n.int_attr("detect_negative", 1)))
+
+
+def mod(n: Node) -> None:
+    n.emit("MOD", [n.x(0), n.x(1)], out=0, fmod=bool(n.int_attr("fmod", 0)))
 
 
 def clip(n: Node) -> None:
@@ -627,6 +678,19 @@ def constant(n: Node) -> None:
     raise n.fail("could not be evaluated")  # Constant nodes are evaluated by the builder
 
 
+def fold_only(n: Node) -> None:
+    """An op the builder evaluates (FOLD_ONLY) where its inputs are known: here one is not."""
+    from .onnx import _clip
+
+    i = next((i for i in range(len(n.proto.input)) if n.has(i) and n.value(i) is None), 0)
+    raise n.fail(f"its input {i} ('{_clip(n.name(i))}') must be a constant: the ONNX frontend evaluates "
+                 f"{n.op_type} at compile time")
+
+
+# evaluated at compile time only (Shape and Size from their input's shape alone)
+FOLD_ONLY = frozenset({"Shape", "Size", "ConstantOfShape", "Range", "Expand", "Tile", "ReduceProd"})
+
+
 # ONNX op type -> its mapping
 OPS: dict[str, Callable[[Node], None]] = {
     # maps
@@ -638,6 +702,11 @@ OPS: dict[str, Callable[[Node], None]] = {
     "Equal": _binary("EQUAL"), "Less": _binary("LESS"), "Greater": _binary("GREATER"),
     "LessOrEqual": _binary("LESS_EQUAL"), "GreaterOrEqual": _binary("GREATER_EQUAL"), "Where": where,
     "Cast": cast,
+    "HardSigmoid": hard_sigmoid, "HardSwish": _unary("HARD_SWISH"), "Softplus": _unary("SOFTPLUS"), "Elu": elu,
+    "Selu": selu, "Mish": _unary("MISH"), "PRelu": _binary("PRELU"), "Floor": _unary("FLOOR"),
+    "Ceil": _unary("CEIL"), "Round": _unary("ROUND"), "Sign": _unary("SIGN"), "Mod": mod,
+    "IsNaN": _unary("IS_NAN"), "IsInf": is_inf, "And": _binary("LOGICAL_AND"), "Or": _binary("LOGICAL_OR"),
+    "Xor": _binary("LOGICAL_XOR"), "Not": _unary("LOGICAL_NOT"), "Sum": _variadic("ADD"), "Mean": mean,
     # contractions and windows
     "MatMul": matmul, "Gemm": gemm, "Conv": conv, "ConvTranspose": conv_transpose,
     "MaxPool": _pool("max"), "AveragePool": _pool("average"), "GlobalAveragePool": global_average_pool,
@@ -649,5 +718,7 @@ OPS: dict[str, Callable[[Node], None]] = {
     # layout
     "Identity": _identity, "Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
     "Unsqueeze": unsqueeze, "Concat": concat, "Split": split, "Slice": slice_, "Gather": gather,
-    "Constant": constant,
+    "Constant": constant, "Dropout": dropout,
+    # folded
+    **{op: fold_only for op in FOLD_ONLY},
 }

@@ -1,0 +1,132 @@
+"""Constant folding in the ONNX frontend: nodes whose inputs are all known are evaluated at
+compile time (shape chains as legacy exporters write them, float arithmetic on initializers),
+Identity and Dropout vanish, and a folded result past the limit is a one-line refusal. Each
+compiled model runs against onnxruntime."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from test_frontend_onnx import assert_matches_onnxruntime, model, rand, refusal
+
+
+def ops_of(program) -> list[str]:
+    return [op.op_type for op in program.graph.ops]
+
+
+def fill(value: float, dtype=np.float32):
+    """ConstantOfShape's `value` attribute."""
+    return numpy_helper.from_array(np.array([value], dtype))
+
+
+def test_constant_of_shape_of_an_initializer_folds():
+    m = model([helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill(1.5)),
+               helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": rand(2, 3)}, ["y"], {"s": np.array([2, 3], np.int64)})
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(2, 3)})
+    assert ops_of(program) == ["ADD"]
+    np.testing.assert_array_equal(program.graph.constant_values("c"), np.full((2, 3), 1.5, np.float32))
+
+
+def test_legacy_shape_chain_folds():
+    """Shape -> Gather -> Unsqueeze -> Concat -> Reshape of a runtime tensor; ConstantOfShape and
+    Expand of its shape; Range: all known at compile time, only the arithmetic on x is left."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "minus_one"], ["new_shape"], axis=0),
+        helper.make_node("Reshape", ["x", "new_shape"], ["flat"]),
+        helper.make_node("Shape", ["flat"], ["flat_shape"]),
+        helper.make_node("ConstantOfShape", ["flat_shape"], ["ones"], value=fill(2.0)),
+        helper.make_node("Expand", ["bias", "flat_shape"], ["bias_wide"]),
+        helper.make_node("Range", ["start", "limit", "delta"], ["ramp"]),
+        helper.make_node("Mul", ["flat", "ones"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "bias_wide"], ["shifted"]),
+        helper.make_node("Add", ["shifted", "ramp"], ["y"]),
+    ]
+    inits = {"zero": np.array(0, np.int64), "axes0": np.array([0], np.int64),
+             "minus_one": np.array([-1], np.int64), "bias": rand(1, 12, seed=1),
+             "start": np.array(0, np.float32), "limit": np.array(6, np.float32), "delta": np.array(0.5, np.float32)}
+    m = model(nodes, {"x": rand(2, 3, 4)}, ["y"], inits)
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(2, 3, 4, seed=2)})
+    assert ops_of(program) == ["RESHAPE", "MUL", "ADD", "ADD"]
+
+
+def test_dropout_and_identity_vanish():
+    nodes = [helper.make_node("Identity", ["x"], ["x1"]),
+             helper.make_node("Dropout", ["x1", "ratio"], ["dropped"]),
+             helper.make_node("Relu", ["dropped"], ["y"])]
+    m = model(nodes, {"x": rand(3, 4)}, ["y"], {"ratio": np.array(0.5, np.float32)})
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(3, 4, seed=3)})
+    assert ops_of(program) == ["RELU"]
+
+
+def test_dropout_mask_is_all_true():
+    nodes = [helper.make_node("Dropout", ["x"], ["dropped", "mask"]),
+             helper.make_node("Relu", ["dropped"], ["y"])]
+    m = model(nodes, {"x": rand(3, 4)}, ["y", "mask"])
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(3, 4, seed=4)})
+    assert ops_of(program) == ["RELU", "RESHAPE"]  # the mask's copy of its constant
+
+
+def test_dropout_in_training_mode_is_refused():
+    m = model([helper.make_node("Dropout", ["x", "ratio", "training"], ["y"])], {"x": rand(3, 4)}, ["y"],
+              {"ratio": np.array(0.5, np.float32), "training": np.array(True)})
+    assert refusal(m) == "bad.onnx: node #0 (Dropout): training_mode true is not supported (inference only)"
+
+
+def test_float_mul_of_initializers_folds_by_the_registry():
+    a, b = rand(4, 5, seed=5), rand(4, 5, seed=6)
+    m = model([helper.make_node("Mul", ["a", "b"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": rand(4, 5)}, ["y"], {"a": a, "b": b})
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(4, 5, seed=7)})
+    assert ops_of(program) == ["ADD"]
+    np.testing.assert_array_equal(program.graph.constant_values("c"), a * b)
+
+
+def test_a_billion_element_constant_is_refused_without_allocating():
+    m = model([helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill(1.0)),
+               helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": rand(1)}, ["y"], {"s": np.array([1000, 1000, 1000], np.int64)})
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        message = refusal(m)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert message == ("bad.onnx: node #0 (ConstantOfShape): its result would hold 1,000,000,000 elements, more "
+                       "than the 16,777,216 the ONNX frontend folds at compile time")
+    assert time.perf_counter() - started < 5 and peak < 64 << 20
+
+
+def test_fold_only_op_of_a_runtime_tensor_is_refused():
+    m = model([helper.make_node("Expand", ["x", "s"], ["y"])], {"x": rand(1, 4)}, ["y"],
+              {"s": np.array([3, 4], np.int64)})
+    assert refusal(m) == ("bad.onnx: node #0 (Expand): its input 0 ('x') must be a constant: the ONNX frontend "
+                          "evaluates Expand at compile time")
+
+
+def test_shape_and_size_read_a_static_shape():
+    nodes = [helper.make_node("Size", ["x"], ["n"]), helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Shape", ["x"], ["tail"], start=-1),
+             helper.make_node("Cast", ["tail"], ["tailf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "nf"], ["y0"]), helper.make_node("Mul", ["y0", "tailf"], ["y"])]
+    m = model(nodes, {"x": rand(2, 5)}, ["y"])
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(2, 5, seed=8)})
+    assert ops_of(program) == ["ADD", "MUL"]
+
+
+def test_past_the_limit_float_work_stays_on_the_kpu(monkeypatch):
+    import kernel_compiler.frontends.onnx as frontend
+
+    monkeypatch.setattr(frontend, "FOLD_LIMIT", 10)
+    m = model([helper.make_node("Mul", ["a", "b"], ["c"]), helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": rand(4, 5)}, ["y"], {"a": rand(4, 5, seed=9), "b": rand(4, 5, seed=10)})
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(4, 5, seed=11)})
+    assert ops_of(program) == ["MUL", "ADD"]
