@@ -41,7 +41,7 @@ def check_tile_ops(program: Program, limit: int, where: str) -> None:
     ops = tile_ops(program)
     if ops > limit:
         time = _size(ops / TILE_OPS_PER_SECOND, _TIME_UNITS)
-        raise BudgetError(f"{where}: {ops:,} tile ops to simulate (about {time} with values), more than "
+        raise BudgetError(f"{where}: {ops:,} tile ops to simulate ({time} with values), more than "
                           f"the {limit:,} allowed; --max-tile-ops {ops} runs it")
 
 
@@ -102,7 +102,9 @@ _TIME_UNITS = [("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1)
 def _size(n: float, units: Sequence[tuple[str, float]]) -> str:
     """`n` in the largest of `units` it reaches (the last one otherwise)."""
     unit, scale = next(((u, s) for u, s in units if n >= s), units[-1])
-    return f"{n / scale:,.{1 if scale > 1 else 0}f} {unit}"
+    if n < scale:  # below the smallest unit: "under 1 second", never "about 0 seconds"
+        return f"under 1 {unit.rstrip('s')}"
+    return f"about {n / scale:,.{1 if scale > 1 else 0}f} {unit}"
 
 
 def advise(budget: Budget, where: str, available: int | None = None) -> Advice | None:
@@ -115,6 +117,6 @@ def advise(budget: Budget, where: str, available: int | None = None) -> Advice |
                             f"memory, {_size(available, gib)} is free; use --timing-only for the cycles alone")
     if budget.seconds > LONG_RUN_SECONDS:
         time = _size(budget.seconds, _TIME_UNITS)
-        return Advice(False, f"{where}: {budget.tile_ops:,} tile ops to simulate and compute, about {time} at "
+        return Advice(False, f"{where}: {budget.tile_ops:,} tile ops to simulate and compute, {time} at "
                              f"{TILE_OPS_PER_SECOND:,} tile ops/s; --timing-only skips the values")
     return None

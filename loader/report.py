@@ -333,7 +333,8 @@ def print_check(s: dict[str, Any], console: Console) -> None:
             line(f"kernel {name}", c)
     worst = check["worst_kernel"]
     if worst is not None and check["kernels"][worst]["passed"]:
-        line(f"worst of {len(check['kernels'])} kernels, {worst}", check["kernels"][worst])
+        n = len(check["kernels"])
+        line(f"worst of {n} kernels, {worst}" if n > 1 else f"kernel {worst}", check["kernels"][worst])
 
 
 def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops: int) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,6 +51,10 @@ def _deadline_passed(signum, frame):
     raise DeadlinePassed
 
 
+def _print_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(warnings.formatwarning(message, category, filename, lineno, line), end="", file=sys.stderr)
+
+
 def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader") as its console
     script runs it, but in this process: the same entry point on the same arguments, its exit
@@ -72,7 +77,10 @@ def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.Comple
         sys.argv = [program, *map(str, args)]
         if cwd is not None:
             os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err):
+        # a Python warning reaches stderr, as a process prints it (not pytest's record), every time
+        with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = _print_warning
             try:
                 main()
                 code = 0

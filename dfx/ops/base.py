@@ -93,7 +93,7 @@ class OpDef:
     # relative to it, never to values it does not depend on. A contraction's is its own
     # (`on_sizes`); every other op carries its operands' to its result to first order
     # (`on_magnitudes`, or the op's own rule). None: the element's own size alone.
-    magnitude: Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], list[np.ndarray]] | None = None
+    magnitude: MagnitudeRule | None = None
 
     def padding_value(self, dtype: str) -> int | float:
         """What a sliding-window op's input holds in its padding, in `dtype`: zero unless the op says."""

@@ -23,7 +23,7 @@ TRANSCENDENTAL = {"transcendental": 1}
 def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
            work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
            exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None,
-           magnitude: Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], np.ndarray] | None = None
+           magnitude: MapRule | None = None
            ) -> OpDef:
     """Declare a map op. `exact`: integer operands and results compute in integers (else in
     float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
@@ -80,7 +80,8 @@ def _apply(fn: Callable[..., np.ndarray], operands: list[np.ndarray], attrs: dic
 # function of one operand. An op that moves its result no further than its operand (a selection,
 # a clamp) passes the operand's on. Comparisons have none: each is exact, 0 or 1.
 
-Rule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], np.ndarray]
+# a map op's rule: OpDef.magnitude's for its one result
+MapRule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], np.ndarray]
 
 
 def _sum(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -109,7 +110,7 @@ def _power(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> n
     return np.abs(np.power(a, b)) * (np.abs(b) * m[0] / np.abs(a) + np.abs(np.log(np.abs(a))) * m[1])
 
 
-def _slope(derivative: Callable[[np.ndarray], np.ndarray]) -> Rule:
+def _slope(derivative: Callable[[np.ndarray], np.ndarray]) -> MapRule:
     """The rule of a function of one operand: |f'(x)| times x's magnitude."""
     return lambda x, m, attrs: np.abs(derivative(x[0])) * m[0]
 
