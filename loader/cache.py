@@ -34,7 +34,6 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import stat
 import tempfile
 import types
 import typing
@@ -307,27 +306,19 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
 
 # --- reading and writing
 
-def _entry_file(path: Path) -> None:
-    """EntryError unless the entry at `path` is a regular file of one name (see the module doc)."""
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        raise EntryError("no entry") from None
-    except OSError as e:
-        raise EntryError(f"unreadable ({e.strerror or e})") from None
-    if stat.S_ISLNK(info.st_mode):
-        raise EntryError("the entry is a link, not followed")
-    if not stat.S_ISREG(info.st_mode):
-        raise EntryError("the entry is not a regular file")
-    if info.st_nlink != 1:
-        raise EntryError("the entry has other names (hard links)")
+# why an entry refused for what it is misses
+_MISSES = {"missing": "no entry", "link": "the entry is a link, not followed",
+           "hard link": "the entry has other names (hard links)"}
 
 
 def load(path: Path, key: dict[str, Any], program: Program, machine: Machine) -> list[Binding]:
-    _entry_file(path)
+    """The entry's bindings; EntryError unless it is a regular file of one name (see the module
+    doc), checked on the file opened, not its name, so an entry swapped meanwhile is not followed."""
     try:
-        data = read_input_file(path, "binding cache entry", MAX_ENTRY_BYTES)
-    except InputFileError as e:  # replaced by a FIFO or a link since it was looked at, or too large
+        data = read_input_file(path, "binding cache entry", MAX_ENTRY_BYTES, follow_links=False)
+    except InputFileError as e:
+        if e.kind:
+            raise EntryError(_MISSES.get(e.kind, "the entry is not a regular file")) from None
         raise EntryError(f"unreadable ({e})") from None
     bindings = parse_entry(data, key)
     check(bindings, program, machine)

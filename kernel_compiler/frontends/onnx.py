@@ -43,8 +43,6 @@ mapping sees real shapes, and a ShapeError becomes a one-line CompileError namin
 from __future__ import annotations
 
 import math
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +50,7 @@ import numpy as np
 
 from dfx.dtypes import is_integer, numpy_dtype
 from dfx.graph import Graph, Op, Tensor, shape_problem
-from dfx.input_files import GB, KB, shown_path, size_words
+from dfx.input_files import GB, KB, InputFileError, read_input_slice, shown_path, size_words
 from dfx.ops import ShapeError, lookup
 
 from ..errors import CompileError
@@ -175,7 +173,7 @@ def _read_external_data(path: str, tensors: list[Any]) -> dict[int, bytes]:
         if total + needed > MAX_EXTERNAL_BYTES:
             raise CompileError(f"{where}: its external data ({size_words(needed)}) would take the model's past "
                                f"the {size_words(MAX_EXTERNAL_BYTES)} the ONNX frontend reads")
-        read[i] = _read_slice(where_file, folder, file, location, offset or 0, needed)
+        read[i] = _read_slice(where_file, folder, file, offset or 0, needed)
         total += needed
     return read
 
@@ -206,31 +204,14 @@ def _data_bytes(tensor: Any, where: str) -> int:
     return -(-math.prod(tensor.dims) * bits // 8)
 
 
-def _read_slice(where: str, folder: Path, file: Path, location: str, offset: int, size: int) -> bytes:
+def _read_slice(where: str, folder: Path, file: Path, offset: int, size: int) -> bytes:
     """`size` bytes from `offset` of `file`, a regular file (a FIFO or a device is never read)."""
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise CompileError(f"{where} not found in {folder}") from None
-    except OSError as exc:
-        raise CompileError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not location or stat.S_ISDIR(info.st_mode):
-            raise CompileError(f"{where} not found in {folder}")
-        if not stat.S_ISREG(info.st_mode):
-            raise CompileError(f"{where}: cannot read: not a regular file")
-        if info.st_size < offset + size:
-            raise CompileError(f"{where}: its {info.st_size} bytes end before the {size} its data takes from "
-                               f"offset {offset}")
-        try:
-            f.seek(offset)
-            data = f.read(size)
-        except OSError as exc:
-            raise CompileError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    if len(data) != size:  # the file shrank while it was read
-        raise CompileError(f"{where}: ends before the {size} bytes its data takes from offset {offset}")
-    return data
+        return read_input_slice(file, "data", offset, size)
+    except InputFileError as exc:
+        if exc.kind in ("missing", "folder"):  # a location of "" or "." names the folder itself
+            raise CompileError(f"{where} not found in {folder}") from None
+        raise CompileError(f"{where}: {'cannot read: not a regular file' if exc.kind else exc.reason}") from None
 
 
 def _attach(tensor: Any, data: bytes) -> None:
