@@ -38,6 +38,8 @@ def dse(
         fail(f"--serial runs in this process: give it no {'--scheduler' if scheduler is not None else '--workers'}")
     if scheduler is not None and workers is not None:
         fail("--workers sizes the local cluster: with --scheduler the cluster has the workers it has")
+    if output == "":  # Path("") is the current folder
+        fail("--output: an empty path; name a folder")
     for option, name in (("--x", x), ("--y", y)):
         if name is not None and name not in OBJECTIVES:
             fail(f"{option}: expected one of {', '.join(OBJECTIVES)}, got '{name}'")
@@ -72,6 +74,8 @@ def dse(
                     f"{len(jobs) - len(pending)} already in {paths['results.csv']}, {len(pending)} to evaluate"
                     + (f" {where}" if pending else ""))
                 table.start()
+                if table.cut:
+                    say(f"warning: {table.cut}")
 
                 def done(job, row) -> None:
                     nonlocal failed

@@ -8,10 +8,13 @@ back exactly), so every row is one line.
 
 A sweep appends each row and flushes it the moment its point finishes: a sweep killed at any
 moment loses only the points in flight, and at worst leaves the last row half written, which the
-next run cuts off before it appends. The rows already there are the points a rerun skips; a file
-with other columns is another sweep's and is refused, not appended to, and so is a file with a
-whole row kpu-dse cannot have written (a status other than ok or failed, a measurement that is
-not a finite number). At the end of a sweep the file is rewritten in the spec's order (each row's
+next run cuts off before it appends, saying so. A last row without its line end that is whole
+(every column, a status and measures kpu-dse writes: an editor dropped the line end) is kept and
+given its line end before rows are appended; a kill inside its last cell (a wall-clock time) cannot
+be told from it. The rows already there are the points a rerun skips; a file with other columns
+is another sweep's and is refused, not appended to, and so is a file with a whole row kpu-dse
+cannot have written (a status other than ok or failed, a measurement that is not a finite
+number). At the end of a sweep the file is rewritten in the spec's order (each row's
 line as it was), so a finished sweep's table does not depend on the order in which the workers
 finished.
 
@@ -85,12 +88,22 @@ class Table:
         self.lines: dict[str, str] = {}  # key -> its row's line, as in the file
         self.rows: dict[str, dict[str, str]] = {}  # key -> its row's cells by column
         self._complete = 0  # bytes of the file up to its last whole row
+        self._unended = False  # the last whole row has no line end: start() adds it
+        self.cut: str | None = None  # what start() cuts off, as a warning naming the file and line
         self._file: io.TextIOWrapper | None = None
 
     def read(self) -> None:
         """Read the rows already in the file (none if there is no file); nothing is written yet."""
         data = self._read_bytes()
-        self._complete = data.rfind(b"\n") + 1  # a row without its line end was cut short by a kill
+        self._complete = data.rfind(b"\n") + 1
+        last = data[self._complete:]
+        if last.strip() and self._complete:  # after a whole line: a whole row, or one a kill cut short
+            if self._whole_row(last):
+                self._complete, self._unended = len(data), True
+            else:
+                number = data.count(b"\n") + 1
+                self.cut = (f"{self.path}: line {number}: {_clip(last.decode('utf-8', 'replace'))!r}: a row left half "
+                            "written (a sweep killed while writing it), cut off; its point is evaluated again")
         # blank lines at the end (an editor's or a hand's) are no rows: start() cuts them off too
         whole = data[: self._complete].splitlines(keepends=True)
         while whole and not whole[-1].strip():
@@ -100,6 +113,8 @@ class Table:
         except UnicodeDecodeError as e:
             raise ResultsError(f"{self.path}: byte {e.start}: not UTF-8 text, not a kpu-dse results table") from None
         text = text.removeprefix("\ufeff")  # a BOM, as a spreadsheet saving the table writes it
+        if self._unended:
+            text += "\n"  # the line end start() gives it
         lines = text.splitlines(keepends=True)
         if not lines and data.strip():
             # only what follows our whole header line can be a row a kill cut short: text with no
@@ -122,6 +137,17 @@ class Table:
             self._check(number, dict(zip(self.header, values)))
             self.lines.setdefault(values[0], text_line)
             self.rows.setdefault(values[0], dict(zip(self.header, values)))
+
+    def _whole_row(self, data: bytes) -> bool:
+        """Whether `data` (a last line without its line end) is a whole row kpu-dse writes."""
+        try:
+            values = self._cells(0, data.decode("utf-8"))
+            if len(values) != len(self.header):
+                return False
+            self._check(0, dict(zip(self.header, values)))
+        except (UnicodeDecodeError, ResultsError):
+            return False
+        return True
 
     def _cells(self, number: int, text_line: str) -> list[str]:
         try:
@@ -203,15 +229,16 @@ class Table:
 
     def start(self) -> None:
         """Cut off a half-written last row and open the file for appending, with the header if it
-        has none."""
+        has none, and the line end of its last row if that has none."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = self._open(os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # made if missing, never through a link
             os.ftruncate(fd, self._complete)
             self._file = open(fd, "a", encoding="utf-8", newline="")
-            if not self._complete:
-                self._file.write(line(self.header))
+            if not self._complete or self._unended:
+                self._file.write("\n" if self._unended else line(self.header))
                 self._file.flush()
+                self._unended = False
         except OSError as e:
             raise ResultsError(f"{self.path}: cannot write: {e.strerror or e}") from None
 

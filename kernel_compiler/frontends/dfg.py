@@ -344,6 +344,7 @@ class _Builder:
     outgoing: dict[int, list[DfgEdge]] = field(default_factory=lambda: defaultdict(list))
     slot_of: dict[int, int] = field(default_factory=dict)  # id(edge) -> operand slot
     names: dict[tuple[int, int], str] = field(default_factory=dict)  # (node, result slot) -> tensor
+    results: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))  # node -> tensors by slot
 
     @property
     def nodes(self) -> dict[int, DfgNode]:
@@ -444,6 +445,8 @@ class _Builder:
                 fallback = node.name and (node.name if slot == 0 else f"{node.name}_{slot}")
                 candidates.append(node.result_names.get(slot) or fallback or f"node{node_id}_{slot}")
         self.names = dict(zip(keys, _unique(candidates)))
+        for (node_id, _), name in self.names.items():  # keys run in slot order within a node
+            self.results[node_id].append(name)
 
     def make_tensor(self, key: tuple[int, int]) -> Tensor:
         node_id, slot = key
@@ -521,7 +524,7 @@ class _Builder:
         if node.operand_types and len(fed) != len(node.operand_types):
             self.warn(node.line, f"node {node.id} '{node.name}' declares {len(node.operand_types)} operands, "
                                  f"{len(fed)} connected")
-        outputs = [self.names[(node.id, slot)] for slot in sorted(s for n, s in self.names if n == node.id)]
+        outputs = list(self.results[node.id])
         source = f"{self.reader.file}:{node.line} node {node.id} '{node.name}'"
         return Op(
             name=node.name or f"{node.op.lower()}_{node.id}",
@@ -556,12 +559,14 @@ def _unique(candidates: list[str]) -> list[str]:
     """The first use of a name keeps it; repeats become name_1, name_2, ... (skipping taken ones)."""
     taken = set(candidates)
     seen: set[str] = set()
+    suffix: dict[str, int] = {}  # name -> the next suffix to try: the ones below it stay taken
     result = []
     for name in candidates:
         if name in seen:
-            k = 1
+            k = suffix.get(name, 1)
             while f"{name}_{k}" in taken:
                 k += 1
+            suffix[name] = k + 1
             name = f"{name}_{k}"
             taken.add(name)
         seen.add(name)
