@@ -34,9 +34,15 @@ def fail(message: str) -> NoReturn:
 def run_command(app: Any) -> NoReturn:
     """Run the typer `app` and exit with its code; a usage error (unknown option, value out of
     range) is one line like any other error, not a usage block and a panel."""
+    import warnings
+
     from typer import Abort
     from typer.exceptions import TyperException
 
+    # numpy's warnings on the values a run computes (NaN from a negative variance, inf from an
+    # overflow) are the data's, not messages: they would be lines of source on stderr, and --check
+    # reports what is wrong with the values
+    warnings.simplefilter("ignore", RuntimeWarning)
     try:
         code = app(standalone_mode=False)
     except TyperException as e:

@@ -308,3 +308,21 @@ def test_a_constant_output_read_by_ops_keeps_its_name_and_value():
     (copy,) = [op for op in graph.ops if op.outputs == ["c"]]
     (add,) = [op for op in graph.ops if op.outputs == ["y"]]
     assert add.inputs[1] == copy.inputs[0] and graph.constants[copy.inputs[0]] == c.tobytes()
+
+
+def test_numeric_warnings_on_constants_never_reach_stderr(tmp_path):
+    """Folding a BatchNormalization whose variance is negative takes the square root of it: NaN
+    is the model's data, and numpy's RuntimeWarning (two lines of source on stderr) is not for
+    the user."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    constants = {"w": np.ones((2, 2, 1, 1), np.float32), "s": np.ones(2, np.float32), "b": np.zeros(2, np.float32),
+                 "m": np.zeros(2, np.float32), "v": np.array([-4.0, 1.0], np.float32)}
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"]),
+                               helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])],
+                              "g", [x], [y], [numpy_helper.from_array(v, n) for n, v in constants.items()])
+    path = tmp_path / "negative_variance.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    proc = run_cli("compiler", path, "-o", tmp_path / "m.kpu")
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr
