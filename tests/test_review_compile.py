@@ -210,6 +210,15 @@ def test_an_instruction_declaring_what_its_op_makes_is_taken(text, dtype):
     assert [(t.name, t.dtype) for t in graph.outputs] == [("r", dtype)]
 
 
+@pytest.mark.parametrize("opcode", ["exponential", "log", "sqrt", "tanh"])
+def test_a_floating_point_op_of_integers_is_refused(opcode):
+    """XLA's shape inference refuses an integer operand of exponential and its kin."""
+    with pytest.raises(CompileError) as e:
+        parse_hlo("t.hlo", module("p = s32[4] parameter(0)", f"ROOT r = s32[4] {opcode}(p)"))
+    assert str(e.value).endswith(f"{opcode} takes a floating-point operand"), str(e.value)
+
+
+
 # ---- objects: one of each name ----------------------------------------------------------------
 
 def resealed(obj: dict) -> bytes:

@@ -101,6 +101,8 @@ REDUCERS = {"add": ("REDUCE_SUM", "ADD"), "multiply": ("REDUCE_PROD", "MUL"), "m
 # what the op makes (no op converts but convert). compare's result is pred.
 SAME_ELEMENT = frozenset({*UNARY, *BINARY, *PRED_BINARY, "not", "select", "clamp", "compare", "copy", "broadcast",
                           "reshape", "transpose", "slice", "concatenate", "pad", "reduce"})
+# opcodes XLA defines on floating-point operands only (its shape inference refuses an integer one)
+FLOAT_ONLY = frozenset({"exponential", "log", "rsqrt", "sqrt", "tanh", "logistic", "erf"})
 # opcodes whose value is a whole tensor (never a broadcast left to its readers): its shape must
 # be the declared one exactly
 WHOLE = frozenset({"reshape", "bitcast", "transpose", "slice", "concatenate", "pad", "reduce", "dot", "convolution"})
@@ -713,6 +715,8 @@ class _Builder:
         if len(elements) > 1:
             raise self.fail(ins, f"{self.where(ins)}: {made}: operands of element types {', '.join(elements)}; "
                                  f"{ins.opcode} takes one")
+        if ins.opcode in FLOAT_ONLY and elements and not elements[0].startswith(("f", "bf", "c")):
+            raise self.fail(ins, f"{self.where(ins)}: {made}: {ins.opcode} takes a floating-point operand")
         want = "pred" if ins.opcode == "compare" else elements[0] if elements else ins.type.element
         if ins.type.element != want:
             raise self.fail(ins, f"{self.where(ins)}: declares {_type_text(ins.type)}, but {made} gives "
