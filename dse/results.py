@@ -196,7 +196,8 @@ class Table:
             with os.fdopen(fd, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size <= MAX_RESULTS_BYTES:
-                    data = f.read(MAX_RESULTS_BYTES + 1)  # no further: it may grow while read
+                    # what it holds and one more byte, to see it grew (read(n) sets n bytes aside first)
+                    data = f.read(size + 1)
                     size = len(data)
         except FileNotFoundError:
             return b""

@@ -64,6 +64,14 @@ def gelu(n: Node) -> None:
     n.emit("GELU", [n.x(0)], out=0, approximate=n.str_attr("approximate", "none"))
 
 
+def _chain(n: Node, op: str, operands: list[str], out: int | None = None) -> str:
+    """operands[0] op operands[1] op ..., in operand order; the last op makes result `out`."""
+    y = operands[0]
+    for i, x in enumerate(operands[1:], start=2):
+        y = n.emit(op, [y, x], out=out if i == len(operands) else None)
+    return y
+
+
 def _variadic(op: str) -> Callable[[Node], None]:
     """Min, Max, Sum: a chain of binary ops, in operand order."""
 
@@ -72,9 +80,7 @@ def _variadic(op: str) -> Callable[[Node], None]:
         if len(operands) == 1:
             _identity(n)
             return
-        y = operands[0]
-        for i, x in enumerate(operands[1:], start=2):
-            y = n.emit(op, [y, x], out=0 if i == len(operands) else None)
+        _chain(n, op, operands, out=0)
 
     return variadic
 
@@ -85,10 +91,8 @@ def mean(n: Node) -> None:
     if len(operands) == 1:
         _identity(n)
         return
-    y = operands[0]
-    for x in operands[1:]:
-        y = n.emit("ADD", [y, x])
-    n.emit("MUL", [y, n.scalar(1 / len(operands), y)], out=0)
+    total = _chain(n, "ADD", operands)
+    n.emit("MUL", [total, n.scalar(1 / len(operands), total)], out=0)
 
 
 def hard_sigmoid(n: Node) -> None:
