@@ -55,6 +55,16 @@ class IndexTable:
 
 
 @dataclass
+class IndexTensor:
+    """Along `dim`, tile i is the single element `indices[i]` of the tensor (negative counts from
+    the end), `indices` being the 1-D integer tensor `tensor` in external memory, read at run
+    time: GATHER's indices as an operand. Which rows they pick changes no byte count."""
+
+    dim: int
+    tensor: str
+
+
+@dataclass
 class TileRef:
     tensor: str
     level: str  # EXTERNAL | L3 | L2 | L1 | REGISTER
@@ -64,7 +74,7 @@ class TileRef:
     # the tensor, which they need not cover: inside it (SLICE's start) or around it (CONCAT's
     # operand at minus its position, PAD's operand at minus its padding before)
     offset: list[int] | None = None
-    table: IndexTable | None = None  # one dim through a table: a move's source in external memory
+    table: IndexTable | IndexTensor | None = None  # one dim through a table: a move's source in external memory
     # per dim, the distance between the starts of consecutive tiles (None: their extents). Tiles
     # closer than their extent overlap: the input rows of a sliding window, each band with its halo
     step: list[int] | None = None
@@ -102,6 +112,14 @@ class DataMove:
     fill: int | float | None = None
     depends_on: list[int] = field(default_factory=list)
     type: str = "DATA_MOVE"
+
+    def external_reads(self) -> list[str]:
+        """The tensors it reads in external memory: its source's, and the index tensor that
+        source is read through."""
+        if self.source.level != "EXTERNAL":
+            return []
+        table = self.source.table
+        return [self.source.tensor, *([table.tensor] if isinstance(table, IndexTensor) else [])]
 
 
 @dataclass

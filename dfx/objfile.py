@@ -21,7 +21,7 @@ import orjson
 from .errors import ObjectFileError
 from .graph import INT64_MAX, Graph, Op, Tensor
 from .input_files import GB, InputFileError, read_input_file
-from .kernel import Barrier, Compute, DataMove, IndexTable, Kernel, TileLoop, TileRef
+from .kernel import Barrier, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef
 from .output_files import OutputFiles
 from .program import Program
 from .schema import Check, compile_schema
@@ -210,11 +210,20 @@ def _numbers(value: Any) -> Any:
     return NON_FINITE.get(value, value) if isinstance(value, str) else value
 
 
+def _table(d: dict[str, Any] | None) -> IndexTable | IndexTensor | None:
+    """A tile's index table: an op's attribute, or a tensor read at run time (the schema allows
+    exactly one of the two forms)."""
+    if d is None:
+        return None
+    if "tensor" in d:
+        return IndexTensor(d["dim"], d["tensor"])
+    return IndexTable(d["dim"], d["op"], d["attr"])
+
+
 def _tile_ref(d: dict[str, Any]) -> TileRef:
-    table = d.get("table")
     return TileRef(d["tensor"], d["level"], list(d["tile_indices"]), list(d["tile_shape"]),
                    offset=list(d["offset"]) if "offset" in d else None,
-                   table=IndexTable(table["dim"], table["op"], table["attr"]) if table is not None else None,
+                   table=_table(d.get("table")),
                    step=list(d["step"]) if "step" in d else None,
                    padding=[list(p) for p in d["padding"]] if "padding" in d else None)
 

@@ -17,7 +17,7 @@ import re
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import Graph, Op, shape_problem
-from .kernel import Barrier, BodyOp, Compute, DataMove, Kernel, TileLoop, TileRef
+from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
 from .ops.reduction import ACCUMULATING
 from .program import Program
@@ -150,12 +150,15 @@ def validate_program(program: Program, where: str) -> None:
                     fail(op_place, f"waits for ops {sorted(set(op.wait_for) - waits_on)}, which "
                          f"{'kernel ' + repr(op.kernel) if op.kernel else 'the kernel'} does not have before it")
                 barriers[op.op_id] = op
-            # a read of what an earlier kernel wrote must be ordered after it by a barrier
-            if isinstance(op, DataMove) and op.source.level == "EXTERNAL" and op.source.tensor in written:
-                producer, stores = written[op.source.tensor]
+            # a read of what an earlier kernel wrote (a source, or the index tensor a source is
+            # read through) must be ordered after it by a barrier
+            for tensor in op.external_reads() if isinstance(op, DataMove) else []:
+                if tensor not in written:
+                    continue
+                producer, stores = written[tensor]
                 if not any(d in barriers and barriers[d].kernel == producer and stores <= set(barriers[d].wait_for)
                            for d in op.depends_on):
-                    fail(op_place, f"reads intermediate '{op.source.tensor}' with no BARRIER ordering it after "
+                    fail(op_place, f"reads intermediate '{tensor}' with no BARRIER ordering it after "
                          f"kernel '{producer}' wrote it")
             for dep in op.depends_on:
                 if dep not in ids:
@@ -201,7 +204,7 @@ def validate_program(program: Program, where: str) -> None:
                         or (ref.windowed and isinstance(op, Compute) and ref is op.output):
                     fail(op_place, f"tile of '{ref.tensor}' has a window or a table, which only a data move's "
                          f"may (and a compute's operand, read as a move left it)")
-                table = _table(ref, t.shape, group) if ref.table is not None else []
+                table = _table(ref, t.shape, group, g) if ref.table is not None else 0
                 if isinstance(table, str):
                     fail(op_place, table)
                 for axis, (index, extent, dim) in enumerate(zip(ref.tile_indices, ref.tile_shape, t.shape)):
@@ -365,7 +368,7 @@ def _move_made(op: BodyOp) -> tuple | int:
     if not isinstance(op, DataMove):
         return op.op_id
     def geometry(r: TileRef) -> tuple:
-        table = (r.table.dim, r.table.op, r.table.attr) if r.table is not None else None
+        table = (type(r.table).__name__, *vars(r.table).values()) if r.table is not None else None
         return r.tensor, r.level, _geometry(r), table
 
     return (geometry(op.source), geometry(op.destination), op.at, op.after, op.transpose,
@@ -643,17 +646,18 @@ def _band_problem(op: Compute, hw) -> str | None:
     return None
 
 
-def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]) -> tuple[str | None, bool]:
+def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, entries: int) -> tuple[str | None, bool]:
     """Why the tiles of `ref` along `axis` do not fit dimension `dim` of their tensor (None if
-    they do), and whether that bounds the trips of the loop indexing them."""
+    they do), and whether that bounds the trips of the loop indexing them (`entries`: of its
+    index table)."""
     index, extent = ref.tile_indices[axis], ref.tile_shape[axis]
     start = ref.offset[axis] if ref.offset is not None else 0
     if ref.table is not None and ref.table.dim == axis:
         # one element per tile, an entry of the table: the loop steps through the table
-        if extent == 1 and start == 0 and trips == len(table):
+        if extent == 1 and start == 0 and trips == entries:
             return None, True
         return (f"tiles of {extent} at offset {start} along '{index}' ({trips} trips) do not step one by one "
-                f"through the {len(table)} entries of table '{ref.table.attr}'"), False
+                f"through the {entries} entries of {_table_shown(ref.table)}"), False
     step = ref.step[axis] if ref.step is not None else extent
     before, after = ref.padding[axis] if ref.padding is not None else (0, 0)
     if step != extent or before or after:
@@ -680,9 +684,16 @@ def _dim_problem(ref: TileRef, axis: int, trips: int, dim: int, table: list[int]
             f"dimension {dim} of '{ref.tensor}' nor hold it whole"), False
 
 
-def _table(ref: TileRef, shape: tuple[int, ...], group: list[Op]) -> list[int] | str:
-    """The entries of a tile's index table, or why it has none: it must be the index table of
-    the kernel's own graph op (its registry entry's `index_table`), along that op's axis."""
+def _table_shown(table: IndexTable | IndexTensor) -> str:
+    return f"index tensor '{table.tensor}'" if isinstance(table, IndexTensor) else f"table '{table.attr}'"
+
+
+def _table(ref: TileRef, shape: tuple[int, ...], group: list[Op], g: Graph) -> int | str:
+    """How many entries a tile's index table has, or why it has none: it must be the index table
+    of the kernel's own graph op (its registry entry's `index_table`), along that op's axis, or
+    that op's index operand (its second) when it takes its indices so."""
+    if isinstance(ref.table, IndexTensor):
+        return _index_tensor(ref, shape, group, g)
     table = ref.table
     op = next((o for o in group if o.name == table.op), None)
     if op is None:
@@ -703,7 +714,25 @@ def _table(ref: TileRef, shape: tuple[int, ...], group: list[Op]) -> list[int] |
             or not all(type(v) is int and -dim <= v < dim for v in values):
         return (f"table '{table.attr}' of graph op '{table.op}' is not a list of indices into dimension "
                 f"{table.dim} of '{ref.tensor}'")
-    return values
+    return len(values)
+
+
+def _index_tensor(ref: TileRef, shape: tuple[int, ...], group: list[Op], g: Graph) -> int | str:
+    """The entries of the index tensor a tile is read through, or why it may not be: it is the
+    index operand of a graph op of the kernel that gathers from the tile's tensor, along that
+    op's axis. Its values are read at run time, where an entry outside the axis is an error."""
+    table = ref.table
+    op = next((o for o in group if len(o.inputs) > 1 and o.inputs[1] == table.tensor and o.inputs[0] == ref.tensor
+               and lookup(o.op_type).index_table is not None), None)
+    if op is None:
+        return (f"index tensor '{table.tensor}' is not the index operand of a graph op of the kernel that gathers "
+                f"from '{ref.tensor}'")
+    axis_attr = lookup(op.op_type).index_table[1]
+    axis = lookup(op.op_type).normalize_attrs(op.attrs)[axis_attr] % max(len(shape), 1)
+    if table.dim != axis:
+        return (f"index tensor '{table.tensor}' indexes dim {table.dim} of '{ref.tensor}'; {op.op_type} "
+                f"'{op.name}' takes its entries along dim {axis}")
+    return g.tensors[table.tensor].size
 
 
 def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str, OpDef]) -> str | None:

@@ -23,8 +23,11 @@ move whose tile lies wholly outside its tensor moves nothing (the loader runs no
 - CONCAT: each operand's window at minus its position along the axis goes EXTERNAL -> L3 and
   from there into the result: a result tile across a boundary gets a part from each operand.
 - GATHER: the result's tiles are one index deep along the axis, and along it the operand's tile
-  is the entry of the op's own `indices` attribute for that step of the loop (no list in the
-  body, however many indices). It goes EXTERNAL -> L3 as the result's tile, then out.
+  is the entry for that step of the loop of the op's own `indices` attribute (`IndexTable`), or
+  of its index operand, read from external memory at run time (`IndexTensor`): no list in the
+  body, however many indices. It goes EXTERNAL -> L3 as the result's tile, then out. The index
+  operand is no tile of the kernel: the DMA reads an entry with each row, and only the rows
+  count as bytes moved.
 
 Every operand element the result holds is read once and every result element written once, so
 the exact DRAM count is the result's bytes plus the bytes its operands give it (0 for a view).
@@ -37,7 +40,7 @@ import math
 from dataclasses import replace
 
 from dfx import DataMove, Graph, Kernel, Op, Tensor, TileLoop, TileRef, itemsize, lookup
-from dfx.kernel import IndexTable
+from dfx.kernel import IndexTable, IndexTensor
 from dfx.ops.base import normalize_axis
 from dfx.ops.layout import transpose_perms
 
@@ -54,7 +57,7 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     where = op.source or op.name
     ins = [graph.tensors[n] for n in op.inputs]
     out = graph.tensors[op.outputs[0]]
-    for t in ins:
+    for t in _moved(op, ins):
         if t.dtype != out.dtype:
             raise CompileError(f"{where}: {op.op_type} of '{t.name}' ({t.dtype}) into '{out.name}' ({out.dtype}): "
                                f"layout kernels move bytes and do not convert them")
@@ -84,7 +87,7 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     parallel = parallel_loop(order, trips, target.compute_tiles)
     body = _body(op, ins, out, attrs, space, {"at": order[-1] if order else None}, depth if order else 1)
     # SLICE and GATHER read as many operand elements as the result holds; the others read all
-    reads = [(t.name, (out.size if op.op_type in ("SLICE", "GATHER") else t.size) * elem) for t in ins]
+    reads = [(t.name, (out.size if op.op_type in ("SLICE", "GATHER") else t.size) * elem) for t in _moved(op, ins)]
     streams = [Stream(n, order, b) for n, b in reads + [(out.name, out.size * elem)]]
     per_stream = traffic(streams, order, trips)
     return Kernel(
@@ -98,6 +101,11 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         inputs=list(op.inputs),
         outputs=list(op.outputs),
     )
+
+
+def _moved(op: Op, ins: list[Tensor]) -> list[Tensor]:
+    """The operands whose elements the kernel moves: all but GATHER's index operand, which picks them."""
+    return ins[:1] if op.op_type == "GATHER" else ins
 
 
 def _keeps_order(shape: tuple[int, ...], attrs: dict) -> bool:
@@ -175,7 +183,8 @@ def _body(op: Op, ins: list[Tensor], out: Tensor, attrs: dict, space: Space, pla
         else:  # GATHER: along the axis, the tile is the index table's entry for the loop's step
             table, axis_attr = lookup(op.op_type).index_table
             axis = normalize_axis(attrs[axis_attr], len(out.shape))
-            src = replace(tile_ref(x.name, "EXTERNAL", same, space), table=IndexTable(axis, op.name, table))
+            index = IndexTable(axis, op.name, table) if attrs[table] is not None else IndexTensor(axis, ins[1].name)
+            src = replace(tile_ref(x.name, "EXTERNAL", same, space), table=index)
         loaded = move("LOAD", src, result("L3"), [], fill=fill)
         move("STORE", result("L3"), result("EXTERNAL"), loaded)
     return body

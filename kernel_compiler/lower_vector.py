@@ -8,7 +8,9 @@ dimension backwards like any other, and cuts the rows: a REDUCE_SUM/MAX/MIN/PROD
 one reduced axis gets a reduction loop, innermost, its COMPUTE combining each tile into the
 partial result held in L1 (`accumulate: "<loop> > 0"`) and its store placed after that loop.
 Other cuts (a softmax's row, two reduced axes) are for `passes.split_long_rows` to take apart
-first; `split_axes` tells it which axes a kernel would cut.
+first; `split_axes` tells it which axes a kernel would cut. A row op it does not take apart
+(ARGMAX, ARGMIN, CUMSUM), whose rows the tiles cut where they are kept small enough for every
+compute tile to get two, gets tiles as large as a bank holds instead, which keep them whole.
 Every operand is a stream of three hops (EXTERNAL -> L3 -> L2 -> L1), its tile indexed by the
 space's loops it varies along: an operand broadcast along a dimension (a bias, a scale) takes
 that dimension whole ("0") and, by the placement rule, is loaded once per tile it varies over,
@@ -92,16 +94,18 @@ MIN_PIPELINED_TILE = 1024  # elements: 4 KB of f32, 64 cycles of a 64 B/cycle DM
 
 
 def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], buffers: SpaceBuffers, elem: int,
-                  target: Target) -> tuple[Space, int] | None:
+                  target: Target, balanced: bool = True) -> tuple[Space, int] | None:
     """The largest tile (a power of two of elements, or the whole space) holding the `whole` dims
     whole whose body's `buffers` fit the target; double-buffered when that fits. (Space, depth),
     or None when no tile holding them whole fits. `elem`, the fewest bytes any of the kernel's
-    elements takes, bounds the first try: no bank holds more of them."""
+    elements takes, bounds the first try: no bank holds more of them. `balanced`: no larger than
+    gives every compute tile two tiles, unless tiles get smaller than MIN_PIPELINED_TILE."""
     total = max(1, math.prod(shape))
     # at most what one bank holds, and small enough that every compute tile gets two tiles to
     # overlap loads with compute, unless that makes tiles so small their transfers' latency rules
-    top = min(max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // elem,
-              max(MIN_PIPELINED_TILE, total // (2 * target.compute_tiles)))
+    top = max(b.bank_bytes for b in (target.l1, target.l2, target.l3)) // elem
+    if balanced:
+        top = min(top, max(MIN_PIPELINED_TILE, total // (2 * target.compute_tiles)))
     for depth in (2, 1):  # double-buffered tiles, so loads overlap the vector unit, where they fit
         budget = min(total, 1 << max(0, top.bit_length() - 1))
         while budget >= 1:
@@ -117,10 +121,11 @@ def _largest_tile(shape: tuple[int, ...], whole: tuple[int, ...], buffers: Space
 
 
 def choose_space(shape: tuple[int, ...], whole: tuple[int, ...], buffers: SpaceBuffers, elem: int, target: Target,
-                 where: str) -> tuple[Space, int]:
-    """The tiles of a kernel: the largest holding the `whole` dims whole where one fits, else the
-    largest that fits, which cuts them (see `_cut_axes`)."""
-    found = _largest_tile(shape, whole, buffers, elem, target) or _largest_tile(shape, (), buffers, elem, target)
+                 where: str, balanced: bool = True) -> tuple[Space, int]:
+    """The tiles of a kernel: the largest holding the `whole` dims whole where one fits (`balanced`
+    as `_largest_tile`'s), else the largest that fits, which cuts them (see `_cut_axes`)."""
+    found = (_largest_tile(shape, whole, buffers, elem, target, balanced)
+             or _largest_tile(shape, (), buffers, elem, target))
     if found is None:
         raise CompileError(f"{where}: not even a tile of one element of each of its streams fits "
                            f"target '{target.name}'")
@@ -151,7 +156,7 @@ def _loops(space: Space, whole: tuple[int, ...]) -> tuple[tuple[str, ...], str |
     return tuple(v for v in space.loops if v and v != reduction) + ((reduction,) if reduction else ()), reduction
 
 
-def _choose(graph: Graph, ops: list[Op], target: Target) -> tuple[Space, int]:
+def _choose(graph: Graph, ops: list[Op], target: Target, balanced: bool = True) -> tuple[Space, int]:
     """The tiles of the kernel of the group `ops`, sized by the buffers its body will have."""
     shape, whole = _iteration_space(graph, ops)
     tensors = [graph.tensors[n] for n in kernel_reads(ops)] + [graph.tensors[o.outputs[0]] for o in ops]
@@ -160,7 +165,7 @@ def _choose(graph: Graph, ops: list[Op], target: Target) -> tuple[Space, int]:
         return body_buffers(_body(graph, ops, space, depth)[0], graph)
 
     return choose_space(shape, whole, buffers, min(itemsize(t.dtype) for t in tensors), target,
-                        ops[0].source or ops[0].name)
+                        ops[0].source or ops[0].name, balanced)
 
 
 def split_axes(graph: Graph, ops: list[Op], target: Target) -> tuple[int, ...]:
@@ -290,6 +295,11 @@ def lower_vector_op(graph: Graph, ops: list[Op], name: str, target: Target, data
                            f"there is nothing to tile")
     space, depth = _choose(graph, ops, target)
     cut = _cut_axes(space, whole)
+    if cut and op.op_type not in ACCUMULATING:
+        # rows that balanced tiles cut and no pass takes apart (ARGMAX, CUMSUM): fewer tiles, as
+        # large as the banks hold, keep them whole
+        space, depth = _choose(graph, ops, target, balanced=False)
+        cut = _cut_axes(space, whole)
     if len(cut) > 1 or (cut and op.op_type not in ACCUMULATING):
         raise CompileError(f"{where}: no tile of target '{target.name}' holds the rows of {op.op_type} over axes "
                            f"{list(whole)} of shape {list(space_shape)} whole, nor cuts them along one axis it can "

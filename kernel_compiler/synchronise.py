@@ -3,10 +3,10 @@ earlier kernel wrote to external memory.
 
 Each such kernel gets, at the head of its body, one barrier per producing kernel, waiting for the
 producer's ops that write those tensors (its stores to external memory, or the view that names
-them), and every move of the kernel that reads one of those tensors from external memory depends
-on it. Nothing else orders kernels: the loader turns a barrier into a dependency on the last
-instance of each op it lists on every compute tile, and the validator refuses a read that no
-barrier orders.
+them), and every move of the kernel that reads one of those tensors from external memory (as its
+source or as the index tensor it reads its source through) depends on it. Nothing else orders
+kernels: the loader turns a barrier into a dependency on the last instance of each op it lists on
+every compute tile, and the validator refuses a read that no barrier orders.
 """
 
 from __future__ import annotations
@@ -35,16 +35,19 @@ def synchronise(kernels: list[Kernel]) -> None:
     for kernel in kernels:
         producers: dict[str, set[int]] = {}
         for op in kernel.body:
-            if isinstance(op, DataMove) and op.source.level == "EXTERNAL" and op.source.tensor in written:
-                name, ops = written[op.source.tensor]
-                producers.setdefault(name, set()).update(ops)
+            for tensor in op.external_reads() if isinstance(op, DataMove) else []:
+                if tensor in written:
+                    name, ops = written[tensor]
+                    producers.setdefault(name, set()).update(ops)
         barriers = [Barrier(i, sorted(ops), name) for i, (name, ops) in enumerate(sorted(producers.items()))]
         if barriers:
             barrier_of = {b.kernel: b.op_id for b in barriers}
             body = [_renumbered(op, len(barriers)) for op in kernel.body]
             for op in body:
-                if isinstance(op, DataMove) and op.source.level == "EXTERNAL" and op.source.tensor in written:
-                    op.depends_on.append(barrier_of[written[op.source.tensor][0]])
+                for tensor in op.external_reads() if isinstance(op, DataMove) else []:
+                    barrier = barrier_of.get(written[tensor][0]) if tensor in written else None
+                    if barrier is not None and barrier not in op.depends_on:
+                        op.depends_on.append(barrier)
             kernel.body = barriers + body
         for tensor, ops in writes(kernel).items():
             written[tensor] = (kernel.name, ops)

@@ -6,13 +6,14 @@ tile, or forgets one, computes wrong numbers and `--check` catches it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from dfx import REGISTRY, Compute, DataMove, Kernel, OpDef, Program, accumulation_dtype, convert, lookup, numpy_dtype
+from dfx.kernel import IndexTensor
 
-from .schedule import accumulating, expand, move_slices, region_elements, table_values, tile_slices
+from .schedule import accumulating, expand, move_slices, region_elements, table_values, tile_slices, viewed
 
 
 PROGRESS_EVERY = 4096  # tile ops between progress callbacks
@@ -39,12 +40,14 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     regions: dict[tuple[int, str, str], tuple[slice, ...]] = {}
     shared_moves = kernel.shared_moves()
     shared = {(op.destination.tensor, op.destination.level) for op in kernel.body if op.op_id in shared_moves}
+    tables = {op.op_id: _table(op, kernel, program, memory) for op in kernel.body
+              if isinstance(op, DataMove) and op.source.table is not None}
     for worker, op, env in expand(kernel, workers):
         done += 1
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, regions, memory, g, accs, computes, shared)
+            _run_op(op, env, worker, tiles, regions, memory, g, accs, computes, shared, tables.get(op.op_id))
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -55,25 +58,47 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     return done
 
 
+def _table(op: DataMove, kernel: Kernel, program: Program, memory: dict[str, np.ndarray]) -> Sequence[int]:
+    """The entries of the index table a move's source is read through: the graph op's list, or
+    the index tensor as it now is in external memory, every entry checked once against the dim
+    it picks along (negative ones count from its end)."""
+    table = op.source.table
+    if not isinstance(table, IndexTensor):
+        return table_values(op.source, program.graph)
+    entries = memory[table.tensor].reshape(-1)
+    size = program.graph.tensors[op.source.tensor].shape[table.dim]
+    outside = (entries < -size) | (entries >= size)
+    if outside.any():
+        at = int(np.argmax(outside))
+        name = viewed(table.tensor, program)
+        position = [int(i) for i in np.unravel_index(at, program.graph.tensors[name].shape)]
+        raise ExecutionError(f"kernel '{kernel.name}' op {op.op_id}: index {entries[at]} at {position} of '{name}' "
+                             f"is out of range for dim {table.dim} of '{op.source.tensor}' (size {size}: "
+                             f"{-size} to {size - 1})")
+    return entries
+
+
 def _run_op(op, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
-            accs: dict[int, np.dtype], computes: dict, shared: set[tuple[str, str]]) -> None:
+            accs: dict[int, np.dtype], computes: dict, shared: set[tuple[str, str]],
+            table: Sequence[int] | None) -> None:
     if isinstance(op, DataMove):
-        _move(op, env, worker, tiles, regions, memory, g, shared)
+        _move(op, env, worker, tiles, regions, memory, g, shared, table)
     elif isinstance(op, Compute):
         regions.pop((worker, op.output.tensor, op.output.level), None)
         _compute(op, env, worker, tiles, accs[op.op_id], computes[op.op_id])
 
 
 def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
-          shared: set[tuple[str, str]]) -> None:
-    """Copy the positions of the tile inside both tensors (kernel.py). An on-chip tile is held
-    whole: what the source does not cover there is the move's fill."""
+          shared: set[tuple[str, str]], table: Sequence[int] | None) -> None:
+    """Copy the positions of the tile inside both tensors (kernel.py), the source's read through
+    `table` where it has one. An on-chip tile is held whole: what the source does not cover
+    there is the move's fill."""
     src, dst = op.source, op.destination
     if op.move_type == "VIEW":  # the destination names the source's bytes
         memory[dst.tensor] = memory[src.tensor].reshape(g.tensors[dst.tensor].shape)
         return
     src_shape, dst_shape = g.tensors[src.tensor].shape, g.tensors[dst.tensor].shape
-    src_part, dst_part = move_slices(op, src_shape, dst_shape, env, table_values(src, g))
+    src_part, dst_part = move_slices(op, src_shape, dst_shape, env, table)
     if src.level == "EXTERNAL":
         tile = memory[src.tensor][src_part]
     else:

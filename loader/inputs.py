@@ -39,6 +39,8 @@ from numpy.lib import format as npy_format
 from dfx import InputFileError, Program, Tensor, is_integer, numpy_dtype, read_input_file
 from dfx.dtypes import NUMPY_DTYPES
 
+from .schedule import index_sizes
+
 # magic string, version, header length field and numpy's largest accepted header (max_header_size)
 _HEAD_BYTES = 6 + 2 + 4 + 10_000
 # the widest numeric dtype a file may hold for conversion (long double)
@@ -49,10 +51,13 @@ class InputError(ValueError):
     """A bad `--input`; str(e) is one line naming the file and the reason."""
 
 
-def generated(t: Tensor, seed: int) -> np.ndarray:
+def generated(t: Tensor, seed: int, picks: int | None = None) -> np.ndarray:
+    """Seeded values for `t`: integers from -8 to 7, within -picks to picks - 1 for an index
+    tensor whose entries pick along a dim of `picks`, so a run without its --input reads rows."""
     rng = np.random.default_rng([seed, zlib.crc32(t.name.encode())])
     if is_integer(t.dtype):
-        return rng.integers(-8, 8, size=t.shape).astype(numpy_dtype(t.dtype))
+        bound = 8 if picks is None else min(8, picks)
+        return rng.integers(-bound, bound, size=t.shape).astype(numpy_dtype(t.dtype))
     return rng.uniform(-1.0, 1.0, size=t.shape).astype(numpy_dtype(t.dtype))
 
 
@@ -157,6 +162,7 @@ def _converted(array: np.ndarray, t: Tensor, where: str) -> np.ndarray:
 
 def program_inputs(program: Program, given: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
     g = program.graph
+    picks = index_sizes(program)
     values: dict[str, np.ndarray] = {}
     for t in g.inputs:
         if t.name in given:
@@ -164,5 +170,5 @@ def program_inputs(program: Program, given: dict[str, np.ndarray], seed: int) ->
         elif t.name in g.constants:
             values[t.name] = g.constant_values(t.name)
         else:
-            values[t.name] = generated(t, seed)
+            values[t.name] = generated(t, seed, picks.get(t.name))
     return values

@@ -9,9 +9,10 @@ by op, the order in which a command processor would issue them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
-from dfx import BodyOp, Compute, DataMove, Graph, Kernel, TileRef
+from dfx import BodyOp, Compute, DataMove, Graph, Kernel, Program, TileRef
+from dfx.kernel import IndexTable, IndexTensor
 
 
 @dataclass(frozen=True)
@@ -106,22 +107,48 @@ def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
 
 
 def table_values(ref: TileRef, g: Graph) -> list[int] | None:
-    """The entries of a tile's index table (None: it has none)."""
-    if ref.table is None:
+    """The entries of a tile's index table known before the run (None: it has none, or they are
+    an index tensor's, read at run time: `IndexTensor`)."""
+    if not isinstance(ref.table, IndexTable):
         return None
     return next(op.attrs[ref.table.attr] for op in g.ops if op.name == ref.table.op)
 
 
+def viewed(tensor: str, program: Program) -> str:
+    """The tensor whose bytes `tensor` names through views (itself if none): the one a user gave,
+    its elements in the same row-major order."""
+    source = {m.destination.tensor: m.source.tensor for k in program.kernels for m in k.body
+              if isinstance(m, DataMove) and m.move_type == "VIEW"}
+    while tensor in source:
+        tensor = source[tensor]
+    return tensor
+
+
+def index_sizes(program: Program) -> dict[str, int]:
+    """Each tensor that index tensors name through views -> the size of the smallest dim their
+    entries pick along: its entries must lie from -size to size - 1."""
+    sizes: dict[str, int] = {}
+    for k in program.kernels:
+        for m in k.body:
+            if isinstance(m, DataMove) and isinstance(m.source.table, IndexTensor):
+                name = viewed(m.source.table.tensor, program)
+                size = program.graph.tensors[m.source.tensor].shape[m.source.table.dim]
+                sizes[name] = min(size, sizes.get(name, size))
+    return sizes
+
+
 def tile_origin(ref: TileRef, shape: tuple[int, ...], env: dict[str, int],
-                table: list[int] | None = None) -> list[int]:
+                table: Sequence[int] | None = None) -> list[int]:
     """Where the tile starts in each dim of its tensor: tile i at `offset + i * step` (the extent
-    unless given), or along a table's dim at the table's entry i (negative counts from the end)."""
+    unless given), or along a table's dim at the table's entry i (negative counts from the end).
+    Without the entries (an index tensor's, where no values are computed) the tile is taken at
+    0 there: it is one element deep along that dim, so any entry in range moves the same bytes."""
     origin = [env.get(index, 0) * step for index, step in zip(ref.tile_indices, ref.step or ref.tile_shape)]
     if ref.offset is not None:
         origin = [o + offset for o, offset in zip(origin, ref.offset)]
     if ref.table is not None:
         dim = ref.table.dim
-        origin[dim] = table[env.get(ref.tile_indices[dim], 0)] % shape[dim]
+        origin[dim] = int(table[env.get(ref.tile_indices[dim], 0)]) % shape[dim] if table is not None else 0
     return origin
 
 
@@ -137,7 +164,7 @@ def tile_slices(ref: TileRef, shape: tuple[int, ...], env: dict[str, int]) -> tu
 
 
 def move_slices(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple[int, ...], env: dict[str, int],
-                table: list[int] | None = None) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
+                table: Sequence[int] | None = None) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
     """What a move copies: the positions of its tile inside both tensors, as the regions of the
     source and of the destination they are (`table`: the source's). Destination dim j is source
     dim permutation[j]."""

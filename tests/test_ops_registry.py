@@ -300,6 +300,37 @@ def test_reductions(name, axes, keepdims):
     assert_close(y, reduce_by_loops(x, normalized, keepdims, REDUCERS[name]), "f32")
 
 
+def running_sums_by_loops(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    out = np.empty(x.shape, dtype=np.float64)
+    for members in groups(x, (axis,)).values():
+        total = 0.0
+        for index, v in members[::-1] if reverse else members:
+            out[index] = total if exclusive else total + v
+            total += v
+    return out
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_positions_and_running_sums(axis):
+    x = np.round(uniform((3, 4, 5)))  # few values: ties in every row
+    a = axis % 3
+
+    def first(v: list[float]) -> int:
+        return v.index(max(v))
+
+    def last(v: list[float]) -> int:
+        return len(v) - 1 - v[::-1].index(max(v))
+
+    for name, sign in (("ARGMAX", 1), ("ARGMIN", -1)):  # the ARGMIN of x is the ARGMAX of -x
+        for pick, select_last_index in ((first, False), (last, True)):
+            y = run(name, [x], out="i32", axis=axis, keepdims=False, select_last_index=select_last_index)
+            np.testing.assert_array_equal(y, reduce_by_loops(sign * x, (a,), False, pick))
+    for exclusive, reverse in itertools.product((False, True), repeat=2):
+        y = run("CUMSUM", [x], axis=axis, exclusive=exclusive, reverse=reverse)
+        assert_close(y, running_sums_by_loops(x, a, exclusive, reverse), "f32")
+    assert "axis 1 of [2, 0] is empty" in shape_error("ARGMAX", [(2, 0)], axis=1)
+
+
 def test_reduction_edge_cases():
     x = uniform((2, 3))
     np.testing.assert_array_equal(run("REDUCE_SUM", [x], axes=[]), x)  # no axes: nothing reduced
@@ -646,7 +677,7 @@ def test_window_attribute_errors():
     assert attr_error("AVGPOOL2D", kernel=[2, 2], count_include_pad=1) == \
         "attribute 'count_include_pad' must be true or false, got 1"
     assert attr_error("MAXPOOL2D", kernel=[2, 2], count_include_pad=True) == \
-        "attribute 'count_include_pad' is unknown (MAXPOOL2D takes kernel, stride, padding)"
+        "attribute 'count_include_pad' is unknown (MAXPOOL2D takes kernel, stride, dilation, padding)"
     assert attr_error("DEPTHWISE_CONV2D", groups=2) == \
         "attribute 'groups' is unknown (DEPTHWISE_CONV2D takes stride, dilation, padding)"
     assert REGISTRY["CONV2D"].normalize_attrs({}) == \
@@ -752,7 +783,8 @@ def test_normalize_attrs_fills_defaults_in_canonical_form():
 def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
-        "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D"}
+        "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "ARGMAX",
+        "ARGMIN", "CUMSUM"}
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():
         assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name
@@ -831,3 +863,5 @@ def test_reductions_say_which_axes_a_tile_holds_whole():
     assert axes("REDUCE_MEAN", (2, 3)) == ((0, 1), [None, None])
     assert axes("SOFTMAX", (2, 3, 4), axis=-2) == ((1,), [0, 1, 2])
     assert axes("LAYERNORM", (2, 3, 4), axis=1) == ((1, 2), [0, 1, 2])
+    assert axes("ARGMAX", (2, 3, 4), axis=1, keepdims=False) == ((1,), [0, 2])
+    assert axes("CUMSUM", (2, 3, 4), axis=0) == ((0,), [0, 1, 2])

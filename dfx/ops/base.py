@@ -359,4 +359,7 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "detect_positive": _bool,  # IS_INF: +inf counts
     "detect_negative": _bool,  # IS_INF: -inf counts
     "fmod": _bool,  # MOD: C's fmod (the dividend's sign), else the divisor's sign (Python's %)
+    "select_last_index": _bool,  # ARGMAX, ARGMIN: the last of equal extremes, else the first
+    "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
+    "reverse": _bool,  # CUMSUM: summed from the end of the axis
 }

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..dtypes import dtype_of
+from ..dtypes import dtype_of, is_integer
 from .base import (
     REQUIRED, VARIADIC, OpDef, Shape, ShapeError, convert, elements, normalize_axis, on_magnitudes, register,
 )
@@ -140,18 +140,57 @@ layout_op("PAD", _pad_shapes, _pad, "`padding` [before, after] elements of `pad_
 
 
 # ---- GATHER ----------------------------------------------------------------------------------
+# Its indices are the attribute `indices` (known when compiling: the kernel reads the operand
+# through that list) or a second operand, a 1-D integer tensor read at run time (token ids). Both
+# count negative entries from the end of the axis; an entry outside the axis is an error, never a
+# read elsewhere.
 
 
 def _gather_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
     x = shapes[0]
     axis = normalize_axis(attrs["axis"], len(x))
-    for i in attrs["indices"]:
-        if not -x[axis] <= i < x[axis]:
-            raise ShapeError(f"index {i} is out of range for axis {axis} of size {x[axis]}")
-    return [(*x[:axis], len(attrs["indices"]), *x[axis + 1:])]
+    if (attrs["indices"] is None) == (len(shapes) == 1):
+        raise ShapeError("takes its indices as the attribute 'indices' or as a second operand, exactly one of them")
+    if attrs["indices"] is None:
+        if len(shapes[1]) != 1 or not is_integer(dtypes[1]):
+            raise ShapeError(f"its index operand must be a 1-D integer tensor, got {list(shapes[1])} {dtypes[1]}")
+        count = shapes[1][0]
+        if count and not x[axis]:
+            raise ShapeError(f"its {count} indices pick along axis {axis} of size 0, which has no entry to pick")
+    else:
+        gather_indices([], attrs, x[axis], axis)
+        count = len(attrs["indices"])
+    return [(*x[:axis], count, *x[axis + 1:])]
 
 
-layout_op("GATHER", _gather_shapes,
-          lambda xs, indices, axis: np.take(xs[0], np.asarray(indices, dtype=np.int64), axis=axis),
-          "the entries `indices` (constant; negative counts from the end) of `axis`",
-          {"indices": REQUIRED, "axis": 0}, index_table=("indices", "axis"))
+def gather_indices(arrays: list[np.ndarray], attrs: dict[str, Any], size: int, axis: int) -> np.ndarray:
+    """GATHER's entries as int64 positions along an axis of `size`, negative ones counted from the
+    end; ShapeError naming the first entry outside the axis."""
+    given = attrs["indices"] if attrs["indices"] is not None else arrays[1]
+    indices = np.asarray(given).astype(np.int64).reshape(-1)
+    outside = (indices < -size) | (indices >= size)
+    if outside.any():
+        at = int(np.argmax(outside))
+        raise ShapeError(f"index {indices[at]} is out of range for axis {axis} of size {size}")
+    return indices % max(size, 1)
+
+
+def _gather(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+    x = convert(arrays[0], out_dtypes[0])  # the indices pick, they are not moved
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    return [np.take(x, gather_indices(arrays, attrs, x.shape[axis], axis), axis=axis)]
+
+
+def _gather_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray],
+                      attrs: dict[str, Any]) -> list[np.ndarray]:
+    """The picked elements' magnitudes: indices are exact, they carry no error of their own."""
+    x = magnitudes[0]
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    return [np.take(x, gather_indices(values, attrs, x.shape[axis], axis), axis=axis)]
+
+
+register(OpDef(name="GATHER", min_inputs=1, max_inputs=2, infer_shapes=_gather_shapes, reference=_gather,
+               compute_type="LAYOUT_GATHER", family="layout",
+               doc="the entries `indices` of `axis` (the attribute, or a 1-D integer second operand read at run "
+                   "time; negative counts from the end)",
+               attrs={"indices": None, "axis": 0}, magnitude=_gather_magnitude, index_table=("indices", "axis")))

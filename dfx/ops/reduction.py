@@ -1,10 +1,11 @@
-"""The reduction family: REDUCE_* over a set of axes, and the row ops that reduce and then map
-back over the same elements (SOFTMAX, LOG_SOFTMAX, LAYERNORM).
+"""The reduction family: REDUCE_* over a set of axes, ARGMAX and ARGMIN (the position of a row's
+extreme, an integer), and the row ops that reduce and then map back over the same elements
+(SOFTMAX, LOG_SOFTMAX, LAYERNORM, CUMSUM).
 
 A tile COMPUTE of a reduction holds the reduced axes whole (the tile has the tensor's rank).
 REDUCE_SUM/MAX/MIN/PROD may also accumulate across tiles of the reduced axes: given a partial
 result they combine it with the tile's, as a MATMUL does over k. The others cannot (a mean, a
-softmax or a norm needs the whole row) and refuse a partial result.
+position, a softmax, a norm or a running sum needs the whole row) and refuse a partial result.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import numpy as np
 
 from ..dtypes import numpy_dtype
 from .base import (
-    OpDef, Shape, broadcasts_to, compute_dtype, convert, elements, normalize_axes, normalize_axis, register,
-    tile_compute_dtype,
+    OpDef, Shape, ShapeError, broadcasts_to, compute_dtype, convert, elements, normalize_axes, normalize_axis,
+    on_magnitudes, register, tile_compute_dtype,
 )
 
 
@@ -119,6 +120,58 @@ _reduce_op("PROD", "product over `axes` (None: all); integers in int64, wrapping
 _reduce_op("MAX", "maximum over `axes` (None: all); NaN if any is NaN")
 _reduce_op("MIN", "minimum over `axes` (None: all); NaN if any is NaN")
 _reduce_op("MEAN", "mean over `axes` (None: all), in float")
+
+
+# ---- ARGMAX, ARGMIN: where a row's extreme is ---------------------------------------------------
+
+
+def _as_reduce(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of the REDUCE_* over the same axis: an ARG* result is shaped as its extreme's."""
+    return {"axes": [attrs["axis"]], "keepdims": attrs["keepdims"]}
+
+
+def _arg_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    x = shapes[0]
+    axis = normalize_axis(attrs["axis"], len(x))
+    if x[axis] == 0:
+        raise ShapeError(f"axis {axis} of {list(x)} is empty: it has no extreme to find")
+    return _reduce_shapes(shapes, dtypes, _as_reduce(attrs))
+
+
+def _arg_op(kind: str, pick: Callable[..., np.ndarray]) -> OpDef:
+    """ARGMAX or ARGMIN along `axis`: `pick` (numpy's argmax or argmin) gives the first of equal
+    extremes, so the last is the first from the end."""
+    name = f"ARG{kind}"
+
+    def position(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        axis = normalize_axis(attrs["axis"], x.ndim)
+        if attrs["select_last_index"]:
+            found = x.shape[axis] - 1 - pick(np.flip(x, axis), axis=axis)
+        else:
+            found = pick(x, axis=axis)
+        return np.expand_dims(found, axis) if attrs["keepdims"] else np.asarray(found)
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        return [convert(position(arrays[0], attrs), out_dtypes[0])]  # compared as they are: no rounding
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        _whole_rows(name, partial)
+        return position(tiles[0], attrs)  # the tile holds the axis whole: its positions are the tensor's
+
+    return register(OpDef(
+        name=name, min_inputs=1, max_inputs=1, infer_shapes=_arg_shapes, reference=reference,
+        compute_type=f"{name}_TILE", family="reduction", attrs={"axis": -1, "keepdims": True,
+                                                                  "select_last_index": False},
+        doc=f"the position along `axis` of the {kind.lower()}imum, an integer (NaN counts as the {kind.lower()}imum); "
+            "the first of equal ones, the last with select_last_index",
+        tile=tile, whole_axes=lambda shape, attrs: _reduced_axes(shape, _as_reduce(attrs)),
+        result_dims=lambda shape, attrs: _reduce_result_dims(shape, _as_reduce(attrs)),
+        # one compare-and-select per element; a position is exact, held to its own size alone
+        vector_work=lambda in_shapes, out_shape, attrs: {"reduction": elements(in_shapes[0])}))
+
+
+_arg_op("MAX", np.argmax)
+_arg_op("MIN", np.argmin)
 
 
 # ---- row ops: reduce, then map over the same elements ----------------------------------------
@@ -248,3 +301,44 @@ _row_op("LAYERNORM", 1, 3, _layernorm_shapes, _axis_to_last, _layernorm,
         "(x - mean) / sqrt(var + epsilon) * scale + bias over axes axis..last (ONNX LayerNormalization, "
         "Y only); operands x, optional scale, optional bias (a bias needs a scale)",
         {"axis": -1, "epsilon": 1e-5}, _layernorm_magnitude)
+
+
+# ---- CUMSUM: the running sum along an axis -------------------------------------------------------
+
+
+def _cumsum(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    if attrs["reverse"]:
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis=axis, dtype=x.dtype)
+    if attrs["exclusive"]:  # each sum one step later along the axis, the first 0
+        shifted = np.zeros_like(y)
+        later, earlier = ([slice(None)] * x.ndim for _ in range(2))
+        later[axis], earlier[axis] = slice(1, None), slice(None, -1)
+        shifted[tuple(later)] = y[tuple(earlier)]
+        y = shifted
+    return np.flip(y, axis) if attrs["reverse"] else y
+
+
+def _cumsum_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+    x = arrays[0]
+    x = x.astype(compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact=True))
+    with np.errstate(all="ignore"):
+        return [convert(_cumsum(x, attrs), out_dtypes[0])]
+
+
+def _cumsum_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype,
+                 attrs: dict[str, Any]) -> np.ndarray:
+    _whole_rows("CUMSUM", partial)
+    with np.errstate(all="ignore"):
+        return _cumsum(tiles[0].astype(tile_compute_dtype(acc, exact=True), copy=False), attrs)
+
+
+# one add per element, in order along the axis (integers exactly, in int64, as REDUCE_SUM)
+register(OpDef(name="CUMSUM", min_inputs=1, max_inputs=1, infer_shapes=_axis_shapes, reference=_cumsum_reference,
+               compute_type="CUMSUM_TILE", family="reduction", attrs={"axis": -1, "exclusive": False, "reverse": False},
+               doc="the running sum along `axis`, shaped as x: y[i] = x[0] + ... + x[i]; exclusive leaves x[i] out "
+                   "(y[0] = 0), reverse sums from the end",
+               tile=_cumsum_tile, whole_axes=_the_axis, result_dims=lambda shape, attrs: list(range(len(shape))),
+               vector_work=lambda in_shapes, out_shape, attrs: {"reduction": elements(in_shapes[0])},
+               magnitude=on_magnitudes(_cumsum_reference)))

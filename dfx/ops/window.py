@@ -66,13 +66,13 @@ class Window:
 def windows(attrs: dict[str, Any], kernel: tuple[int, int]) -> tuple[Window, Window]:
     """The H and W windows of an op whose taps are `kernel`."""
     return tuple(Window(k, s, d, before, after) for k, s, d, (before, after)
-                 in zip(kernel, attrs["stride"], attrs.get("dilation", [1, 1]), attrs["padding"]))
+                 in zip(kernel, attrs["stride"], attrs["dilation"], attrs["padding"]))
 
 
 def _pairs(attrs: dict[str, Any]) -> None:
-    if len(attrs["padding"]) != 2 or len(attrs["stride"]) != 2 or len(attrs.get("dilation", [1, 1])) != 2:
+    if len(attrs["padding"]) != 2 or len(attrs["stride"]) != 2 or len(attrs["dilation"]) != 2:
         raise ShapeError(f"stride, dilation and padding must give the 2 spatial dims, got stride {attrs['stride']}, "
-                         f"dilation {attrs.get('dilation', [1, 1])}, padding {attrs['padding']}")
+                         f"dilation {attrs['dilation']}, padding {attrs['padding']}")
 
 
 def _spatial_out(x: Shape, hw: tuple[Window, Window], dims: tuple[int, int]) -> tuple[int, int]:
@@ -273,8 +273,10 @@ def _pool_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) 
         raise ShapeError(f"kernel must give the 2 spatial dims, got {attrs['kernel']}")
     _pairs(attrs)
     hw = windows(attrs, tuple(attrs["kernel"]))
-    if any(w.before >= w.kernel or w.after >= w.kernel for w in hw):
-        raise ShapeError(f"padding {attrs['padding']} is not smaller than the kernel {attrs['kernel']}: "
+    if any(w.before >= w.span or w.after >= w.span for w in hw):
+        spans = [w.span for w in hw]
+        dilated = "" if attrs["dilation"] == [1, 1] else f" dilated by {attrs['dilation']} (spans {spans})"
+        raise ShapeError(f"padding {attrs['padding']} is not smaller than the kernel {attrs['kernel']}{dilated}: "
                          f"a window would hold no element")
     oh, ow = _spatial_out(x, hw, SPATIAL)
     return [(x[0], oh, ow, x[3])]
@@ -310,9 +312,10 @@ MAXPOOL2D = register(OpDef(
     infer_shapes=_pool_shapes,
     reference=_max_reference,
     compute_type="MAXPOOL2D_TILE",
-    doc="y = the largest x in each window: NHWC, kernel, stride, padding (never chosen: the lowest value)",
+    doc="y = the largest x in each window: NHWC, kernel, stride, dilation, padding (never chosen: the lowest "
+        "value)",
     family="window",
-    attrs={"kernel": REQUIRED, "stride": [1, 1], "padding": [[0, 0], [0, 0]]},
+    attrs={"kernel": REQUIRED, "stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
     tile=_max_tile,
     magnitude=on_magnitudes(_max_reference),
     vector_work=_window_work,
@@ -363,10 +366,11 @@ AVGPOOL2D = register(OpDef(
     infer_shapes=_pool_shapes,
     reference=_avg_reference,
     compute_type="AVGPOOL2D_TILE",
-    doc="y = the mean of x over each window: NHWC, kernel, stride, padding; count_include_pad divides by "
-        "the kernel's size, else (TOSA's, ONNX's default) by the elements inside the input",
+    doc="y = the mean of x over each window: NHWC, kernel, stride, dilation, padding; count_include_pad divides "
+        "by the kernel's size, else (TOSA's, ONNX's default) by the elements inside the input",
     family="window",
-    attrs={"kernel": REQUIRED, "stride": [1, 1], "padding": [[0, 0], [0, 0]], "count_include_pad": False},
+    attrs={"kernel": REQUIRED, "stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]],
+           "count_include_pad": False},
     tile=_avg_tile,
     magnitude=on_magnitudes(_avg_reference),
     vector_work=_window_work,

@@ -7,9 +7,11 @@ most); onnx's shape inference runs (strict, with data propagation: it checks eac
 its op's schema), which gives every value its element type, on the model without its external
 weights. Opsets 11 up to the newest the installed package knows are read; a model of opset 7 to
 10 is first upgraded to 11 in memory by onnx's version converter, with a warning (a node it cannot
-upgrade is refused by name). Op types outside the table of onnx_ops.py, or of another domain, are
+upgrade is refused by name; an Upsample or a Resize of opset 10 keeps its own mapping of positions,
+which the converter drops). Op types outside the table of onnx_ops.py, or of another domain, are
 refused all in one line, each with its count of nodes and its first node; a node's attribute its
-op's schema (at the model's opset) does not define, or of another type, is refused naming the node.
+op's schema (at the model's opset) does not define, or of another type, is refused naming the node,
+and so is a value PRECHECKS finds wrong.
 
 Values keep their ONNX names: graph inputs, node outputs and graph outputs alike. Initializers
 (an initializer also listed as a graph input is a constant with a default: a constant) and the
@@ -20,7 +22,7 @@ graph. Constant folding: a node whose inputs are all known values is evaluated h
 moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape arithmetic, in
 ONNX's own int64) or reads a tensor of no elements (a graph input with a dimension of 0 is such
 a known value: a reduction over it gives its identity) runs in onnx's reference evaluator, as do
-the fold-only op types (FOLD_ONLY in onnx_ops.py: ConstantOfShape, Range, Expand, Tile, ...),
+the fold-only op types (FOLD_ONLY in onnx_ops.py: ConstantOfShape, Range),
 which are refused naming the node where an input is not known; Shape and Size read only their
 input's shape. Any other (float) computation folds as its mapping emits registry ops, each
 computed by the registry's reference, as the KPU would. A result's elements are counted before
@@ -66,6 +68,15 @@ DEFAULT_DOMAINS = ("", "ai.onnx")
 MOVES_VALUES = frozenset({"Constant", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
                           "Concat", "Split", "Slice", "Gather"})
 FOLD_LIMIT = 1 << 24
+
+
+def _gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
+    return np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices), axis)
+
+
+# op type -> its evaluation on known values where onnx's reference evaluator gets it wrong: its
+# GatherElements picks through np.choose, which fails for indices of a shape other than the data's
+NUMPY_FOLDS = {"GatherElements": _gather_elements}
 # The data a model's tensors keep in external files, all together: what the model could hold
 # inline, as its constants travel base64 in the object.
 MAX_EXTERNAL_BYTES = 2 * GB
@@ -239,11 +250,12 @@ def _text_fields_are_text(model: Any) -> bool:
 
 def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
     """Refuse an opset outside 7..newest and every op type the frontend does not map (all in one
-    line), upgrade a model below opset 11, and check each node's attributes: before shape
-    inference, which would word an unknown op its own way. Returns the model, upgraded or not."""
+    line), upgrade a model below opset 11, and check each node's attributes (PRECHECKS: their
+    values too, where onnx's shape inference would choke on them): before shape inference, which
+    would word an unknown op its own way. Returns the model, upgraded or not."""
     import onnx
 
-    from .onnx_ops import OPS
+    from .onnx_ops import OPS, PRECHECKS
 
     opsets = {o.domain: o.version for o in model.opset_import}
     version = next((opsets[d] for d in DEFAULT_DOMAINS if d in opsets), None)
@@ -283,6 +295,9 @@ def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
                 raise CompileError(f"{_where(path, node, i)}: not an op of opset {version}, which the model "
                                    "imports") from None
         _check_attributes(path, node, i, schemas[node.op_type], version)
+        problem = PRECHECKS[node.op_type](node) if node.op_type in PRECHECKS else None
+        if problem:
+            raise CompileError(f"{_where(path, node, i)}: {problem}")
     return model
 
 
@@ -321,9 +336,44 @@ def _upgrade(path: str, model: Any, version: int, warnings: list[str]) -> Any:
         i = _first_unconvertible(model)
         where = path if i is None else _where(path, model.graph.node[i], i)
         raise CompileError(f"{where}: cannot be upgraded from opset {version} to {MIN_OPSET}: {reason}") from None
+    _keep_legacy_resizes(path, model, upgraded)
     warnings.append(f"{path}: opset {version} upgraded to opset {MIN_OPSET} in memory (the ONNX frontend reads "
                     f"opsets {MIN_OPSET} and newer natively)")
     return upgraded
+
+
+def _keep_legacy_resizes(path: str, model: Any, upgraded: Any) -> None:
+    """Upsample (opsets 7 to 9) and Resize of opset 10 map an output back onto the input at
+    x / scale and take the nearest input below it (onnxruntime: above it where a dim shrinks);
+    the converter's Resize of opset 11 is left with that op's defaults (half_pixel,
+    round_prefer_floor), so their meaning is written into its attributes."""
+    from onnx import external_data_helper, helper, numpy_helper
+
+    legacy = {node.output[0]: (i, node) for i, node in enumerate(model.graph.node)
+              if node.op_type in ("Upsample", "Resize") and node.output}
+    resizes = [node for node in upgraded.graph.node
+               if node.op_type == "Resize" and node.output and node.output[0] in legacy]
+    wanted = {node.input[2] for node in resizes if len(node.input) > 2}
+    tensors = {t.name: t for t in upgraded.graph.initializer
+               if t.name in wanted and not external_data_helper.uses_external_data(t)}
+    tensors.update({node.output[0]: node.attribute[0].t for node in upgraded.graph.node
+                    if node.op_type == "Constant" and node.output and node.output[0] in wanted
+                    and [a.name for a in node.attribute] == ["value"]})
+    for node in resizes:
+        i, original = legacy[node.output[0]]
+        try:  # the scales, where a constant says them (else the mapping refuses them)
+            scales = numpy_helper.to_array(tensors[node.input[2]])
+        except Exception:
+            scales = None
+        nearest = "floor"
+        if original.op_type == "Resize" and scales is not None and (scales < 1).any():
+            modes = [helper.get_attribute_value(a) for a in node.attribute if a.name == "mode"]
+            if modes in ([], [b"nearest"]) and (scales > 1).any():
+                raise CompileError(f"{_where(path, original, i)}: a nearest Resize of opset 10 that shrinks some "
+                                   "dims and grows others is not supported (each rounds its own way)")
+            nearest = "ceil"
+        node.attribute.extend([helper.make_attribute("coordinate_transformation_mode", "asymmetric"),
+                               helper.make_attribute("nearest_mode", nearest)])
 
 
 def _first_unconvertible(model: Any) -> int | None:
@@ -623,12 +673,16 @@ class _Builder:
         from onnx import ValueInfoProto, helper
         from onnx.reference import ReferenceEvaluator
 
-        # the node in a model of the model's opset: the evaluator runs a bare node as of the newest
-        graph = helper.make_graph([proto], "fold", [ValueInfoProto(name=t) for t in dict.fromkeys(inputs)],
-                                  [ValueInfoProto(name=t) for t in outputs])
-        evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)]))
         try:
-            results = evaluator.run(outputs, {t: self.values[t] for t in inputs})
+            if proto.op_type in NUMPY_FOLDS:
+                attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+                results = [NUMPY_FOLDS[proto.op_type](*(self.values[t] for t in inputs), **attrs)]
+            else:
+                # the node in a model of the model's opset: the evaluator runs a bare node as of the newest
+                graph = helper.make_graph([proto], "fold", [ValueInfoProto(name=t) for t in dict.fromkeys(inputs)],
+                                          [ValueInfoProto(name=t) for t in outputs])
+                model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
+                results = ReferenceEvaluator(model).run(outputs, {t: self.values[t] for t in inputs})
         except Exception as exc:
             raise node.fail(f"cannot evaluate on its constant inputs: {_reason(exc)}") from None
         for name, value in zip(outputs, results):

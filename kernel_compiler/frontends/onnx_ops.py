@@ -11,7 +11,7 @@ makes it NHWC), while the pools, NHWC-only in the registry, get a TRANSPOSE on e
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -383,31 +383,30 @@ def _pool(kind: str) -> Callable[[Node], None]:
         kernel = n.ints_attr("kernel_shape")
         if kernel is None or len(kernel) != d:
             raise n.fail(f"kernel_shape {kernel} does not give the {d} spatial dims")
-        strides = _per_dim(n, "strides", d)
-        if any(v != 1 for v in _per_dim(n, "dilations", d)):
-            raise n.fail("dilated pooling is not supported (the registry's pools have no dilation)")
+        strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
+        spans = [(k - 1) * dil + 1 for k, dil in zip(kernel, dilations)]
         sizes = list(n.shape(0)[2:])
-        padding = _padding(n, sizes, kernel, strides)
+        padding = _padding(n, sizes, spans, strides)
         count_include_pad = bool(n.int_attr("count_include_pad", 0))
         if n.int_attr("ceil_mode", 0):
             # the last window may run past the end: one more output where it starts inside the
             # input or its padding before, its extra reach padding the pools leave out
-            for i, (size, k, s) in enumerate(zip(sizes, kernel, strides)):
+            for i, (size, span, s) in enumerate(zip(sizes, spans, strides)):
                 before, after = padding[i]
-                floor_out = (size + before + after - k) // s + 1
-                out = -(-(size + before + after - k) // s) + 1
+                floor_out = (size + before + after - span) // s + 1
+                out = -(-(size + before + after - span) // s) + 1
                 if (out - 1) * s >= size + before:
                     out -= 1
-                extra = max(0, (out - 1) * s + k - (size + before + after))
+                extra = max(0, (out - 1) * s + span - (size + before + after))
                 if extra and kind == "average" and count_include_pad:
                     raise n.fail("ceil_mode with count_include_pad is not supported (the windows past the end "
                                  "would count padding the model does not have)")
                 padding[i] = [before, after + extra] if out > floor_out else [before, after]
         if d == 1:
-            kernel, strides, padding = [1, *kernel], [1, *strides], [[0, 0], *padding]
+            kernel, strides, dilations, padding = [1, *kernel], [1, *strides], [1, *dilations], [[0, 0], *padding]
         nhwc = n.emit("TRANSPOSE", [_as_2d(n, n.x(0), d)], perms=NCHW_TO_NHWC)
         attrs = {"count_include_pad": count_include_pad} if kind == "average" else {}
-        pooled = n.emit(op, [nhwc], kernel=kernel, stride=strides, padding=padding, **attrs)
+        pooled = n.emit(op, [nhwc], kernel=kernel, stride=strides, dilation=dilations, padding=padding, **attrs)
         y = n.emit("TRANSPOSE", [pooled], out=0 if d == 2 else None, perms=NHWC_TO_NCHW)
         _from_2d(n, y, d)
 
@@ -493,22 +492,157 @@ def _softmax(op: str) -> Callable[[Node], None]:
 # ---- reductions ------------------------------------------------------------------------------
 
 
+def _reduction_axes(n: Node) -> list[int] | None:
+    """The axes a Reduce* node reduces: None for every axis, [] for none (empty axes with
+    noop_with_empty_axes). An attribute before the opset where they became an input (13 for
+    ReduceSum, 18 for the others)."""
+    since = 13 if n.op_type == "ReduceSum" else 18
+    axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= since else n.ints_attr("axes")
+    if not axes:
+        return [] if n.int_attr("noop_with_empty_axes", 0) else None
+    return axes
+
+
+def _keepdims(n: Node) -> bool:
+    return bool(n.int_attr("keepdims", 1))
+
+
+def _reduce_over(n: Node, op: str, x: str, axes: list[int] | None, keepdims: bool, out: int | None = None) -> str:
+    """`op` (a REDUCE_*) of x over `axes`; x itself where they are none (`[]`)."""
+    if axes == []:
+        if out is not None:
+            n.alias(x, out)
+        return x
+    return n.emit(op, [x], out=out, axes=axes, keepdims=keepdims)
+
+
 def _reduce(kind: str) -> Callable[[Node], None]:
-    since = 13 if kind == "SUM" else 18  # the opset from which axes are an input
+    return lambda n: _reduce_over(n, f"REDUCE_{kind}", n.x(0), _reduction_axes(n), _keepdims(n), out=0)
 
-    def reduce(n: Node) -> None:
-        if n.opset >= since:
-            axes = n.ints(1, "axes") if n.has(1) else None
-        else:
-            axes = n.ints_attr("axes")
-        if not axes:
-            if n.int_attr("noop_with_empty_axes", 0):
-                _identity(n)
-                return
-            axes = None
-        n.emit(f"REDUCE_{kind}", [n.x(0)], out=0, axes=axes, keepdims=bool(n.int_attr("keepdims", 1)))
 
-    return reduce
+def reduce_l1(n: Node) -> None:
+    _reduce_over(n, "REDUCE_SUM", n.emit("ABS", [n.x(0)]), _reduction_axes(n), _keepdims(n), out=0)
+
+
+def _sum_of_squares(n: Node, out: int | None = None) -> str:
+    x = n.x(0)
+    return _reduce_over(n, "REDUCE_SUM", n.emit("MUL", [x, x]), _reduction_axes(n), _keepdims(n), out=out)
+
+
+def reduce_l2(n: Node) -> None:
+    n.emit("SQRT", [_sum_of_squares(n)], out=0)
+
+
+def reduce_log_sum_exp(n: Node) -> None:
+    """log(sum(exp(x - m))) + m, m the row's max so no exp overflows; m is 0 where the max is
+    infinite (a row of -inf gives -inf, one holding +inf gives +inf). Over no axes, x itself."""
+    x, axes = n.x(0), _reduction_axes(n)
+    if axes == []:
+        _identity(n)
+        return
+    top = n.emit("REDUCE_MAX", [x], axes=axes, keepdims=True)
+    shift = n.emit("SELECT", [n.emit("IS_INF", [top]), n.scalar(0, top), top])
+    total = n.emit("REDUCE_SUM", [n.emit("EXP", [n.emit("SUB", [x, shift])])], axes=axes, keepdims=True)
+    y = n.emit("ADD", [n.emit("LOG", [total]), shift], out=0 if _keepdims(n) else None)
+    if not _keepdims(n):
+        rank = n.rank(0)
+        reduced = set(range(rank)) if axes is None else {a % rank for a in axes}  # checked by REDUCE_MAX
+        n.reshape(y, [d for i, d in enumerate(n.shape(0)) if i not in reduced], out=0)
+
+
+def _arg(kind: str) -> Callable[[Node], None]:
+    """ArgMax, ArgMin: the registry's ARGMAX, ARGMIN (an int64 result, held in i32)."""
+    return lambda n: n.emit(f"ARG{kind}", [n.x(0)], out=0, axis=n.int_attr("axis", 0), keepdims=_keepdims(n),
+                            select_last_index=bool(n.int_attr("select_last_index", 0)))
+
+
+def global_max_pool(n: Node) -> None:
+    if n.rank(0) < 3:
+        raise n.fail(f"GlobalMaxPool takes [N, C, spatial...], got {list(n.shape(0))}")
+    n.emit("REDUCE_MAX", [n.x(0)], out=0, axes=list(range(2, n.rank(0))), keepdims=True)
+
+
+def cum_sum(n: Node) -> None:
+    axis = n.ints(1, "axis")
+    if len(axis) != 1:
+        raise n.fail(f"its axis must be one integer, got {len(axis)}")
+    n.emit("CUMSUM", [n.x(0)], out=0, axis=axis[0], exclusive=bool(n.int_attr("exclusive", 0)),
+           reverse=bool(n.int_attr("reverse", 0)))
+
+
+def trilu(n: Node) -> None:
+    """The upper (or lower) triangle of the last two dims from diagonal k on, the rest 0: a SELECT
+    with the triangle as a constant mask (shapes are static)."""
+    if n.rank(0) < 2:
+        raise n.fail(f"Trilu takes a tensor of rank 2 or more, got {list(n.shape(0))}")
+    k = n.ints(1, "k") if n.has(1) else [0]
+    if len(k) != 1:
+        raise n.fail(f"its k must be one integer, got {len(k)}")
+    rows, cols = n.shape(0)[-2:]
+    diagonal = min(max(k[0], -rows), cols)  # past the matrix's corners every k gives the same mask
+    triangle = (np.triu if n.int_attr("upper", 1) else np.tril)(np.ones((rows, cols), np.uint8), diagonal)
+    x = n.x(0)
+    n.emit("SELECT", [n.constant(triangle, "u8", "triangle"), x, n.scalar(0, x)], out=0)
+
+
+def lrn(n: Node) -> None:
+    """x / (bias + alpha / size * the sum of x^2 over `size` channels around each)^beta. The
+    window sum divided by size is an AVGPOOL2D counting its zero padding, over x^2 viewed as
+    [N, C, 1, positions] (NHWC with the channels as H); the scaling and the power are its
+    epilogue, before the view back."""
+    shape = n.shape(0)
+    if len(shape) < 2:
+        raise n.fail(f"LRN takes [N, C, ...], got {list(shape)}")
+    size = n.int_attr("size")
+    if size is None or size < 1:
+        raise n.fail(f"its size must be an integer >= 1, got {size}")
+    x = n.x(0)
+    rows = n.reshape(n.emit("MUL", [x, x]), (shape[0], shape[1], 1, math.prod(shape[2:])))
+    mean = n.emit("AVGPOOL2D", [rows], kernel=[size, 1], padding=[[(size - 1) // 2, size // 2], [0, 0]],
+                  count_include_pad=True)
+    scaled = n.emit("ADD", [n.emit("MUL", [mean, n.scalar(n.float_attr("alpha", 1e-4), mean)]),
+                            n.scalar(n.float_attr("bias", 1.0), mean)])
+    divisor = n.emit("POW", [scaled, n.scalar(n.float_attr("beta", 0.75), scaled)])
+    n.emit("DIV", [x, n.reshape(divisor, shape)], out=0)
+
+
+def _scale_and_bias(n: Node, y: str, count: int, shape: tuple[int, ...], out: int | None = 0) -> str:
+    """y * scale + bias (inputs 1 and 2, `count` numbers each) viewed as `shape`, as MUL and ADD."""
+    for i, what, op in ((1, "scale", "MUL"), (2, "bias", "ADD")):
+        if math.prod(n.shape(i)) != count:
+            raise n.fail(f"its {what} {list(n.shape(i))} does not hold {count} numbers")
+        y = n.emit(op, [y, n.reshape(n.x(i), shape)], out=out if i == 2 else None)
+    return y
+
+
+def instance_normalization(n: Node) -> None:
+    """Each channel of each sample normalized over its positions: a LAYERNORM over the dims after
+    the channels, then the per-channel scale and bias (its epilogue)."""
+    shape = n.shape(0)
+    if len(shape) < 3:
+        raise n.fail(f"InstanceNormalization takes [N, C, D1, ...], got {list(shape)}")
+    normed = n.emit("LAYERNORM", [n.x(0)], axis=2, epsilon=n.float_attr("epsilon", 1e-5))
+    _scale_and_bias(n, normed, shape[1], (shape[1], *[1] * (len(shape) - 2)))
+
+
+def group_normalization(n: Node) -> None:
+    """x [N, C, ...] in num_groups groups of C/G channels each normalized over its channels and
+    positions: a LAYERNORM over x viewed as [N, G, C/G, positions], then the scale and bias on
+    that view (per group before opset 21, [G]; per channel from it, [C]), viewed back.
+    stash_type is not read: LAYERNORM computes in f32 (in f64 for f64) as the registry says."""
+    shape = n.shape(0)
+    groups = n.int_attr("num_groups")
+    if len(shape) < 2:
+        raise n.fail(f"GroupNormalization takes [N, C, ...], got {list(shape)}")
+    channels = shape[1]
+    if groups is None or groups < 1 or channels % groups:
+        raise n.fail(f"num_groups {groups} does not divide the {channels} channels")
+    rows = n.reshape(n.x(0), (shape[0], groups, channels // groups, math.prod(shape[2:])))
+    normed = n.emit("LAYERNORM", [rows], axis=2, epsilon=n.float_attr("epsilon", 1e-5))
+    per_channel = n.opset >= 21
+    y = _scale_and_bias(n, normed, channels if per_channel else groups,
+                        (groups, channels // groups if per_channel else 1, 1), out=None)
+    n.reshape(y, shape, out=0)
 
 
 # ---- layout ----------------------------------------------------------------------------------
@@ -663,19 +797,569 @@ def slice_(n: Node) -> None:
 
 
 def gather(n: Node) -> None:
-    """GATHER takes its indices as an attribute: they must be constants. Indices of rank r
-    other than 1 are gathered flat, then RESHAPEd into their place."""
-    indices = n.value(1)
-    if indices is None:
-        raise n.fail("its indices must be a constant (the registry's GATHER takes them as an attribute)")
+    """A GATHER along `axis` of constant indices (its attribute), else of the index operand read
+    at run time (int64 ids held in i32). Indices of rank r other than 1 are gathered flat, then
+    RESHAPEd into their place (a view of a tensor: no bytes move)."""
     shape = n.shape(0)
     axis = _axis(n, n.int_attr("axis", 0), len(shape))
-    flat = [int(i) for i in indices.reshape(-1)]
-    final = (*shape[:axis], *indices.shape, *shape[axis + 1:])
-    if indices.ndim == 1:
-        n.emit("GATHER", [n.x(0)], out=0, axis=axis, indices=flat)
+    indices = n.value(1)
+    if indices is not None:
+        operands, attrs, index_shape = [n.x(0)], {"indices": [int(i) for i in indices.reshape(-1)]}, indices.shape
+    else:
+        index_shape = n.shape(1)
+        ids = n.x(1) if len(index_shape) == 1 else n.reshape(n.x(1), [math.prod(index_shape)])
+        operands, attrs = [n.x(0), ids], {}
+    if len(index_shape) == 1:
+        n.emit("GATHER", operands, out=0, axis=axis, **attrs)
         return
-    n.reshape(n.emit("GATHER", [n.x(0)], axis=axis, indices=flat), final, out=0)
+    final = (*shape[:axis], *index_shape, *shape[axis + 1:])
+    n.reshape(n.emit("GATHER", operands, axis=axis, **attrs), final, out=0)
+
+
+# Runtime indices of GatherElements and GatherND: flat positions computed on the KPU by i32 map
+# ops (each index wrapped from the end of its dim, times its dim's stride, plus broadcast iotas
+# of the positions it sits at, constants of one dim each), then a GATHER of the data RESHAPEd
+# flat. An index outside its dim makes the position one past the data's end, so the run stops
+# with an error there instead of reading another element.
+
+
+def gather_elements_at_run_time(n: Node, axis: int) -> None:
+    """GatherElements of data (input 0) by the index tensor input 1, known only at run time,
+    along `axis` (normalized): out[p] = data[p with its `axis` coordinate replaced by idx[p]]."""
+    data, idx = n.shape(0), n.shape(1)
+    if len(idx) != len(data) or any(i > d for k, (i, d) in enumerate(zip(idx, data)) if k != axis):
+        raise n.fail(f"indices {list(idx)} do not fit data {list(data)} outside axis {axis}")
+    _fits_i32(n, data)
+    strides = _row_major_strides(data)
+    flat = _scaled(n, _wrapped(n, n.x(1), data[axis]), strides[axis])
+    for k, size in enumerate(idx):
+        if k != axis and size > 1:
+            flat = _plus_iota(n, flat, len(idx), k, size, strides[k])
+    rows = _checked(n, flat, _in_range(n, n.x(1), data[axis]), math.prod(data))
+    _gather_rows(n, n.reshape(n.x(0), [math.prod(data)]), rows, idx)
+
+
+def gather_nd_at_run_time(n: Node, batch_dims: int) -> None:
+    """GatherND of data (input 0) by the index tuples in the last dim of input 1, known only at
+    run time: the data as rows of the dims after the batch dims and the q indexed ones, each
+    tuple (with its batch position) one row's number."""
+    data, idx = n.shape(0), n.shape(1)
+    b, q = batch_dims, idx[-1] if idx else 0
+    if not 0 <= b < len(idx) or not 1 <= q <= len(data) - b or tuple(idx[:b]) != tuple(data[:b]):
+        raise n.fail(f"indices {list(idx)} with batch_dims {b} do not index data {list(data)}")
+    _fits_i32(n, data[:b + q])
+    picked = data[b:b + q]
+    strides = _row_major_strides(picked)
+    flat = ok = None
+    for j in range(q):
+        part = n.x(1) if q == 1 else n.emit("SLICE", [n.x(1)], start=[0] * (len(idx) - 1) + [j],
+                                            size=[-1] * (len(idx) - 1) + [1])
+        term = _scaled(n, _wrapped(n, part, picked[j]), strides[j])
+        flat = term if flat is None else n.emit("ADD", [flat, term], result_dtype="i32")
+        fits = _in_range(n, part, picked[j])
+        ok = fits if ok is None else n.emit("LOGICAL_AND", [ok, fits])
+    for k in range(b):  # the batch position: a row of each batch holds all the picked dims
+        if idx[k] > 1:
+            flat = _plus_iota(n, flat, len(idx), k, idx[k], math.prod(data[k + 1:b + q]))
+    rows = math.prod(data[:b + q])
+    flat = _checked(n, flat, ok, rows)
+    _gather_rows(n, n.reshape(n.x(0), [rows, *data[b + q:]]), flat, (*idx[:-1], *data[b + q:]))
+
+
+def _fits_i32(n: Node, shape: tuple[int, ...]) -> None:
+    """Refused where the flat positions in `shape`, and one past them, leave i32 (the index ops' dtype)."""
+    if math.prod(shape) >= 2**31 - 1:
+        raise n.fail(f"its {math.prod(shape):,} flat positions do not fit in i32, which runtime indices are "
+                     "computed in")
+
+
+def _wrapped(n: Node, idx: str, size: int) -> str:
+    """Indices into a dim of `size`, negative ones counted from its end (mod, the divisor's sign)."""
+    return n.emit("MOD", [idx, n.scalar(size, idx)], result_dtype="i32", fmod=False)
+
+
+def _in_range(n: Node, idx: str, size: int) -> str:
+    """1 where an index lies within -size..size-1, as ONNX allows, else 0."""
+    low = n.emit("GREATER_EQUAL", [idx, n.scalar(-size, idx)])
+    return n.emit("LOGICAL_AND", [low, n.emit("LESS", [idx, n.scalar(size, idx)])])
+
+
+def _scaled(n: Node, x: str, stride: int) -> str:
+    return x if stride == 1 else n.emit("MUL", [x, n.scalar(stride, x)], result_dtype="i32")
+
+
+def _plus_iota(n: Node, flat: str, rank: int, k: int, size: int, stride: int) -> str:
+    """`flat` plus each position's coordinate along dim k times `stride` (a constant of that dim alone)."""
+    return n.emit("ADD", [flat, n.constant(_along(size, k, rank) * stride, "i32", "iota")], result_dtype="i32")
+
+
+def _checked(n: Node, flat: str, ok: str, count: int) -> str:
+    """The flat positions, each whose index left its dim made `count`: out of range for the GATHER."""
+    return n.emit("SELECT", [ok, flat, n.scalar(count, flat)], result_dtype="i32")
+
+
+def _gather_rows(n: Node, rows: str, flat: str, final: tuple[int, ...]) -> None:
+    """Output 0: the rows (dim 0 of `rows`) at the positions `flat`, shaped `final`."""
+    picked = n.emit("GATHER", [rows, n.reshape(flat, [math.prod(n.shape(flat))])], axis=0)
+    n.reshape(picked, final, out=0)
+
+
+# ---- Einsum, Resize, GatherElements and GatherND, Expand and Tile -----------------------------
+# Each decomposed here into registry ops; what they need of their constant inputs (element
+# numbers to gather, interpolation weights) is computed at compile time.
+
+
+def broadcast_to(n: Node, x: str, target: tuple[int, ...], out: int | None = None) -> str:
+    """x broadcast to `target` (numpy's rule) as a MUL by ones shaped as the dims x gains alone:
+    only those ones cross memory beside x and the result, where ones of the result's shape would
+    double its bytes (a MUL by 1, not an ADD of 0, which would turn -0 into +0)."""
+    shape = tuple(n.shape(x))
+    aligned = (1,) * (len(target) - len(shape)) + shape
+    ones = [t if a == 1 else 1 for a, t in zip(aligned, target)]
+    if math.prod(ones) != 1:
+        return n.emit("MUL", [x, _ones(n, x, ones)], out=out)
+    if shape != tuple(target):  # nothing grows: the same elements under more dims
+        return n.reshape(x, target, out=out)
+    if out is not None:
+        n.alias(x, out)
+    return x
+
+
+def _ones(n: Node, x: str, shape: list[int]) -> str:
+    """Ones of x's type: a known value beside a known x (so that their MUL folds), else a graph
+    constant."""
+    value = n.value(x)
+    if value is None:
+        return n.constant(np.ones(shape), n.input_dtype(x), "ones")
+    ones = n.known(np.ones(shape, value.dtype), "ones")
+    if x in n.b.elem_types:
+        n.b.elem_types[ones] = n.b.elem_types[x]
+    return ones
+
+
+def expand(n: Node) -> None:
+    shape = n.ints(1, "shape")
+    try:
+        target = tuple(np.broadcast_shapes(n.shape(0), tuple(shape)))
+    except ValueError:
+        raise n.fail(f"shape {shape} does not broadcast with the input's {list(n.shape(0))}") from None
+    broadcast_to(n, n.x(0), target, out=0)
+
+
+def tile(n: Node) -> None:
+    """Each dim d repeated r times: a dim of 1 put before d, broadcast to r, and [r, d] merged
+    (the RESHAPEs are views: the broadcast alone moves bytes)."""
+    shape, repeats = n.shape(0), n.ints(1, "repeats")
+    if len(repeats) != len(shape) or min(repeats, default=0) < 0:
+        raise n.fail(f"repeats {repeats} is not {len(shape)} numbers >= 0 for the input {list(shape)}")
+    if all(r == 1 for r in repeats):
+        _identity(n)
+        return
+    spread = [k for d, r in zip(shape, repeats) for k in ((1, d) if r != 1 else (d,))]
+    grown = [k for d, r in zip(shape, repeats) for k in ((r, d) if r != 1 else (d,))]
+    y = broadcast_to(n, n.reshape(n.x(0), spread), tuple(grown))
+    n.reshape(y, [d * r for d, r in zip(shape, repeats)], out=0)
+
+
+def _within(n: Node, indices: np.ndarray, size: int) -> np.ndarray:
+    """Indices into a dim of `size`, negative ones counted from its end; one outside is refused."""
+    outside = (indices < -size) | (indices >= size)
+    if outside.any():
+        raise n.fail(f"index {int(indices[outside][0])} is out of range for a dim of {size}")
+    return indices % max(size, 1)
+
+
+def _row_major_strides(shape: tuple[int, ...] | list[int]) -> list[int]:
+    return [math.prod(shape[k + 1:]) for k in range(len(shape))]
+
+
+def _along(size: int, k: int, rank: int) -> np.ndarray:
+    """0..size-1 along dim k of `rank` dims (1 elsewhere), to broadcast against the others."""
+    return np.arange(size).reshape([size if j == k else 1 for j in range(rank)])
+
+
+def _computed_here(n: Node, count: int, what: str) -> None:
+    """Refuse a table of more entries than the frontend computes at compile time (FOLD_LIMIT)."""
+    from .onnx import FOLD_LIMIT
+
+    if count > FOLD_LIMIT:
+        raise n.fail(f"{what} would hold {count:,} entries, more than the {FOLD_LIMIT:,} the ONNX frontend "
+                     "computes at compile time")
+
+
+def _merged(picks: np.ndarray, rows: int) -> int:
+    """The most consecutive rows m for which `picks` (row numbers among `rows`) take whole rows of
+    the table with m of them in each: runs of m consecutive numbers from multiples of m."""
+    common = math.gcd(rows, picks.size)
+    small = [m for m in range(1, math.isqrt(common) + 1) if common % m == 0]
+    for m in sorted({*small, *(common // m for m in small)}, reverse=True):
+        runs = picks.reshape(-1, m)
+        if not (runs[:, 0] % m).any() and (runs == runs[:, :1] + np.arange(m)).all():
+            return m
+    return 1
+
+
+def gather_rows(n: Node, x: str, picks: np.ndarray, width: int, final: tuple[int, ...],
+                out: int | None = None) -> str:
+    """The rows of x seen as [size / width, width] that `picks` numbers, shaped `final`: the rows
+    merged as far as runs of consecutive picks allow, a GATHER of them (indices known here), and
+    RESHAPEs (views)."""
+    rows, flat = math.prod(n.shape(x)) // width, picks.reshape(-1)
+    merged = _merged(flat, rows)
+    table = n.reshape(x, (rows // merged, width * merged))
+    if not np.array_equal(flat[::merged] // merged, np.arange(rows // merged)):
+        table = n.emit("GATHER", [table], axis=0, indices=[int(r) for r in flat[::merged] // merged])
+    return n.reshape(table, final, out=out)
+
+
+def gather_elements(n: Node) -> None:
+    """out[p] = x[p with its `axis` coordinate replaced by indices[p]]: constant indices give the
+    elements' numbers here, then `gather_rows` (of one element each)."""
+    shape = n.shape(0)
+    axis = _axis(n, n.int_attr("axis", 0), len(shape))
+    if n.value(1) is None:
+        gather_elements_at_run_time(n, axis)
+        return
+    indices = n.value(1).astype(np.int64)
+    if indices.ndim != len(shape) or any(i > d for k, (i, d) in enumerate(zip(indices.shape, shape)) if k != axis):
+        raise n.fail(f"indices {list(indices.shape)} do not fit the input {list(shape)} outside axis {axis}")
+    _computed_here(n, indices.size, "its gather")
+    strides = _row_major_strides(shape)
+    picks = _within(n, indices, shape[axis]) * strides[axis]
+    for k, size in enumerate(indices.shape):
+        if k != axis:
+            picks = picks + _along(size, k, indices.ndim) * strides[k]
+    gather_rows(n, n.x(0), picks, 1, picks.shape, out=0)
+
+
+def gather_nd(n: Node) -> None:
+    """The slices of x that the tuples in the indices' last dim name, after the `batch_dims` dims
+    both share: constant indices give the numbers of the slices, rows of x, here, then
+    `gather_rows`."""
+    shape, b = n.shape(0), n.int_attr("batch_dims", 0)
+    if n.value(1) is None:
+        gather_nd_at_run_time(n, b)
+        return
+    indices = n.value(1).astype(np.int64)
+    q = indices.shape[-1] if indices.ndim else 0
+    if not 0 <= b < indices.ndim or not 1 <= q <= len(shape) - b or indices.shape[:b] != tuple(shape[:b]):
+        raise n.fail(f"indices {list(indices.shape)} with batch_dims {b} do not index the input {list(shape)}")
+    _computed_here(n, indices.size // q, "its gather")
+    strides = _row_major_strides(shape[:b + q])  # of the rows, each a slice of the dims after
+    rows = sum(_within(n, indices[..., j], shape[b + j]) * strides[b + j] for j in range(q))
+    for k in range(b):  # each tuple within its own batch position
+        rows = rows + _along(shape[k], k, indices.ndim - 1) * strides[k]
+    gather_rows(n, n.x(0), rows, math.prod(shape[b + q:]), (*indices.shape[:-1], *shape[b + q:]), out=0)
+
+
+def einsum(n: Node) -> None:
+    """numpy.einsum by its equation. Each operand first alone: a label twice in it is its
+    diagonal (`gather_rows`), a dim of 1 that another operand broadcasts is dropped, and a label
+    no other operand nor the output has is summed (REDUCE_SUM). Then the operands combine left to
+    right, each pair a MATMUL [batch, left, contracted] @ [batch, contracted, right] over the
+    labels they share and nothing later needs (a broadcast MUL where there are none), TRANSPOSEd
+    and RESHAPEd into place; last, a TRANSPOSE into the output's order."""
+    shapes = [n.shape(i) for i in range(len(n.proto.input))]
+    terms, output = _einsum_terms(n, shapes)
+    sizes: dict[str, int] = {}  # label -> its dim, the broadcast one where another is 1
+    for term, shape in zip(terms, shapes):
+        for label, d in zip(term, shape):
+            known = sizes.setdefault(label, d)
+            if known != d and min(known, d) != 1:
+                raise n.fail(f"label '{label}' stands for dims of {known} and {d}")
+            sizes[label] = max(known, d)
+    alone = [_einsum_operand(n, n.x(i), term, sizes) for i, term in enumerate(terms)]
+    operands = []
+    for i, (x, term) in enumerate(alone):
+        needed = set(output).union(*(t for j, (_, t) in enumerate(alone) if j != i))
+        summed = [k for k, label in enumerate(term) if label not in needed]
+        if summed:
+            x, term = n.emit("REDUCE_SUM", [x], axes=summed, keepdims=False), [t for t in term if t in needed]
+        operands.append((x, term))
+    y, labels = operands[0]
+    for i, operand in enumerate(operands[1:], start=2):
+        later = set(output).union(*(t for _, t in operands[i:]))
+        y, labels = _einsum_pair(n, (y, labels), operand, later, output if i == len(operands) else None, sizes)
+    perm = [labels.index(label) for label in output]
+    if perm != sorted(perm):
+        n.transpose(y, perm, out=0)
+    else:
+        n.alias(y)
+
+
+def einsum_equation(node: Any) -> str | None:
+    """What is wrong with the spelling of an Einsum node's equation (letters around at most one
+    '...' per term, terms joined by ',', '->' and the output's term), or None. Read before onnx's
+    shape inference, which loops forever on some (a '.' or a '-' astray)."""
+    import re
+
+    from onnx import helper
+
+    given = [helper.get_attribute_value(a) for a in node.attribute if a.name == "equation"]
+    equation = given[0].decode("utf-8", "replace") if given and isinstance(given[0], bytes) else ""
+    term = r"[A-Za-z]*(\.\.\.)?[A-Za-z]*"
+    if re.fullmatch(rf"{term}(,{term})*(->{term})?", equation.replace(" ", "")):
+        return None
+    return f"equation {equation!r:.80} is not terms of letters (and at most one '...' each) joined by ',' and '->'"
+
+
+def _einsum_terms(n: Node, shapes: list[tuple[int, ...]]) -> tuple[list[list[str]], list[str]]:
+    """Each operand's labels and the output's, an ellipsis spelt out as labels '.k' (k counted
+    back from its last dim, so that broadcast dims line up from the right); the implicit output
+    is the ellipsis, then the letters written once, in alphabetical order."""
+    from collections import Counter
+
+    equation = n.str_attr("equation", "").replace(" ", "")
+    inputs, arrow, result = equation.partition("->")
+    written = inputs.split(",")
+    if len(written) != len(shapes):
+        raise n.fail(f"equation {equation!r:.80} has {len(written)} operand terms for {len(shapes)} inputs")
+
+    def labels(term: str, rank: int) -> list[str]:
+        head, dots, tail = term.partition("...")  # letters around at most one '...' (einsum_equation)
+        spread = rank - len(head + tail)
+        if spread < 0 or (spread and not dots):
+            raise n.fail(f"equation {equation!r:.80}: term {term!r:.40} does not label the {rank} dims of its "
+                         "operand")
+        return [*head, *(f".{k}" for k in range(spread - 1, -1, -1)), *tail]
+
+    terms = [labels(term, len(shape)) for term, shape in zip(written, shapes)]
+    ellipsis = max(sum(label.startswith(".") for label in t) for t in terms)
+    if arrow:
+        output = labels(result, len(result.replace("...", "")) + (ellipsis if "..." in result else 0))
+        if len(set(output)) < len(output) or not set(output) <= {label for t in terms for label in t}:
+            raise n.fail(f"equation {equation!r:.80}: its output names a label twice or one no operand has")
+        return terms, output
+    counts = Counter(label for t in terms for label in t if not label.startswith("."))
+    return terms, [f".{k}" for k in range(ellipsis - 1, -1, -1)] + sorted(l for l, c in counts.items() if c == 1)
+
+
+def _einsum_operand(n: Node, x: str, term: list[str], sizes: dict[str, int]) -> tuple[str, list[str]]:
+    """Operand x, labelled `term`, with its diagonals taken and its dims of 1 that another
+    operand broadcasts dropped; (tensor, its labels)."""
+    shape = n.shape(x)
+    unique = list(dict.fromkeys(term))
+    if len(unique) < len(term):  # a label twice: the diagonal, by the elements' numbers
+        if any(d != shape[term.index(label)] for label, d in zip(term, shape)):
+            raise n.fail(f"a label written twice in one term stands for dims of different sizes in {list(shape)}")
+        dims = [shape[term.index(label)] for label in unique]
+        _computed_here(n, math.prod(dims), "its diagonal")
+        strides = _row_major_strides(shape)
+        picks = sum(_along(d, u, len(unique)) * sum(s for s, t in zip(strides, term) if t == label)
+                    for u, (label, d) in enumerate(zip(unique, dims)))
+        x, term = gather_rows(n, x, picks, 1, tuple(dims)), unique
+        shape = n.shape(x)
+    kept = [k for k, label in enumerate(term) if not (shape[k] == 1 and sizes[label] > 1)]
+    if len(kept) < len(term):
+        x, term = n.reshape(x, [shape[k] for k in kept]), [term[k] for k in kept]
+    return x, term
+
+
+def _einsum_pair(n: Node, a: tuple[str, list[str]], b: tuple[str, list[str]], later: set[str],
+                 output: list[str] | None, sizes: dict[str, int]) -> tuple[str, list[str]]:
+    """The product of two labelled operands, summed over the labels they share that nothing
+    later needs; (tensor, its labels: the shared ones kept, then the first operand's own, then
+    the second's). The operands in the order that needs the fewer TRANSPOSEs, counting the one
+    into `output`'s order after the last pair."""
+    if _transposes(b[1], a[1], later, output) < _transposes(a[1], b[1], later, output):
+        a, b = b, a
+    (x, xl), (w, wl) = a, b
+    batch = [label for label in xl if label in wl and label in later]
+    contracted = [label for label in xl if label in wl and label not in later]
+    left, right = [label for label in xl if label not in wl], [label for label in wl if label not in xl]
+
+    def dims(labels: list[str]) -> list[int]:
+        return [sizes[label] for label in labels]
+
+    if not contracted:  # nothing to sum: each element a product, broadcast over the other's labels
+        x = _arranged(n, x, xl, batch + left, dims(batch + left) + [1] * len(right))
+        w = _arranged(n, w, wl, batch + right, dims(batch) + [1] * len(left) + dims(right))
+        return n.emit("MUL", [x, w]), batch + left + right
+    lead = [math.prod(dims(batch))] if batch else []
+    k, m, cols = math.prod(dims(contracted)), math.prod(dims(left)), math.prod(dims(right))
+    x = _arranged(n, x, xl, batch + left + contracted, lead + [m, k])
+    if wl == batch + right + contracted:  # B held as [batch, right, contracted]: the MATMUL's transpose_b
+        y = n.emit("MATMUL", [x, _arranged(n, w, wl, wl, lead + [cols, k])], transpose_b=True)
+    else:
+        y = n.emit("MATMUL", [x, _arranged(n, w, wl, batch + contracted + right, lead + [k, cols])])
+    shape = dims(batch + left + right)
+    return (y if list(n.shape(y)) == shape else n.reshape(y, shape)), batch + left + right
+
+
+def _transposes(xl: list[str], wl: list[str], later: set[str], output: list[str] | None) -> int:
+    """The TRANSPOSEs `_einsum_pair` takes with operands labelled xl and wl, in that order."""
+    batch = [label for label in xl if label in wl and label in later]
+    contracted = [label for label in xl if label in wl and label not in later]
+    left, right = [label for label in xl if label not in wl], [label for label in wl if label not in xl]
+    takes = (batch + right + contracted,) if contracted else ()
+    result = batch + left + right
+    return ((xl != batch + left + contracted) + (wl not in (batch + contracted + right, *takes))
+            + (output is not None and result != output))
+
+
+def _arranged(n: Node, x: str, labels: list[str], order: list[str], shape: list[int]) -> str:
+    """x with its dims in the labels' `order` (a TRANSPOSE where that differs), then as `shape`."""
+    if order != labels:
+        x = n.transpose(x, [labels.index(label) for label in order])
+    return x if list(n.shape(x)) == shape else n.reshape(x, shape)
+
+
+RESIZE_TRANSFORMS = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric")
+# nearest_mode -> whether the output at source position f + r (f an integer, 0 < r <= 1; r = 1
+# where it lands on an input) takes input f + 1 rather than f
+NEAREST = {"round_prefer_floor": lambda r: r > 0.5, "round_prefer_ceil": lambda r: r >= 0.5,
+           "floor": lambda r: r >= 1, "ceil": lambda r: r > 0}
+
+
+def resize(n: Node) -> None:
+    """Each resized axis in turn, as onnx's reference resizes it: the output positions mapped
+    back onto the input (coordinate_transformation_mode); nearest a GATHER of the inputs they
+    take, linear and cubic a MATMUL with the axis's interpolation weights [out, in] computed here
+    (on the array; each row sums its few taps and zeros, as exact as gathers and products)."""
+    from dfx.dtypes import is_integer
+
+    mode, transform = n.str_attr("mode", "nearest"), n.str_attr("coordinate_transformation_mode", "half_pixel")
+    nearest, antialias = n.str_attr("nearest_mode", "round_prefer_floor"), bool(n.int_attr("antialias", 0))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise n.fail(f"mode {mode!r:.40} is not nearest, linear or cubic")
+    if transform not in RESIZE_TRANSFORMS:
+        raise n.fail(f"coordinate_transformation_mode {transform!r:.40} is not supported (these are: "
+                     f"{', '.join(RESIZE_TRANSFORMS)})")
+    if mode == "nearest" and nearest not in NEAREST:
+        raise n.fail(f"nearest_mode {nearest!r:.40} is not one of {', '.join(NEAREST)}")
+    if mode == "nearest" and antialias:
+        raise n.fail("antialias applies to the linear and cubic modes, not to nearest")
+    if mode != "nearest" and is_integer(n.input_dtype(0)):
+        raise n.fail(f"{mode} Resize of {n.input_dtype(0)} data is not supported (its weights are fractions)")
+    shape = n.shape(0)
+    steps = []  # (axis, the input positions it gathers or its weights), each axis that changes
+    for axis, (d, size, scale) in enumerate(zip(shape, *_resize_plan(n, shape))):
+        if size == d and math.isclose(scale, 1.0):
+            continue  # kept as it is, as the reference keeps it
+        _computed_here(n, size if mode == "nearest" else size * d, f"its table for dim {axis}")
+        source = _source_positions(transform, size, d, scale)
+        base = np.floor(source) - (source == np.floor(source))  # f of f + r, 0 < r <= 1
+        if mode == "nearest":
+            picks = np.clip(base + NEAREST[nearest](source - base), 0, d - 1).astype(np.int64)
+            if not np.array_equal(picks, np.arange(d)):
+                steps.append((axis, picks))
+        else:
+            steps.append((axis, _resize_weights(n, mode, base, source - base, d, scale, antialias)))
+    if not steps:
+        _identity(n)
+        return
+    y = n.x(0)
+    for k, (axis, table) in enumerate(steps):
+        out = 0 if k == len(steps) - 1 else None
+        y = (n.emit("GATHER", [y], out=out, axis=axis, indices=[int(i) for i in table]) if table.ndim == 1
+             else _interpolate(n, y, axis, table, out))
+
+
+def upsample(n: Node) -> None:
+    """A model of opsets 7 to 9 has its Upsamples upgraded to Resizes before they are mapped; a
+    newer one may not use the op."""
+    raise n.fail(f"Upsample is deprecated from opset 10 (Resize does its work); the model imports opset {n.opset}")
+
+
+def _resize_plan(n: Node, shape: tuple[int, ...]) -> tuple[list[int], list[float]]:
+    """Each dim's size after the resize and its scale, from the constant scales or sizes (of the
+    dims `axes` names, from opset 18), as onnx's reference reads them."""
+    rank = len(shape)
+    axes = [_axis(n, a, rank) for a in n.ints_attr("axes", list(range(rank)))]
+    if len(set(axes)) < len(axes):
+        raise n.fail(f"axes {n.ints_attr('axes')} name a dim twice")
+    given = {}
+    for i, what in ((2, "scales"), (3, "sizes")):
+        value = n.value(i)
+        if n.has(i) and value is None:
+            raise n.fail(f"its {what} (input {i}) must be a constant: the ONNX frontend reads them at compile time")
+        if value is not None and value.size:
+            given[what] = value.reshape(-1)
+    if len(given) != 1:
+        raise n.fail("gives both scales and sizes" if given else "gives neither scales nor sizes")
+    [(what, values)] = given.items()
+    if len(values) != len(axes):
+        raise n.fail(f"its {what} has {len(values)} entries for {len(axes)} dims")
+    sizes, scales = list(shape), [1.0] * rank
+    if what == "scales":
+        for a, s in zip(axes, values):
+            if not 0 < s < math.inf:
+                raise n.fail(f"scale {s} is not a positive number")
+            scales[a], sizes[a] = float(s), int(float(s) * shape[a])
+        return sizes, scales
+    if min(values) < 1:
+        raise n.fail(f"sizes {[int(v) for v in values]} are not all >= 1")
+    ratios = [int(v) / shape[a] for a, v in zip(axes, values)]
+    policy = n.str_attr("keep_aspect_ratio_policy", "stretch")
+    if policy not in ("stretch", "not_larger", "not_smaller"):
+        raise n.fail(f"keep_aspect_ratio_policy {policy!r:.40} is not stretch, not_larger or not_smaller")
+    for a, v, ratio in zip(axes, values, ratios):
+        if policy == "stretch":
+            scales[a], sizes[a] = ratio, int(v)
+        else:  # one scale for all the axes, the sizes rounded from it
+            scales[a] = min(ratios) if policy == "not_larger" else max(ratios)
+            sizes[a] = int(scales[a] * shape[a] + 0.5)
+    return sizes, scales
+
+
+def _source_positions(transform: str, size: int, d: int, scale: float) -> np.ndarray:
+    """Where each of `size` outputs along a dim of `d` inputs sits on the input (float64)."""
+    y = np.arange(size, dtype=np.float64)
+    width = scale * d  # the reference's output length, before rounding
+    if transform == "align_corners":
+        return np.zeros(size) if width == 1 else y * (d - 1) / (width - 1)
+    if transform == "asymmetric":
+        return y / scale
+    if transform == "pytorch_half_pixel" and width == 1:
+        return np.full(size, -0.5)
+    offset = d / 2 * (1 - size / width) if transform == "half_pixel_symmetric" else 0.0
+    return offset + (y + 0.5) / scale - 0.5
+
+
+def _resize_weights(n: Node, mode: str, base: np.ndarray, r: np.ndarray, d: int, scale: float,
+                    antialias: bool) -> np.ndarray:
+    """One axis's interpolation weights [outputs, d]: the output at base + r weighs input base + i
+    by the mode's kernel at i - r (its taps stretched by 1 / scale where antialias shrinks, and
+    normalised); a tap past the input's edge weighs the edge's input (exclude_outside: none, the
+    others normalised)."""
+    a = n.float_attr("cubic_coeff_a", -0.75)
+
+    def cubic(t: np.ndarray) -> np.ndarray:
+        t = np.abs(t)
+        near, far = ((a + 2) * t - (a + 3)) * t * t + 1, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+        return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+    support, kernel = (1, lambda t: np.clip(1 - np.abs(t), 0, 1)) if mode == "linear" else (2, cubic)
+    stretch = min(scale, 1.0) if antialias else 1.0
+    first = math.floor(-support / stretch) + 1
+    _computed_here(n, len(r) * (2 - 2 * first), "its interpolation taps")
+    taps = np.arange(first, 2 - first)
+    weights = kernel(stretch * (taps - r[:, None]))
+    if antialias:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    inputs = base.astype(np.int64)[:, None] + taps
+    if n.int_attr("exclude_outside", 0):
+        weights = np.where((inputs < 0) | (inputs >= d), 0.0, weights)
+        total = weights.sum(axis=1, keepdims=True)
+        weights = weights / np.where(total == 0, 1.0, total)
+    matrix = np.zeros((len(r), d))
+    np.add.at(matrix, (np.arange(len(r))[:, None], np.clip(inputs, 0, d - 1)), weights)
+    return matrix
+
+
+def _interpolate(n: Node, x: str, axis: int, weights: np.ndarray, out: int | None) -> str:
+    """x contracted along `axis` with `weights` [outputs, inputs]: the last axis as rows of x
+    times the weights transposed, another as the weights times x's [before, inputs, after]."""
+    shape = n.shape(x)
+    before, after = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    dtype = n.input_dtype(x)
+    if after == 1:
+        rows = n.reshape(x, (before, shape[axis]))
+        y = n.emit("MATMUL", [rows, n.constant(np.ascontiguousarray(weights.T), dtype, "weights")])
+    else:
+        columns = n.reshape(x, (before, shape[axis], after) if before > 1 else (shape[axis], after))
+        y = n.emit("MATMUL", [n.constant(weights, dtype, "weights"), columns])
+    return n.reshape(y, (*shape[:axis], weights.shape[0], *shape[axis + 1:]), out=out)
 
 
 def constant(n: Node) -> None:
@@ -691,8 +1375,12 @@ def fold_only(n: Node) -> None:
                  f"{n.op_type} at compile time")
 
 
+# op type -> what is wrong with a node's attributes, checked before onnx's shape inference reads them
+PRECHECKS: dict[str, Callable[[Any], str | None]] = {"Einsum": einsum_equation}
+
+
 # evaluated at compile time only (Shape and Size from their input's shape alone)
-FOLD_ONLY = frozenset({"Shape", "Size", "ConstantOfShape", "Range", "Expand", "Tile", "ReduceProd"})
+FOLD_ONLY = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})
 
 
 # ONNX op type -> its mapping
@@ -718,11 +1406,17 @@ OPS: dict[str, Callable[[Node], None]] = {
     "Softmax": _softmax("SOFTMAX"), "LogSoftmax": _softmax("LOG_SOFTMAX"),
     "LayerNormalization": layer_normalization, "BatchNormalization": batch_normalization,
     "ReduceSum": _reduce("SUM"), "ReduceMean": _reduce("MEAN"), "ReduceMax": _reduce("MAX"),
-    "ReduceMin": _reduce("MIN"),
+    "ReduceMin": _reduce("MIN"), "ReduceProd": _reduce("PROD"), "ReduceL1": reduce_l1, "ReduceL2": reduce_l2,
+    "ReduceSumSquare": lambda n: _sum_of_squares(n, out=0), "ReduceLogSumExp": reduce_log_sum_exp,
+    "ArgMax": _arg("MAX"), "ArgMin": _arg("MIN"), "CumSum": cum_sum, "Trilu": trilu, "LRN": lrn,
+    "GlobalMaxPool": global_max_pool, "InstanceNormalization": instance_normalization,
+    "GroupNormalization": group_normalization,
     # layout
     "Identity": _identity, "Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
     "Unsqueeze": unsqueeze, "Concat": concat, "Split": split, "Slice": slice_, "Gather": gather,
     "Constant": constant, "Dropout": dropout,
+    "GatherElements": gather_elements, "GatherND": gather_nd, "Expand": expand, "Tile": tile, "Einsum": einsum,
+    "Resize": resize, "Upsample": upsample,
     # folded
     **{op: fold_only for op in FOLD_ONLY},
 }

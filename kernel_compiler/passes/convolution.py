@@ -11,6 +11,9 @@ kernel's size (a band on chip does not say where the input ends in it).
     AVGPOOL2D(x){padding not counted}
                                 AVGPOOL2D(x){padding counted} * (kh * kw / inputs in each window)
 
+The TRANSPOSEs are written as if each op stood alone; LAYOUT, the next stage, cancels those
+between one window op and the next and folds those of constant weights.
+
 Each computes the reference's numbers: layout ops move values exactly, and every CONV2D and
 DEPTHWISE_CONV2D rounds its sums once to the root's result dtype as the root did. The pooling's
 mean stays at the precision the reference computes in (f32, f64 beside f64) until the MUL rounds

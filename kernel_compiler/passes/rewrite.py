@@ -8,15 +8,20 @@ in either order; `Pat.any` tries alternatives in turn.
 Every op a pattern matches is replaced, so a match counts only when the chain is closed: each
 matched op other than the root has its result read by matched ops alone, and none is a graph
 output. The rule's fn then sees the `Match` and returns the one op that computes the root's
-result instead, or None to decline (a constant without a known value, two different axes). An
-expansion (one op in a form the lowering does not take, computed by several it does) first adds
-the ops that compute new intermediates (`Match.op`) and the constants they read
-(`Match.constant`), under new names and with the root's source; they go ahead of the returned
-op, and away again if the rule declines after all. The engine keeps the graph consistent: the
-new op must have the root's result shape by the registry's shape rule, and neither it nor an
-added op reads a tensor the match removes; it takes the root's place (so the ops stay in
-topological order), the root's name and source (so messages still point at the model file), and
-tensors only the removed ops used go, unless they are graph inputs or outputs.
+result instead, or the name of a tensor that already holds it (the root's readers then read that
+tensor: a TRANSPOSE undoing another, a constant the rule computed), or None to decline (a
+constant without a known value, two different axes). A rule may look at ops beyond its pattern
+(`Match.computing`, `Match.readers`); those are not replaced, but an op whose result a rewrite
+leaves unread by any op (and no graph output) goes with it. An expansion (one op in a form the
+lowering does not take, computed by several it does) first adds the ops that compute new
+intermediates (`Match.op`) and the constants they read (`Match.constant`), under new names and
+with the root's source; they go ahead of the returned op, and away again if the rule declines
+after all. The engine keeps the graph consistent: the new op must have the root's result shape
+by the registry's shape rule, and neither it nor an added op reads a tensor the match removes;
+it takes the root's place (so the ops stay in topological order), the root's name and source (so
+messages still point at the model file), and tensors only the removed ops used go, unless they
+are graph inputs or outputs. A tensor standing for the root's result must have its shape and
+dtype, and the root's result must be no graph output (which keeps its name).
 
 Rule sets are lists of rules and combine with `+`; `rewrite` applies one to a fixed point and
 returns a new graph, leaving its argument as it was.
@@ -78,6 +83,18 @@ class Match:
     def producer(self, name: str) -> Op:
         """The matched op whose result the name bound."""
         return next(op for op in self.ops.values() if op.outputs == [self.bound[name]])
+
+    def computing(self, tensor: str) -> Op | None:
+        """The op computing `tensor`, matched or not; None for a graph input or constant."""
+        return self.index.producer.get(tensor)
+
+    def readers(self, tensor: str) -> list[Op]:
+        """The ops reading `tensor`, matched or not."""
+        return list(self.index.consumers.get(tensor, {}).values())
+
+    def before(self, op: Op) -> bool:
+        """`op` comes ahead of the root in the graph's order: a tensor it computes may stand for the root's."""
+        return op.name in self.index.passed and self.index.live(op)
 
     def attrs(self, name: str) -> dict:
         op = self.producer(name)
@@ -160,7 +177,8 @@ class Match:
             self.warnings.append(message)
 
 
-Rule = tuple[Pat, Callable[[Match], Op | None]]
+# a rule's fn: the op computing the root's result, or a tensor holding it already, or None to decline
+Rule = tuple[Pat, Callable[[Match], Op | str | None]]
 
 
 @dataclass
@@ -169,7 +187,9 @@ class _Index:
 
     producer: dict[str, Op]  # tensor -> the op computing it
     consumers: dict[str, dict[str, Op]]  # tensor -> op name -> an op reading it
-    names: set[str] = field(default_factory=set)  # the names of the ops, which new ones must not take
+    ops: dict[str, Op] = field(default_factory=dict)  # op name -> the op of that name now in the graph
+    names: set[str] = field(default_factory=set)  # every op name the graph has had, which new ones must not take
+    passed: set[str] = field(default_factory=set)  # the ops this sweep has placed, ahead of the one it is at
 
     @staticmethod
     def of(ops: list[Op]) -> _Index:
@@ -180,12 +200,13 @@ class _Index:
 
     def add(self, op: Op) -> None:
         self.producer.update((t, op) for t in op.outputs)
+        self.ops[op.name] = op
         self.names.add(op.name)
         for t in op.inputs:
             self.consumers.setdefault(t, {})[op.name] = op
 
     def remove(self, op: Op) -> None:
-        self.names.discard(op.name)
+        del self.ops[op.name]
         for t in op.outputs:
             del self.producer[t]
         for t in dict.fromkeys(op.inputs):
@@ -263,23 +284,55 @@ def _fits(graph: Graph, match: Match, new: Op) -> bool:
     return [tuple(s) for s in shapes] == [graph.tensors[t].shape for t in new.outputs]
 
 
-def _apply(graph: Graph, match: Match, new: Op, index: _Index) -> None:
-    """Replace the matched ops by the added ones and `new` in the index; drop the tensors no op
-    uses any more."""
+def _stands_for(graph: Graph, match: Match, tensor: str) -> bool:
+    """`tensor` may take the place of the root's result: it stays, has the result's shape and
+    dtype, and the result is no graph output (which keeps its name)."""
+    removed = {t for op in match.ops.values() for t in op.outputs}
+    result, standing = graph.tensors[match.root.outputs[0]], graph.tensors.get(tensor)
+    return (standing is not None and tensor not in removed and result.role != "output"
+            and (standing.shape, standing.dtype) == (result.shape, result.dtype))
+
+
+def _apply(graph: Graph, match: Match, new: Op | str, index: _Index) -> None:
+    """Replace the matched ops by the added ones and `new` in the index (a tensor: the root's
+    readers read it instead); drop the ops and tensors no op uses any more."""
     for op in match.ops.values():
         index.remove(op)
-    for op in [*match.added, new]:
+    for op in match.added:
         index.add(op)
-    for t in {t for op in match.ops.values() for t in op.inputs + op.outputs}:
-        if t not in index.producer and t not in index.consumers and graph.tensors[t].role not in ("input", "output"):
-            del graph.tensors[t]
-            graph.constants.pop(t, None)
+    if isinstance(new, Op):
+        index.add(new)
+    else:
+        result = match.root.outputs[0]
+        for reader in list(index.consumers.get(result, {}).values()):
+            index.remove(reader)
+            index.add(replace(reader, inputs=[new if t == result else t for t in reader.inputs]))
+    _drop_unread(graph, {t for op in match.ops.values() for t in op.inputs + op.outputs}, index)
+
+
+def _drop_unread(graph: Graph, tensors: set[str], index: _Index) -> None:
+    """Drop the tensors among `tensors` that no op reads, none a graph input or output, with the
+    op computing them once none of its results is read, and so on up through its operands."""
+    while tensors:
+        t = tensors.pop()
+        tensor = graph.tensors.get(t)
+        if tensor is None or t in index.consumers or tensor.role in ("input", "output"):
+            continue
+        op = index.producer.get(t)
+        if op is not None:
+            if any(u in index.consumers or graph.tensors[u].role == "output" for u in op.outputs):
+                continue
+            index.remove(op)
+            tensors.update(op.inputs + op.outputs)
+        del graph.tensors[t]
+        graph.constants.pop(t, None)
 
 
 def _rewrite_at(graph: Graph, op: Op, by_type: dict[str, list[Rule]], index: _Index,
-                warnings: list[str]) -> list[Op] | None:
-    """Apply the first rule that matches at `op` and accepts; the ops that replaced it (the
-    added ones, then the one computing its result), or None."""
+                warnings: list[str]) -> tuple[list[Op], Op | None] | None:
+    """Apply the first rule that matches at `op` and accepts; the ops added ahead of its place
+    and the one computing its result there (None: a tensor that was already there holds it),
+    or None."""
     rules = by_type.get(op.op_type, []) if len(op.outputs) == 1 else []
     for pat, fn in rules:
         for bound, ops in _match(pat, op.outputs[0], index, ({}, {})):
@@ -287,9 +340,10 @@ def _rewrite_at(graph: Graph, op: Op, by_type: dict[str, list[Rule]], index: _In
                 continue
             match = Match(graph, op, ops, bound, warnings, index)
             new = fn(match)
-            if new is not None and _fits(graph, match, new):
+            fits = _fits if isinstance(new, Op) else _stands_for
+            if new is not None and fits(graph, match, new):
                 _apply(graph, match, new, index)
-                return [*match.added, new]
+                return match.added, new if isinstance(new, Op) else None
             match.discard()
     return None
 
@@ -308,12 +362,17 @@ def rewrite(graph: Graph, rules: list[Rule], warnings: list[str]) -> Graph:
         # rebuilt at the end, without the ops the sweep's rewrites removed
         changed, index, ops = False, _Index.of(graph.ops), []
         for op in graph.ops:
+            # as the sweep left it: gone, or reading the tensor that took the place of a result
+            op = index.ops.get(op.name)
             # a new op takes its root's place, which keeps the topological order; then it is tried
             # again. The ops added ahead of it are tried on the next sweep.
-            while (new := _rewrite_at(graph, op, by_type, index, warnings)) is not None:
-                *added, op = new
+            while op is not None and (fired := _rewrite_at(graph, op, by_type, index, warnings)) is not None:
+                added, op = fired
                 ops += added
+                index.passed.update(added_op.name for added_op in added)
                 changed = True
-            ops.append(op)
+            if op is not None:
+                ops.append(op)
+                index.passed.add(op.name)
         graph.ops = [op for op in ops if index.live(op)]
     return graph
