@@ -90,9 +90,11 @@ def test_float_mul_of_initializers_folds_by_the_registry():
 
 
 def test_a_billion_element_constant_is_refused_without_allocating():
+    """Past the fold limit a ConstantOfShape is computed on the KPU as the product of two constants
+    about the square root of its size; one of a single dim of 10^9 has no such two."""
     m = model([helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill(1.0)),
                helper.make_node("Add", ["x", "c"], ["y"])],
-              {"x": rand(1)}, ["y"], {"s": np.array([1000, 1000, 1000], np.int64)})
+              {"x": rand(1)}, ["y"], {"s": np.array([1000_000_000], np.int64)})
     tracemalloc.start()
     started = time.perf_counter()
     try:
@@ -101,7 +103,8 @@ def test_a_billion_element_constant_is_refused_without_allocating():
     finally:
         tracemalloc.stop()
     assert message == ("bad.onnx: node #0 (ConstantOfShape): its result would hold 1,000,000,000 elements, more "
-                       "than the 16,777,216 the ONNX frontend folds at compile time")
+                       "than the 16,777,216 the ONNX frontend folds at compile time, and its dims [1000000000] "
+                       "split into no two parts of at most that")
     assert time.perf_counter() - started < 5 and peak < 64 << 20
 
 
@@ -143,3 +146,18 @@ def test_gather_elements_of_known_ids_folds_where_the_indices_are_narrower():
     m = model(nodes, {"x": rand(1, 16, 8)}, ["y"], inits)
     program, _ = assert_matches_onnxruntime(m, {"x": rand(1, 16, 8, seed=4)})
     assert "ids" not in program.graph.tensors or program.graph.tensors["ids"].role == "constant"
+
+
+def test_a_constant_of_shape_past_the_limit_is_computed_on_the_kpu(monkeypatch):
+    """As the light VGG-19's 102 M-element weights: the value over the leading dims times ones
+    over the others, neither larger than the limit."""
+    import kernel_compiler.frontends.onnx as frontend
+
+    monkeypatch.setattr(frontend, "FOLD_LIMIT", 40)
+    m = model([helper.make_node("ConstantOfShape", ["s"], ["c"], value=fill(1.5)),
+               helper.make_node("Add", ["x", "c"], ["y"])],
+              {"x": rand(6, 4, 5)}, ["y"], {"s": np.array([6, 4, 5], np.int64)})
+    program, _ = assert_matches_onnxruntime(m, {"x": rand(6, 4, 5, seed=12)})
+    assert ops_of(program) == ["MUL", "ADD"]
+    constants = sorted(program.graph.constant_values(t).shape for t in program.graph.ops[0].inputs)
+    assert constants == [(1, 4, 5), (6, 1, 1)]

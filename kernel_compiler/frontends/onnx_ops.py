@@ -1366,6 +1366,30 @@ def constant(n: Node) -> None:
     raise n.fail("could not be evaluated")  # Constant nodes are evaluated by the builder
 
 
+def constant_of_shape(n: Node) -> None:
+    """A known value; past the fold limit (the onnx package's light VGG-19 makes its 102 M-element
+    weights so) computed on the KPU, as the product of the value over the leading dims and ones over
+    the others: two constants about the square root of its size, neither held by the compiler."""
+    from onnx import numpy_helper
+
+    from .onnx import FOLD_LIMIT
+
+    shape = n.ints(0, "shape")
+    fill = n.attr("value")
+    value = numpy_helper.to_array(fill).reshape(-1)[:1] if fill is not None else np.zeros(1, np.float32)
+    if math.prod(shape) <= FOLD_LIMIT:
+        n.alias(n.known(np.full(shape, value[0], value.dtype), "filled"))
+        return
+    rank = len(shape)
+    lead = min(range(rank + 1), key=lambda k: max(math.prod(shape[:k]), math.prod(shape[k:])))
+    if max(math.prod(shape[:lead]), math.prod(shape[lead:])) > FOLD_LIMIT:
+        raise n.fail(f"its result would hold {math.prod(shape):,} elements, more than the {FOLD_LIMIT:,} the ONNX "
+                     f"frontend folds at compile time, and its dims {shape} split into no two parts of at most that")
+    values = np.full(shape[:lead] + [1] * (rank - lead), value[0], value.dtype)
+    n.emit("MUL", [n.constant(values, n.dtype, "value"), n.constant(np.ones([1] * lead + shape[lead:]), n.dtype, "ones")],
+           out=0)
+
+
 def fold_only(n: Node) -> None:
     """An op the builder evaluates (FOLD_ONLY) where its inputs are known: here one is not."""
     from .onnx import _clip
@@ -1380,7 +1404,7 @@ PRECHECKS: dict[str, Callable[[Any], str | None]] = {"Einsum": einsum_equation}
 
 
 # evaluated at compile time only (Shape and Size from their input's shape alone)
-FOLD_ONLY = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})
+FOLD_ONLY = frozenset({"Shape", "Size", "Range"})
 
 
 # ONNX op type -> its mapping
@@ -1418,5 +1442,5 @@ OPS: dict[str, Callable[[Node], None]] = {
     "GatherElements": gather_elements, "GatherND": gather_nd, "Expand": expand, "Tile": tile, "Einsum": einsum,
     "Resize": resize, "Upsample": upsample,
     # folded
-    **{op: fold_only for op in FOLD_ONLY},
+    "ConstantOfShape": constant_of_shape, **{op: fold_only for op in FOLD_ONLY},
 }

@@ -1,0 +1,246 @@
+"""Export real models with PyTorch, torchvision and transformers to ONNX, as their users do, and
+write each with an input and onnxruntime's outputs (nothing is downloaded: random weights,
+configs built in code):
+
+    pip install -e '.[zoo]'
+    python examples/make_zoo.py -o examples/zoo               # the test set (small, in the repo)
+    python examples/make_zoo.py --full -o build/zoo-full      # full-size models for benchmarks/
+    python examples/make_zoo.py gpt2 bert -o examples/zoo     # some of them
+
+Every model is exported twice, `torch.onnx.export` with its default exporter (`dynamo=True`)
+and with the legacy TorchScript one (`dynamo=False`, still what most deployment scripts use),
+to `<model>.<exporter>.onnx` beside `<model>.<exporter>.npz`: the inputs under their ONNX names
+(`input:<name>`), onnxruntime's outputs (`output:<name>`) and PyTorch's (`torch:<name>`). The
+script refuses to write a model whose onnxruntime outputs differ from PyTorch's by more than
+1e-4 of their peak (an exporter bug is not a test of ours). `manifest.json` lists every model
+with its architecture, sizes, exporter, opset and that difference.
+
+The test set keeps each architecture and shrinks what the architecture allows (64x64 images,
+10 classes, narrower widths, two transformer layers), so all of it stays a few MB; `--full`
+writes the sizes the benchmarks quote (224x224 images, GPT-2 small at 12 layers, 124 M
+parameters, sequence 128; those go to external data files beside the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnxruntime
+import torch
+import torchvision
+from torch import nn
+
+EXPORTERS = {"dynamo": True, "legacy": False}
+OPSET = 18
+AGREEMENT = 1e-4  # onnxruntime against PyTorch, relative to the output's peak
+
+
+@dataclass
+class Model:
+    """A module ready to export, its example inputs, and what to record about it."""
+
+    module: nn.Module
+    inputs: dict[str, torch.Tensor]
+    sizes: str
+    dynamic_batch: bool = False
+
+
+def _image(size: int, batch: int = 1) -> dict[str, torch.Tensor]:
+    return {"image": torch.randn(batch, 3, size, size)}
+
+
+def _tokens(vocab: int, seq: int) -> dict[str, torch.Tensor]:
+    """Token ids and the attention mask a tokenizer gives with them (the last two tokens padding)."""
+    mask = torch.ones(1, seq, dtype=torch.int64)
+    mask[:, -2:] = 0
+    return {"input_ids": torch.randint(0, vocab, (1, seq), dtype=torch.int64), "attention_mask": mask}
+
+
+class FirstOutput(nn.Module):
+    """A transformers model called as its users call it, by keyword, returning its main tensor."""
+
+    def __init__(self, model: nn.Module, field: str, inputs: list[str]):
+        super().__init__()
+        self.model, self.field, self.inputs = model, field, inputs
+
+    def forward(self, *args):
+        return getattr(self.model(**dict(zip(self.inputs, args))), self.field)
+
+
+# ---- torchvision ----------------------------------------------------------------------------
+
+
+def resnet18(full: bool) -> Model:
+    from torchvision.models.resnet import BasicBlock, ResNet
+
+    if full:
+        return Model(torchvision.models.resnet18(weights=None), _image(224), "224x224, 1000 classes")
+    # resnet18's blocks ([2, 2, 2, 2] BasicBlocks, stride 2 at each stage) at a quarter of its width
+    model = ResNet(BasicBlock, [2, 2, 2, 2], num_classes=10)
+    model.inplanes = 16
+    model.conv1 = nn.Conv2d(3, 16, kernel_size=7, stride=2, padding=3, bias=False)
+    model.bn1 = nn.BatchNorm2d(16)
+    model.layer1 = model._make_layer(BasicBlock, 16, 2)
+    model.layer2 = model._make_layer(BasicBlock, 32, 2, stride=2)
+    model.layer3 = model._make_layer(BasicBlock, 64, 2, stride=2)
+    model.layer4 = model._make_layer(BasicBlock, 128, 2, stride=2)
+    model.fc = nn.Linear(128, 10)
+    return Model(model, _image(64), "64x64, widths 16-128 (a quarter), 10 classes")
+
+
+def mobilenet_v2(full: bool) -> Model:
+    if full:
+        return Model(torchvision.models.mobilenet_v2(weights=None), _image(224), "224x224, 1000 classes")
+    return Model(torchvision.models.mobilenet_v2(weights=None, width_mult=0.5, num_classes=10), _image(64),
+                 "64x64, width 0.5, 10 classes")
+
+
+def mobilenet_v3_small(full: bool) -> Model:
+    if full:
+        return Model(torchvision.models.mobilenet_v3_small(weights=None), _image(224), "224x224, 1000 classes")
+    return Model(torchvision.models.mobilenet_v3_small(weights=None, width_mult=0.5, num_classes=10), _image(64),
+                 "64x64, width 0.5, 10 classes")
+
+
+def efficientnet_b0(full: bool) -> Model:
+    from torchvision.models.efficientnet import EfficientNet, _efficientnet_conf
+
+    if full:
+        return Model(torchvision.models.efficientnet_b0(weights=None), _image(224), "224x224, 1000 classes")
+    setting, last_channel = _efficientnet_conf("efficientnet_b0", width_mult=0.25, depth_mult=1.0)
+    return Model(EfficientNet(setting, dropout=0.2, num_classes=10, last_channel=last_channel), _image(64),
+                 "64x64, width 0.25, 10 classes")
+
+
+def shufflenet(full: bool) -> Model:
+    if full:
+        return Model(torchvision.models.shufflenet_v2_x1_0(weights=None), _image(224), "x1.0, 224x224, 1000 classes")
+    return Model(torchvision.models.shufflenet_v2_x0_5(weights=None, num_classes=10), _image(64),
+                 "x0.5, 64x64, 10 classes")
+
+
+# ---- transformers ---------------------------------------------------------------------------
+
+
+def vit(full: bool) -> Model:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    size, config = (224, ViTConfig()) if full else (32, ViTConfig(
+        image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, num_labels=10))
+    model = FirstOutput(ViTForImageClassification(config), "logits", ["pixel_values"])
+    return Model(model, _image(size), f"ViT {size}x{size}, patch {config.patch_size}, hidden {config.hidden_size}, "
+                                      f"{config.num_hidden_layers} layers")
+
+
+def bert(full: bool) -> Model:
+    from transformers import BertConfig, BertModel
+
+    seq, config = (128, BertConfig()) if full else (16, BertConfig(
+        vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+        max_position_embeddings=64))
+    model = FirstOutput(BertModel(config, add_pooling_layer=False), "last_hidden_state",
+                        ["input_ids", "attention_mask"])
+    return Model(model, _tokens(config.vocab_size, seq), f"BERT seq {seq}, hidden {config.hidden_size}, "
+                                                         f"{config.num_hidden_layers} layers, vocab {config.vocab_size}")
+
+
+def gpt2(full: bool) -> Model:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    seq, config = (128, GPT2Config()) if full else (16, GPT2Config(
+        vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=64))
+    config.use_cache = False
+    model = FirstOutput(GPT2LMHeadModel(config), "logits", ["input_ids", "attention_mask"])
+    return Model(model, _tokens(config.vocab_size, seq), f"GPT-2 seq {seq}, n_embd {config.n_embd}, "
+                                                         f"{config.n_layer} layers, vocab {config.vocab_size}")
+
+
+def mlp(full: bool) -> Model:
+    widths = [784, 512, 256, 10] if full else [64, 32, 16, 10]
+    layers: list[nn.Module] = []
+    for fan_in, fan_out in zip(widths, widths[1:]):
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    return Model(nn.Sequential(*layers[:-1]), {"x": torch.randn(1, widths[0])},
+                 f"widths {widths}, batch dynamic", dynamic_batch=True)
+
+
+MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
+    resnet18, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, mlp)}
+
+
+# ---- export ---------------------------------------------------------------------------------
+
+
+def export(model: Model, dynamo: bool, path: Path, full: bool) -> None:
+    names = list(model.inputs)
+    args = tuple(model.inputs.values())
+    options: dict = {"input_names": names, "output_names": ["output"], "opset_version": OPSET}
+    if dynamo:
+        options["external_data"] = full
+        if model.dynamic_batch:
+            batch = torch.export.Dim("batch")
+            options["dynamic_shapes"] = {"input": {0: batch}}
+    elif model.dynamic_batch:
+        options["dynamic_axes"] = {name: {0: "batch"} for name in [*names, "output"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model.module, args, str(path), dynamo=dynamo, **options)
+
+
+def write(name: str, exporter: str, full: bool, out: Path) -> dict:
+    torch.manual_seed(0)
+    model = MODELS[name](full)
+    model.module.eval()
+    path = out / f"{name}.{exporter}.onnx"
+    with torch.no_grad():
+        expected = model.module(*model.inputs.values()).numpy()
+        export(model, EXPORTERS[exporter], path, full)
+    feeds = {k: v.numpy() for k, v in model.inputs.items()}
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    outputs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    (got,) = outputs.values()
+    difference = float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    if difference > AGREEMENT:
+        sys.exit(f"{path}: onnxruntime differs from PyTorch by {difference:.2e} of the output's peak")
+    arrays = {f"input:{k}": v for k, v in feeds.items()}
+    arrays.update({f"output:{k}": v for k, v in outputs.items()})
+    arrays["torch:output"] = expected
+    np.savez_compressed(path.with_suffix(".npz"), **arrays)
+    opset = next(o.version for o in onnx.load(str(path), load_external_data=False).opset_import if o.domain == "")
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, opset {opset}, ort vs torch {difference:.1e})")
+    return {"model": name, "exporter": exporter, "file": path.name, "sizes": model.sizes, "opset": opset,
+            "ort_vs_torch": float(f"{difference:.2e}"),
+            "versions": {"torch": torch.__version__.split("+")[0], "torchvision": torchvision.__version__.split("+")[0]}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="*", help=f"which of {', '.join(MODELS)} (default: all)")
+    parser.add_argument("-o", "--output-dir", type=Path, required=True)
+    parser.add_argument("--full", action="store_true", help="the full-size models, for the benchmarks")
+    parser.add_argument("--exporter", choices=list(EXPORTERS), action="append", help="which (default: both)")
+    options = parser.parse_args()
+    unknown = sorted(set(options.models) - set(MODELS))
+    if unknown:
+        parser.error(f"no model {', '.join(unknown)}; there are {', '.join(MODELS)}")
+    options.output_dir.mkdir(parents=True, exist_ok=True)
+    manifest_path = options.output_dir / "manifest.json"
+    manifest = {(e["model"], e["exporter"]): e for e in
+                (json.loads(manifest_path.read_text()) if manifest_path.exists() else [])}
+    for name in options.models or MODELS:
+        for exporter in options.exporter or EXPORTERS:
+            manifest[(name, exporter)] = write(name, exporter, options.full, options.output_dir)
+            manifest_path.write_text(json.dumps([manifest[k] for k in sorted(manifest)], indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
