@@ -2,7 +2,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test fuzz clean
+.PHONY: demo test test-models fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -23,6 +23,10 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest
+
+# The real models at full size (tests marked `models`: the onnx package's light models), a few minutes.
+test-models: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -m models
 
 # The property and fuzz tests with fresh random draws, twenty times as many (about half an hour).
 fuzz: $(VENV)/.installed-test

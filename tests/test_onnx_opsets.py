@@ -4,7 +4,6 @@ the node that stops it. Op types the frontend does not map are refused all at on
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -124,15 +123,3 @@ def test_cli_upgrades_with_one_warning_and_refuses_unsupported_op_types_in_one_l
                                 "#1), Unique (1 node: #0)")
     assert not (tmp_path / "bad.kpu").exists()
 
-
-LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-
-
-@pytest.mark.skipif(not (LIGHT / "light_squeezenet.onnx").exists(), reason="the onnx package ships no light models")
-def test_the_onnx_packages_opset_9_squeezenet_is_upgraded_and_matches_onnxruntime():
-    """Its weights are ConstantOfShape results, folded here; Dropout vanishes."""
-    m = onnx.load(LIGHT / "light_squeezenet.onnx")
-    m.ir_version = min(m.ir_version, IR_VERSION)
-    feeds = {"data_0": rand(1, 3, 224, 224)}
-    _, warnings = assert_matches_onnxruntime(m, feeds)
-    assert warnings == [upgraded(9)]
