@@ -13,11 +13,14 @@ def band_elements(window, out_dim: int, out_tile: int, dim: int) -> int:
     """Input elements inside the tensor summed over the bands of one spatial dim: what crosses
     the external memory link for them, halo included."""
     extent, step, offset = window.band(out_tile)
-    total = 0
-    for i in range(-(-out_dim // out_tile)):
-        start = offset + i * step
-        total += max(0, min(start + extent, dim) - max(start, 0))
-    return total
+    bands = -(-out_dim // out_tile)
+    # the bands from `first` (the first to start inside the tensor) up to `last` lie wholly
+    # inside it and hold `extent` each; only those over its start's padding and from `last` on
+    # (at its end, or past it) are cut, and counted one by one
+    first = min(bands, max(0, -(offset // step)))
+    last = max(first, min(bands, (dim - extent - offset) // step + 1))
+    cut = (offset + i * step for i in (*range(first), *range(last, bands)))
+    return (last - first) * extent + sum(max(0, min(start + extent, dim) - max(start, 0)) for start in cut)
 
 
 def band_ref(tensor: str, level: str, indices: list[str], hw: tuple, R: int, C: int, channels: int) -> TileRef:

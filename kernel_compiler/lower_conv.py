@@ -24,7 +24,8 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 
@@ -32,9 +33,9 @@ from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, 
 from .errors import CompileError
 from .lower_matmul import array_cycles, choose_dataflow, tile_sizes
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
-from .requirements import Buffer, body_buffers, fits, requirements
+from .requirements import Buffer, body_buffers, could_fit, fits, requirements
 from .target import Target
-from .tiling import Parallel, Stream, first_fit, parallel_loop, placement
+from .tiling import Stream, first_fit, parallel_loop
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
 CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes
@@ -84,67 +85,80 @@ class ConvTiling:
         return p.hw[0].band(self.R)[0], p.hw[1].band(self.C)[0]
 
 
-def conv_streams(p: ConvProblem, t: ConvTiling) -> list[Stream]:
-    """The kernel's streams, each with the bytes of one sweep over its tiles."""
-    x_loops = ("b0", "th", "tw") + (("tk",) if t.band_channels == "chunk" else ())
-    halo = band_elements(p.hw[0], p.OH, t.R, p.H) * band_elements(p.hw[1], p.OW, t.C, p.W)
-    w_loops = {"all": (), "tile": ("tj",), "chunk": ("tj", "tk")}[t.weights]
+def stream_loops(p: ConvProblem, t: ConvTiling) -> dict[str, tuple[str, ...]]:
+    """Each stream's loops: those its tile index depends on (y: the kernel's result)."""
     positions = ("b0", "th", "tw", "tj")
-    out = [Stream("x", x_loops, p.N * halo * p.Ci * p.x_bytes),
-           Stream("w", w_loops, p.Co * p.KH * p.KW * p.Ci * p.w_bytes),
-           Stream("y", positions, p.N * p.OH * p.OW * p.Co * p.out_bytes)]
+    out = {"x": ("b0", "th", "tw") + (("tk",) if t.band_channels == "chunk" else ()),
+           "w": {"all": (), "tile": ("tj",), "chunk": ("tj", "tk")}[t.weights],
+           "y": positions}
     if p.bias_bytes:
-        out.append(Stream("bias", ("tj",) if p.bias_along else (), (p.Co if p.bias_along else 1) * p.bias_bytes))
-    for i, (size, along) in enumerate(p.epilogue_operands):
-        out.append(Stream(f"epilogue{i}", positions if along else ("tj",),
-                          (p.N * p.OH * p.OW if along else 1) * p.Co * size))
+        out["bias"] = ("tj",) if p.bias_along else ()
+    for i, (_, along) in enumerate(p.epilogue_operands):
+        out[f"epilogue{i}"] = positions if along else ("tj",)
     return out
 
 
-def _shared(stream: Stream, order: tuple[str, ...], parallel: Parallel) -> bool:
-    """A load into L3 placed outside the parallel loop: one copy serves every compute tile."""
-    at = placement(stream, order)
-    return at < 0 or (parallel.loop is not None and at < order.index(parallel.loop))
+def conv_streams(p: ConvProblem, t: ConvTiling) -> list[Stream]:
+    """The kernel's streams, each with the bytes of one sweep over its tiles."""
+    halo = band_elements(p.hw[0], p.OH, t.R, p.H) * band_elements(p.hw[1], p.OW, t.C, p.W)
+    sizes = {"x": p.N * halo * p.Ci * p.x_bytes, "w": p.Co * p.KH * p.KW * p.Ci * p.w_bytes,
+             "y": p.N * p.OH * p.OW * p.Co * p.out_bytes,
+             "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
+    for i, (size, along) in enumerate(p.epilogue_operands):
+        sizes[f"epilogue{i}"] = (p.N * p.OH * p.OW if along else 1) * p.Co * size
+    return [Stream(name, loops, sizes[name]) for name, loops in stream_loops(p, t).items()]
 
 
-def conv_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
-    """One compute tile's buffers, as `_kernel` makes them, and the shared L3 ones."""
-    order = t.loop_order(p)
-    parallel = parallel_loop(order, t.trips(p), 1 << 30)
+def _depth(p: ConvProblem, runs: set[str], loops: tuple[str, ...]) -> int:
+    """Buffers of a load: double where it repeats (a loop it is indexed by runs)."""
+    return p.depth if not runs.isdisjoint(loops) else 1
+
+
+def tile_buffers(p: ConvProblem, t: ConvTiling) -> list[Buffer]:
+    """One compute tile's L2 and L1 buffers, as `_kernel` makes them: the same for every holding
+    of the operands (a load repeats or not by which loops run, whatever their order)."""
+    runs = {v for v, n in t.trips(p).items() if n > 1}
+    loops = stream_loops(p, t)
     band_h, band_w = t.band(p)
     out_tile = t.R * t.C * t.Tn
-
-    def depth(loops: tuple[str, ...]) -> int:  # a load that repeats is double-buffered
-        return p.depth if any(v in order for v in loops) else 1
-
-    buffers: list[Buffer] = [("L3", out_tile * p.out_bytes), ("L2", out_tile * p.c_bytes)]
-    shared: list[int] = []
-    chunks = {"x": (band_h * band_w * t.Tc * p.x_bytes, ("b0", "th", "tw", "tk")),
-              "w": (t.Tn * p.KH * p.KW * t.Tc * p.w_bytes, ("tj", "tk"))}
-    l3_tiles = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
-                "w": {"all": p.Co * p.KH * p.KW * p.Ci, "tile": t.Tn * p.KH * p.KW * p.Ci,
-                      "chunk": t.Tn * p.KH * p.KW * t.Tc}[t.weights] * p.w_bytes,
-                "bias": (t.Tn if p.bias_along else 1) * p.bias_bytes}
-    for s in conv_streams(p, t):
-        if s.name == "y":
-            continue
-        if s.name.startswith("epilogue"):
-            size, along = p.epilogue_operands[int(s.name[len("epilogue"):])]
-            tile = (out_tile if along else t.Tn) * size * depth(s.loop_vars)
-            buffers += [("L3", tile), ("L2", tile)]
-            continue
-        l3 = l3_tiles[s.name] * (1 if s.name == "bias" else depth(s.loop_vars))
-        if _shared(s, order, parallel):
-            shared.append(l3)
-        else:
-            buffers.append(("L3", l3))
-        if s.name == "bias":
-            buffers.append(("L2", l3_tiles["bias"]))
-        else:
-            size, loops = chunks[s.name]
-            buffers += [("L2", size * depth(loops)), ("L1", size * depth(loops))]
+    x = band_h * band_w * t.Tc * p.x_bytes * _depth(p, runs, ("b0", "th", "tw", "tk"))
+    w = t.Tn * p.KH * p.KW * t.Tc * p.w_bytes * _depth(p, runs, ("tj", "tk"))
+    buffers: list[Buffer] = [("L2", out_tile * p.c_bytes), ("L2", x), ("L1", x), ("L2", w), ("L1", w)]
+    if p.bias_bytes:
+        buffers.append(("L2", (t.Tn if p.bias_along else 1) * p.bias_bytes))
+    for i, (size, along) in enumerate(p.epilogue_operands):
+        buffers.append(("L2", (out_tile if along else t.Tn) * size * _depth(p, runs, loops[f"epilogue{i}"])))
     if p.epilogue_operands:
         buffers.append(("L2", out_tile * p.out_bytes))  # the epilogue's result, before it leaves
+    return buffers
+
+
+def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
+    """One compute tile's L3 buffers, as `_kernel` makes them, and apart the shared ones: a load
+    into L3 placed outside the parallel loop, one copy of which serves every compute tile."""
+    trips = t.trips(p)
+    order = tuple(v for v in ORDERS[t.order] if trips[v] > 1)
+    runs = set(order)
+    parallel = parallel_loop(order, trips, 1 << 30).loop
+    inner = set(order[order.index(parallel):]) if parallel is not None else runs
+    loops = stream_loops(p, t)
+    band_h, band_w = t.band(p)
+    out_tile = t.R * t.C * t.Tn
+    buffers: list[Buffer] = [("L3", out_tile * p.out_bytes)]
+    shared: list[int] = []
+    loads = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
+                  * _depth(p, runs, loops["x"]),
+             "w": {"all": p.Co * p.KH * p.KW * p.Ci, "tile": t.Tn * p.KH * p.KW * p.Ci,
+                   "chunk": t.Tn * p.KH * p.KW * t.Tc}[t.weights] * p.w_bytes * _depth(p, runs, loops["w"])}
+    if p.bias_bytes:  # single-buffered: the body loads it without repeating
+        loads["bias"] = (t.Tn if p.bias_along else 1) * p.bias_bytes
+    for name, size in loads.items():
+        if inner.isdisjoint(loops[name]):
+            shared.append(size)
+        else:
+            buffers.append(("L3", size))
+    for i, (size, along) in enumerate(p.epilogue_operands):
+        buffers.append(("L3", (out_tile if along else t.Tn) * size * _depth(p, runs, loops[f"epilogue{i}"])))
     return buffers, shared
 
 
@@ -171,14 +185,35 @@ HOLDINGS = (("positions", "all", "all"), ("positions", "all", "chunk"), ("positi
 MIN_CHUNK = 4  # input channels per chunk: fewer only where no tiling with more fits
 
 
-def _fits(p: ConvProblem, t: ConvTiling, target: Target) -> bool:
-    band_h, band_w = t.band(p)
-    # a chunk of the band or of the weights that outgrows an L1 buffer even single-buffered: no
-    # need to count the rest (most of the search's tries end here)
-    if max(band_h * band_w * t.Tc * p.x_bytes, t.Tn * p.KH * p.KW * t.Tc * p.w_bytes) > target.l1.bank_bytes:
-        return False
-    buffers, shared = conv_buffers(p, t)
-    return fits(buffers, target, shared)
+def _tallest(p: ConvProblem, target: Target, C: int, Tn: int, Tc: int, holding: tuple[str, str, str],
+             on_tile: dict[tuple[int, int, int, int], bool]) -> int:
+    """The largest R whose tiling (with these C, Tn, Tc, holding) fits (a binary search: fitting
+    shrinks with R), 0 for none. `on_tile` keeps whether the L2 and L1 buffers of each (R, C, Tn,
+    Tc) fit, the same for every holding."""
+    l1 = target.l1.bank_bytes
+    band_row = p.hw[1].band(C)[0] * Tc * p.x_bytes  # bytes of one row of a band's chunk
+
+    def fit(R: int) -> bool:
+        if p.hw[0].band(R)[0] * band_row > l1:  # no need to count the rest (many tries end here)
+            return False
+        t = ConvTiling(R, C, Tn, Tc, *holding)
+        near = on_tile.get((R, C, Tn, Tc))
+        if near is None:
+            near = on_tile[R, C, Tn, Tc] = fits(tile_buffers(p, t), target)
+        if not near:
+            return False
+        private, shared = l3_buffers(p, t)
+        return fits(private, target, shared)
+    return bisect.bisect_left(range(1, p.OH + 1), True, key=lambda R: not fit(R))
+
+
+def _could_fit(least: ConvProblem, target: Target, C: int, Tn: int, Tc: int, holding: tuple[str, str, str]) -> bool:
+    """Whether any tiling with these (or larger) C, Tn, Tc and this holding could fit: each buffer
+    of any of them is at least its size in the tiling of one row of `least`, the problem
+    single-buffered."""
+    t = ConvTiling(1, C, Tn, Tc, *holding)
+    private, shared = l3_buffers(least, t)
+    return could_fit(tile_buffers(least, t) + private + [("L3", s) for s in shared], target)
 
 
 def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:
@@ -187,26 +222,28 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
     channels in tiles of at least `narrowest` (or all of them); smaller input chunks only while
     they let the output tiles grow."""
     out = []
-    fitting = functools.cache(lambda t: _fits(p, t, target))  # bisections of neighbouring tilings meet
+    least = replace(p, depth=1)  # single-buffered: no tiling of p has smaller buffers than the same of this
+    tile_widths = widths(p.OW)
+    on_tile: dict[tuple[int, int, int, int], bool] = {}
     fewest_out, fewest_in = narrowest
-    for order, band_channels, weights in HOLDINGS:
+    for holding in HOLDINGS:
+        order, band_channels, _ = holding
         for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= fewest_out]:
             for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= fewest_in]:
                 if Tc == p.Ci and order == "positions" and band_channels == "chunk":
                     continue  # with one chunk, a chunk is all the channels
-                for C in widths(p.OW):
-                    def tiling(R: int) -> ConvTiling:
-                        return ConvTiling(R, C, Tn, Tc, order, band_channels, weights)
-                    # the largest R that fits (fitting shrinks with R)
-                    R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not fitting(tiling(r)))
+                if not _could_fit(least, target, tile_widths[-1], Tn, Tc, holding):
+                    continue  # not even one row of the narrowest tiles fits: none of these channels does
+                for C in tile_widths:
+                    R = _tallest(p, target, C, Tn, Tc, holding, on_tile)
                     if R:
                         break
                 if not R:
                     continue
-                out.append(tiling(R))
+                out.append(ConvTiling(R, C, Tn, Tc, *holding))
                 aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
                 if aligned is not None and aligned != R:
-                    out.append(tiling(aligned))
+                    out.append(ConvTiling(aligned, C, Tn, Tc, *holding))
                 if (R, C) == (p.OH, p.OW):
                     break  # the whole image fits: smaller chunks would only cost steps
     return out
@@ -217,17 +254,31 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
     """The tiling (and dataflow) with the fewest external-memory bytes among those within
     CYCLE_SLACK of the fewest array cycles, its channel tiles at least `narrowest` (output,
     input); ValueError when none fits."""
-    scored = []
-    for t in _candidates(p, target, narrowest):
-        order, trips = t.loop_order(p), t.trips(p)
-        dram = sum(traffic(conv_streams(p, t), order, trips).values())
-        for dataflow in dataflows:
-            scored.append((_cycles(p, t, target, dataflow), dram, dataflow, t))
-    if not scored:
+    found = _best_tiling(p, target, dataflows, narrowest)
+    if found is None:
         raise ValueError("no tiling fits")
+    return found
+
+
+# The choice depends on its arguments alone, and networks repeat their convolutions (ResNet-50's
+# 53 are 23 problems, ShuffleNet's 129 per-group ones 8): each is searched once per process.
+@functools.lru_cache(maxsize=4096)
+def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
+                 narrowest: tuple[int, int]) -> tuple[ConvTiling, str] | None:
+    scored = []  # (array cycles, tiling, dataflow)
+    cycles = {}  # they depend on the tiles and the loop order, not on where the operands are held
+    for t in _candidates(p, target, narrowest):
+        for dataflow in dataflows:
+            key = (t.R, t.C, t.Tn, t.Tc, t.order, dataflow)
+            if key not in cycles:
+                cycles[key] = _cycles(p, t, target, dataflow)
+            scored.append((cycles[key], t, dataflow))
+    if not scored:
+        return None
     fewest = min(s[0] for s in scored)
-    cycles, dram, dataflow, t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
-                                    key=lambda s: (s[1], s[0], -s[3].R * s[3].C, s[2]))
+    within = [s for s in scored if s[0] <= fewest * CYCLE_SLACK]
+    dram = {t: sum(traffic(conv_streams(p, t), t.loop_order(p), t.trips(p)).values()) for _, t, _ in within}
+    _, t, dataflow = min(within, key=lambda s: (dram[s[1]], s[0], -s[1].R * s[1].C, s[2]))
     return t, dataflow
 
 

@@ -41,8 +41,14 @@ def body_buffers(body: list, graph: Graph) -> list[Buffer]:
 def _level_fits(sizes: list[int], level: Level, line: int) -> bool:
     """First-fit decreasing of buffers, each in whole lines of `line` bytes as the binder places
     them, into the level's banks (the binder does it exactly)."""
+    sizes = [-(-s // line) * line for s in sizes]
+    total = sum(sizes)
+    if total <= level.bank_bytes:  # all in the first bank
+        return True
+    if level.banks == 1 or total > level.banks * level.bank_bytes:  # no packing holds them
+        return False
     free = [level.bank_bytes] * level.banks
-    for size in sorted((-(-s // line) * line for s in sizes), reverse=True):
+    for size in sorted(sizes, reverse=True):
         for i, room in enumerate(free):
             if size <= room:
                 free[i] -= size
@@ -56,15 +62,29 @@ def fits(buffers: list[Buffer], target: Target, shared_l3: list[int] | None = No
     """Whether the buffers fit one compute tile's share of the target's banks at every level.
     With `shared_l3`, L3 buffers one copy of which serves every compute tile, L3 is packed whole:
     those once and the others once per compute tile."""
-    levels = {"L3": target.l3, "L2": target.l2, "L1": target.l1}
+    sizes: dict[str, list[int]] = {"L1": [], "L2": [], "L3": []}
+    for level, size in buffers:
+        sizes[level].append(size)
+    line = target.line_bytes
+    if not (_level_fits(sizes["L1"], target.l1, line) and _level_fits(sizes["L2"], target.l2, line)):
+        return False
     if shared_l3:
         whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
-        l3 = [b for lvl, b in buffers if lvl == "L3"] * target.compute_tiles + shared_l3
-        if not _level_fits(l3, whole, target.line_bytes):
+        return _level_fits(sizes["L3"] * target.compute_tiles + shared_l3, whole, line)
+    return _level_fits(sizes["L3"], target.l3, line)
+
+
+def could_fit(buffers: list[Buffer], target: Target) -> bool:
+    """Whether buffers no smaller than these could fit, whichever of the L3 ones are shared: at
+    every level none larger than a bank and all within the level's bytes (L3: all its tiles'
+    bytes, as if every one were shared). `fits` refuses whatever this refuses, so a search may
+    pass over the tilings whose buffers only grow from these."""
+    whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
+    for name, level in (("L1", target.l1), ("L2", target.l2), ("L3", whole)):
+        sizes = [-(-b // target.line_bytes) * target.line_bytes for lvl, b in buffers if lvl == name]
+        if sizes and (max(sizes) > level.bank_bytes or sum(sizes) > level.banks * level.bank_bytes):
             return False
-        del levels["L3"]
-    return all(_level_fits([b for lvl, b in buffers if lvl == name], level, target.line_bytes)
-               for name, level in levels.items())
+    return True
 
 
 def requirements(buffers: list[Buffer]) -> dict:

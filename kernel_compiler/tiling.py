@@ -363,7 +363,18 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
     waits for little of it (`worth_waiting_for`) and its tiles stay within TILE_SHRINK of the
     area they have without one; ties go to fewer, larger tiles, then to a double-buffered
     resident panel, then to larger panels. The whole operand resident beside the other's K tiles
-    (`streamed_tiles`) is taken over that only where it moves fewer bytes, on the same terms."""
+    (`streamed_tiles`) is taken over that only where it moves fewer bytes, on the same terms.
+    ValueError when no tiling fits."""
+    found = _best_tiling(p, target)
+    if found is None:
+        raise ValueError("no tile of the array size fits the target's memories")
+    return found
+
+
+# The choice depends on its arguments alone, and a transformer repeats its products (a layer's
+# Q, K and V projections; every layer's): each is searched once per process.
+@functools.lru_cache(maxsize=4096)
+def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
     best: dict[bool, tuple[tuple, MatmulTiling]] = {}  # with a resident panel or not -> the best
     whole: list[tuple[tuple, MatmulTiling]] = []  # the tilings with `streamed_tiles`
     for Ti in _candidates(p.M, target.rows):
@@ -390,6 +401,4 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
             break
         if plain is None or TILE_SHRINK * t.Ti * t.Tj >= plain[1].Ti * plain[1].Tj:
             return t
-    if choice is None:
-        raise ValueError("no tile of the array size fits the target's memories")
-    return choice[1]
+    return None if choice is None else choice[1]
