@@ -246,3 +246,17 @@ def test_transposes_of_a_1x1_image_cancel_before_they_become_views():
     after = laid_out(graph, every_pass=True)
     assert types(after) == ["RESHAPE", "CONV2D", "CLAMP", "CONV2D", "RESHAPE"]
     assert after.ops[2].inputs == after.ops[1].outputs
+
+
+@pytest.mark.parametrize("order", ["x_first", "sigmoid_first"])
+def test_silu_is_one_op_fused_into_its_convolution(order):
+    """EfficientNet's activation as PyTorch exports nn.SiLU, Sigmoid then Mul (the conv's result
+    read twice): one SILU, the convolution's epilogue."""
+    nodes, consts = [], {}
+    y = _conv_bn(nodes, consts, "image", 3, 8, 3, "stem")
+    nodes.append(helper.make_node("Sigmoid", [y], ["gate"]))
+    nodes.append(helper.make_node("Mul", [y, "gate"] if order == "x_first" else ["gate", y], ["act"]))
+    m = model(nodes, {"image": rand(1, 3, 8, 8)}, ["act"], consts)
+    program, _ = assert_matches_onnxruntime(m, {"image": rand(1, 3, 8, 8, seed=5)})
+    assert ("CONV2D", ["SILU"]) in kernel_op_types(program)
+    assert not {"SIGMOID", "MUL"} & {op.op_type for op in program.graph.ops}

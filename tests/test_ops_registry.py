@@ -129,6 +129,7 @@ UNARY = {
     "TANH": (math.tanh, (-3, 3), {}),
     "ERF": (math.erf, (-3, 3), {}),
     "GELU": (_gelu_erf, (-4, 4), {}),
+    "SILU": (lambda x: x / (1 + math.exp(-x)), (-8, 8), {}),
     "CLAMP": (lambda x: min(max(x, -1.0), 2.0), (-3, 3), {"min": -1, "max": 2.0}),
     "HARD_SIGMOID": (lambda x: max(0.0, min(1.0, 0.3 * x + 0.4)), (-5, 5), {"alpha": 0.3, "beta": 0.4}),
     "HARD_SWISH": (lambda x: x * max(0.0, min(1.0, x / 6 + 0.5)), (-5, 5), {}),

@@ -199,6 +199,8 @@ map_op("LEAKY_RELU", 1, lambda x, alpha: np.where(x < 0, alpha * x, x), "x if x 
        magnitude=lambda x, m, attrs: m[0] * max(1.0, abs(attrs["alpha"])))
 map_op("GELU", 1, _gelu, "x * Phi(x): 0.5 x (1 + erf(x / sqrt 2)), or its tanh approximation",
        lambda attrs: _GELU_WORK[attrs["approximate"]], attrs={"approximate": "none"}, magnitude=_slope(_gelu_slope))
+map_op("SILU", 1, lambda x: x * _sigmoid(x), "x * sigmoid(x) (swish)", {"simple": 1, "transcendental": 1},
+       magnitude=_slope(lambda x: _sigmoid(x) * (1 + x * (1 - _sigmoid(x)))))
 map_op("CLAMP", 1, lambda x, min, max: np.minimum(np.maximum(x, min), max),
        "min(max(x, min), max) (max wins where min > max, as numpy.clip)", {"simple": 2},
        exact=True, attrs={"min": -math.inf, "max": math.inf}, magnitude=_follows)

@@ -230,7 +230,20 @@ GELU_RULES: list[Rule] = [
      _gelu("none", _GELU_ERF)),  # 0.5 x (1 + erf(x / sqrt 2)) -> GELU
 ]
 
+
+# ---- SiLU ------------------------------------------------------------------------------------
+
+
+def _silu(m: Match) -> Op | None:
+    return m.replace("SILU", m["x"]) if m.same_float_dtype() else None
+
+
+SILU_RULES: list[Rule] = [
+    (Pat.any(Pat("MUL", _x, Pat("SIGMOID", _x)), Pat("MUL", Pat("SIGMOID", _x), _x)),
+     _silu),  # x * sigmoid(x) -> SILU (EfficientNet's activation, as PyTorch exports nn.SiLU)
+]
+
 # the rules that make one op of a chain of several computations: fusion, which --no-fusion leaves
 # out (the REDUCTION_RULES only respell one op as another)
-FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES
+FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES + SILU_RULES
 RECOGNISE: list[Rule] = REDUCTION_RULES + FUSING_RULES
