@@ -47,7 +47,7 @@ ISSUE_OPS = frozenset("""
     Reshape Flatten Squeeze Unsqueeze Concat Split Slice Gather ReduceSum ReduceMean ReduceMax ReduceMin
     LayerNormalization BatchNormalization MaxPool AveragePool GlobalAveragePool Identity Cast Constant
     HardSigmoid HardSwish Softplus Elu Selu Mish PRelu Floor Ceil Round Sign Mod IsNaN IsInf And Or Xor Not
-    Sum Mean
+    Sum Mean ConstantOfShape
     LRN GlobalMaxPool InstanceNormalization GroupNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
     ReduceProd ArgMax ArgMin CumSum Trilu
     Einsum Resize Upsample GatherElements GatherND Expand Tile""".split())
