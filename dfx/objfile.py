@@ -2,19 +2,27 @@
 
 Layout: {"format", "format_version", "dfx_version", "producer", "sha256", "body"}; `sha256`
 is over the body serialised with sorted keys, so any edit to the body is caught.
+
+Most of a model's object is its constants' values in base64 (GPT-2's 497 MB of weights make 663
+MB of its file). Each is encoded once, then written, hashed and decoded as it is: the document is
+serialised around the values (`_around`), never as one copy of the whole body, and the sha256
+runs in a thread of its own beside the base64 (`_Sha256`).
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
 import dataclasses
 import hashlib
 import json
 import math
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -63,6 +71,8 @@ def _plain(value: Any) -> Any:
 
 
 def program_body(program: Program) -> dict[str, Any]:
+    """The body, each constant's value the mark of its place (`_marks`), where `encode` writes
+    its base64."""
     g = program.graph
     return {
         "name": program.name,
@@ -72,32 +82,155 @@ def program_body(program: Program) -> dict[str, Any]:
             "tensors": [_plain(t) for t in g.tensors.values()],
             "ops": [_plain(o) for o in g.ops],
         },
-        "constants": {k: base64.b64encode(v).decode("ascii") for k, v in sorted(g.constants.items())},
+        "constants": _marks(sorted(g.constants), quote=b'"'),
         "kernels": [_plain(k) for k in program.kernels],
     }
 
 
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+def _marks(names: Iterable[str], quote: bytes = b"") -> dict[str, orjson.Fragment]:
+    """A mark in place of each named value, numbered in order: orjson writes a Fragment as it is
+    and never writes a NUL byte of its own (it escapes one in a string), so its serialisation of
+    a document splits at the marks (`_around`). `quote` around the mark makes it a string's."""
+    return {name: orjson.Fragment(b"%s\0%d\0%s" % (quote, i, quote)) for i, name in enumerate(names)}
 
 
-def dumps(program: Program) -> bytes:
-    body = program_body(program)
-    obj = {
+def _around(document: Any, option: int) -> tuple[list[bytes], list[int]]:
+    """orjson's serialisation of a document holding marks (`_marks`): the text before, between
+    and after the marked values, and the number of each value in the order they are written."""
+    parts = orjson.dumps(document, option=option).split(b"\0")
+    return parts[::2], [int(i) for i in parts[1::2]]
+
+
+class _Sha256:
+    """A sha256 taken in a thread of its own: hashlib lets go of the GIL while it hashes, base64
+    and orjson do not, so on two cores one piece is hashed while the caller makes the next. A
+    piece is handed over once the thread can take it (else the thread would wait for the GIL
+    until the caller's next base64 is done); pieces under HANDED bytes are gathered first, as a
+    hand-over costs tens of microseconds. The digest is read after the `with` block."""
+
+    HANDED = 1 << 20
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256()
+        self._pieces: queue.SimpleQueue[bytes | bytearray | None] = queue.SimpleQueue()
+        self._taken = threading.Semaphore(0)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._gathered = bytearray()
+
+    def _run(self) -> None:
+        while (piece := self._pieces.get()) is not None:
+            self._taken.release()
+            self._hash.update(piece)
+
+    def __enter__(self) -> _Sha256:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._hand_gathered()
+        self._pieces.put(None)
+        self._thread.join()
+
+    def _hand(self, piece: bytes | bytearray) -> None:
+        self._pieces.put(piece)
+        self._taken.acquire()
+
+    def _hand_gathered(self) -> None:
+        if self._gathered:
+            self._hand(self._gathered)
+            self._gathered = bytearray()
+
+    def update(self, piece: bytes) -> None:
+        if len(piece) >= self.HANDED:
+            self._hand_gathered()
+            self._hand(piece)
+            return
+        self._gathered += piece
+        if len(self._gathered) >= self.HANDED:
+            self._hand_gathered()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+@dataclasses.dataclass
+class Encoded:
+    """An object file as `encode` makes it: its text around its constants' values (`texts`, one
+    more than the values) and the values, base64, in the order they are written."""
+
+    texts: list[bytes]
+    values: list[bytes]
+
+    def pieces(self) -> Iterator[bytes]:
+        for text, value in zip(self.texts, self.values):
+            yield text
+            yield value
+        yield self.texts[-1]
+
+    def write(self, file: BinaryIO) -> None:
+        for piece in self.pieces():
+            file.write(piece)
+
+    def skeleton(self) -> bytes:
+        """The file with each constant's value an empty string: all `read_back` reads."""
+        return b"".join(self.texts)
+
+
+def _document(sha256: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "dfx_version": DFX_VERSION,
         "producer": PRODUCER,
-        "sha256": _digest(body),
+        "sha256": sha256,
         "body": body,
     }
-    return orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def encode(program: Program) -> Encoded:
+    """The object file of `program`: its body is hashed as it is serialised with sorted keys,
+    each constant encoded while the text and value before it are hashed."""
+    body = program_body(program)
+    raw = [program.graph.constants[name] for name in body["constants"]]  # by the marks' numbers
+    values: list[bytes] = [b""] * len(raw)
+    texts, order = _around(body, orjson.OPT_SORT_KEYS)
+    with _Sha256() as sha:
+        for text, i in zip(texts, order):
+            values[i] = binascii.b2a_base64(raw[i], newline=False)
+            sha.update(text)
+            sha.update(values[i])
+        sha.update(texts[-1])
+    texts, order = _around(_document(sha.hexdigest(), body), orjson.OPT_INDENT_2)
+    texts[-1] += b"\n"
+    return Encoded(texts, [values[i] for i in order])
+
+
+def _digest(body: dict[str, Any], each: Callable[[str, Any], None] = lambda name, value: None) -> str:
+    """sha256 of the body serialised with sorted keys, each constant's value serialised alone (a
+    model's body is not copied whole); each(name, value) is called on each constant's value
+    while it is hashed."""
+    values = body.get("constants")
+    names = list(values) if isinstance(values, dict) else []
+    texts, order = _around({**body, "constants": _marks(names)} if names else body, orjson.OPT_SORT_KEYS)
+    with _Sha256() as sha:
+        for text, i in zip(texts, order):
+            value = values[names[i]]
+            piece = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+            sha.update(text)
+            sha.update(piece)
+            each(names[i], value)
+        sha.update(texts[-1])
+    return sha.hexdigest()
+
+
+def dumps(program: Program) -> bytes:
+    return b"".join(encode(program).pieces())
 
 
 def write(program: Program, path: str | Path) -> None:
     """Write atomically: a failure never leaves a partial object behind (OutputError if it fails)."""
     with OutputFiles() as out:
-        out.stage(out.claim(path), dumps(program))
+        out.stage(out.claim(path), encode(program).write)
         out.commit()
 
 
@@ -169,7 +302,8 @@ def _bounds_error(where: str, obj: Any) -> None:
                 raise ObjectFileError(f"{where}: {path(entry, key)}: {item} does not fit in a signed 64-bit integer")
 
 
-def loads(data: bytes, where: str = "<object>") -> Program:
+def _parse(data: bytes, where: str) -> dict[str, Any]:
+    """An object's document: its JSON, its header checked."""
     try:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as e:
@@ -182,12 +316,52 @@ def loads(data: bytes, where: str = "<object>") -> Program:
     if obj.get("dfx_version") != DFX_VERSION:
         raise ObjectFileError(f"{where}: unsupported dfx_version {obj.get('dfx_version')!r}, "
                               f"this loader reads {DFX_VERSION}")
+    return obj
+
+
+def _from_base64(value: Any) -> bytes | None:
+    """The bytes a constant's value holds, None unless it is a string of strict base64 (as
+    base64.b64decode(validate=True) decides, which would copy the string first)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return binascii.a2b_base64(value, strict_mode=True)
+    except ValueError:  # binascii.Error, or a character outside ASCII
+        return None
+
+
+def _program_of(obj: dict[str, Any], where: str, written: dict[str, bytes] | None = None) -> Program:
+    """The program of a parsed document, every check made (ObjectFileError). `written`: the
+    constants' bytes its writer encoded into it (`read_back`), taken instead of its values, whose
+    digest the writer took a moment ago."""
     _bounds_error(where, obj)
     body = obj.get("body")
-    if not isinstance(body, dict) or _digest(body) != obj.get("sha256"):
+    decoded: dict[str, bytes | None] = {}  # None: not base64, refused once the schema has had its say
+
+    def decode(name: str, value: Any) -> None:  # while the value is hashed
+        decoded[name] = _from_base64(value)
+
+    if not isinstance(body, dict) or written is None and _digest(body, decode) != obj.get("sha256"):
         raise ObjectFileError(f"{where}: sha256 mismatch: the body was modified or corrupted")
     _schema_error(where, obj)
-    return _program(body, where)
+    # as the body lists them
+    constants = {name: (decoded if written is None else written)[name] for name in body["constants"]}
+    if None in constants.values():
+        raise ObjectFileError(f"{where}: body/constants: a value is not valid base64")
+    return _program(body, constants, where)
+
+
+def loads(data: bytes, where: str = "<object>") -> Program:
+    return _program_of(_parse(data, where), where)
+
+
+def read_back(encoded: Encoded, program: Program, where: str) -> Program:
+    """What the loader makes of `encoded`, the object file of `program`, refusing it where the
+    loader would (ObjectFileError): for its writer, so that an object the loader would refuse is
+    never written. Every check is made but those that writing it made true: its digest, taken
+    over these very values a moment ago, and their base64, encoded from the program's constants,
+    which are taken as they are."""
+    return _program_of(_parse(encoded.skeleton(), where), where, program.graph.constants)
 
 
 # An object carries its constants' bytes in base64 (4/3 of them): an ONNX model of up to 2 GB of
@@ -196,11 +370,27 @@ MAX_OBJECT_BYTES = 4 * GB
 
 
 def read(path: str | Path) -> Program:
+    return _read(path, hash_file=False)[0]
+
+
+def read_hashed(path: str | Path) -> tuple[Program, str]:
+    """read(path), and the sha256 of the file's bytes as read (what names the object in the
+    binding cache), taken beside their parsing."""
+    return _read(path, hash_file=True)
+
+
+def _read(path: str | Path, hash_file: bool) -> tuple[Program, str]:
+    """The program of the file at `path`, and the sha256 of its bytes (of none unless `hash_file`)."""
     try:
         data = read_input_file(path, "kpu object file", MAX_OBJECT_BYTES)
     except InputFileError as e:
         raise ObjectFileError(str(e)) from None
-    return loads(data, str(path))
+    with _Sha256() as sha:
+        if hash_file:
+            sha.update(data)  # hashed beside the parsing
+        obj = _parse(data, str(path))
+    del data  # let go once parsed: a model's object is as large as its weights
+    return _program_of(obj, str(path)), sha.hexdigest()
 
 
 def _numbers(value: Any) -> Any:
@@ -242,7 +432,7 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
     return Barrier(d["op_id"], list(d["wait_for"]), d.get("kernel"), **place)
 
 
-def _program(body: dict[str, Any], where: str) -> Program:
+def _program(body: dict[str, Any], constants: dict[str, bytes], where: str) -> Program:
     g = Graph(body["name"])
     for t in body["graph"]["tensors"]:
         if t["name"] in g.tensors:  # the graph holds one tensor per name: a second would replace the first
@@ -251,10 +441,7 @@ def _program(body: dict[str, Any], where: str) -> Program:
     for o in body["graph"]["ops"]:
         g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),
                         {k: _numbers(v) for k, v in o.get("attrs", {}).items()}, o.get("source", "")))
-    try:
-        g.constants = {k: base64.b64decode(v, validate=True) for k, v in body["constants"].items()}
-    except ValueError:
-        raise ObjectFileError(f"{where}: body/constants: a value is not valid base64") from None
+    g.constants = constants
     kernels = [
         Kernel(
             name=k["name"], op=k["op"], graph_op=k["graph_op"], dataflow=k["dataflow"],

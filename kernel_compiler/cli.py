@@ -30,7 +30,7 @@ def compile(
                                    "--no-fusion: every graph op its own kernel"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
-    from dfx import ObjectFileError, OutputError, OutputFiles, dumps, fail, loads
+    from dfx import ObjectFileError, OutputError, OutputFiles, encode, fail, read_back
 
     from .compile import compile_graph, graph_passes, lower_kernels
     from .dump import dump_graph, dump_kernel
@@ -65,9 +65,9 @@ def compile(
                 return
             program = compile_graph(graph, input, tgt, dataflow, fuse, warnings)
             warn(warnings)
-            data = dumps(program)
-            loads(data, out)  # read back as the loader reads it: an object it would refuse is never written
-            files.stage(out, data)
+            encoded = encode(program)
+            read_back(encoded, program, out)  # as the loader reads it: an object it would refuse is never written
+            files.stage(out, encoded.write)
             files.commit()
         except (CompileError, ObjectFileError, OutputError) as e:
             fail(str(e))
@@ -75,7 +75,7 @@ def compile(
         for k in program.kernels:
             print(dump_kernel(k), file=sys.stderr)
     if emit_dfx:
-        sys.stdout.write(data.decode())
+        sys.stdout.write(b"".join(encoded.pieces()).decode())
     print(f"wrote {out}: {len(program.kernels)} kernel(s)", file=sys.stderr)
 
 

@@ -148,10 +148,13 @@ def _binding_machine(machine: Machine) -> dict[str, Any]:
     return fields
 
 
-def cache_key(object_path: str, machine: Machine, accelerator: str | None, binder: str) -> dict[str, Any]:
-    """InputFileError where the object cannot be read again."""
-    data = read_input_file(object_path, "kpu object file", MAX_OBJECT_BYTES)
-    return {"object": hashlib.sha256(data).hexdigest(),
+def cache_key(object_path: str, machine: Machine, accelerator: str | None, binder: str,
+              object_sha256: str | None = None) -> dict[str, Any]:
+    """`object_sha256`: the object file's, where its reader took it (`dfx.objfile.read_hashed`);
+    else the file is read again (InputFileError where it cannot be)."""
+    if object_sha256 is None:
+        object_sha256 = hashlib.sha256(read_input_file(object_path, "kpu object file", MAX_OBJECT_BYTES)).hexdigest()
+    return {"object": object_sha256,
             "config": hashlib.sha256(_canonical(_binding_machine(machine))).hexdigest(),
             "accelerator": accelerator, "binder": binder, "loader": loader_version(binder)}
 
@@ -339,14 +342,16 @@ def store(path: Path, data: bytes) -> None:
 
 
 def bind_cached(program: Program, machine: Machine, object_path: str, accelerator: str | None, binder: str,
-                bind: Callable[[], list[Binding]], use_cache: bool = True) -> tuple[list[Binding], CacheUse]:
+                bind: Callable[[], list[Binding]], use_cache: bool = True,
+                object_sha256: str | None = None) -> tuple[list[Binding], CacheUse]:
     """The program's bindings: from the cache when it holds a valid entry for this key, else from
-    `bind()`, then stored. A cache that cannot be written costs a warning, never the run."""
+    `bind()`, then stored. A cache that cannot be written costs a warning, never the run.
+    `object_sha256`: as cache_key takes it."""
     if not use_cache:
         return bind(), CacheUse("off")
     directory = cache_dir()
     try:
-        key = cache_key(object_path, machine, accelerator, binder)
+        key = cache_key(object_path, machine, accelerator, binder, object_sha256)
     except InputFileError as e:  # the object went away since it was read: bind what was read
         return bind(), CacheUse("miss", reason=f"object unreadable: {e}")
     path = entry_path(directory, key)

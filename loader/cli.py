@@ -112,7 +112,7 @@ def load(
     """Bind OBJECT.kpu to a machine, simulate it cycle by cycle, and compute its outputs."""
     import orjson
 
-    from dfx import ObjectFileError, OutputError, OutputFiles, cli_console, fail, read
+    from dfx import ObjectFileError, OutputError, OutputFiles, cli_console, fail, read_hashed
     from hardware import ConfigError, load_machine, trace_json
 
     from . import roofline_plot
@@ -156,7 +156,7 @@ def load(
             trace_path = files.claim(trace_output) if trace_output is not None else None
             plot_path = files.claim(plot) if plot is not None else None
             plot_as = roofline_plot.plot_format(plot_path) if plot_path is not None else None
-            program = read(object_file)
+            program, object_sha256 = read_hashed(object_file)
             check_tile_ops(program, max_tile_ops, object_file)
             output_paths = claim_outputs(files, output_dir, [t.name for t in program.graph.outputs]) \
                 if output_dir is not None else {}
@@ -165,7 +165,7 @@ def load(
             check_fits(program, machine, object_file)
             bindings, cache_use = bind_cached(program, machine, object_file, accelerator, binder,
                                               lambda: bind_program(program, machine, object_file, binder_named(binder)),
-                                              use_cache=not no_cache)
+                                              use_cache=not no_cache, object_sha256=object_sha256)
         except (ObjectFileError, ConfigError, InputError, LoadError, BindError, OutputError, BudgetError) as e:
             fail(str(e))
         if cache_use.warning is not None:
