@@ -38,6 +38,7 @@ BIN = Path(sys.executable).parent
 STANDARD = REPO / "configs" / "standard.json"
 LIGHT = ("resnet50", "inception_v1", "shufflenet", "squeezenet", "densenet121", "inception_v2", "bvlc_alexnet",
          "vgg19", "zfnet512")
+CORPUS_MOBILENET_V2 = REPO.parent / "shared" / "corpus" / "dfg" / "dfg__mobilenet_v2.dfg"
 ZOO_FULL = ("resnet18", "mobilenet_v2", "efficientnet_b0", "gpt2")
 AGREEMENT = 1e-4
 # model -> the budgets on 2 cores, seconds: compile, timing only (first run), --check
@@ -149,6 +150,8 @@ def main() -> None:
         work = Path(tmp)
         os.environ["KPU_CACHE_DIR"] = str(work / "cache")  # the first run of each model binds afresh
         jobs = [(f"light {m}", "onnx light, opset 9", light_dir() / f"light_{m}.onnx") for m in LIGHT]
+        # the same network as torchvision's mobilenet_v2, as the corpus writes it (NHWC), to compare with
+        jobs.append(("corpus mobilenet_v2", "domain_flow .dfg, NHWC", CORPUS_MOBILENET_V2))
         if options.zoo:
             manifest = json.loads((options.zoo / "manifest.json").read_text())
             jobs += [(f"{e['model']}.{e['exporter']}", f"{e['sizes']}; torch {e['versions']['torch']}",
@@ -156,7 +159,12 @@ def main() -> None:
         for name, source, path in jobs:
             if options.only and not any(o in name for o in options.only):
                 continue
-            inputs, expected = stored_io(path) if path.with_suffix(".npz").exists() else onnxruntime_io(path)
+            if path.suffix != ".onnx":
+                inputs, expected = {}, {}
+            elif path.with_suffix(".npz").exists():
+                inputs, expected = stored_io(path)
+            else:
+                inputs, expected = onnxruntime_io(path)
             print(f"{name} ...", flush=True)
             runs.append(run_model(name, source, path, work, inputs, expected))
     command = "python examples/make_zoo.py --full -o build/zoo-full && " \
