@@ -116,11 +116,17 @@ class _Sha256:
         self._taken = threading.Semaphore(0)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._gathered = bytearray()
+        self._error: BaseException | None = None  # raised by the hashing, given to the caller at the end
 
     def _run(self) -> None:
+        # every piece is taken, even after an error, so that a caller handing one never waits forever
         while (piece := self._pieces.get()) is not None:
             self._taken.release()
-            self._hash.update(piece)
+            if self._error is None:
+                try:
+                    self._hash.update(piece)
+                except BaseException as e:  # noqa: BLE001 (MemoryError, say): the caller's to raise
+                    self._error = e
 
     def __enter__(self) -> _Sha256:
         self._thread.start()
@@ -150,6 +156,8 @@ class _Sha256:
             self._hand_gathered()
 
     def hexdigest(self) -> str:
+        if self._error is not None:
+            raise self._error
         return self._hash.hexdigest()
 
 

@@ -72,7 +72,7 @@ def relocate(binding: Binding, taken: Occupancy, machine: Machine) -> Binding:
         for start, end in spans:
             for s, e, t in taken.under(place, start, end):
                 shared[newest - t] = shared.get(newest - t, 0) + min(e, end) - max(s, start)
-        return tuple((-age, shared[age]) for age in sorted(shared))
+        return tuple((-age, shared[age]) for age in sorted(shared) if shared[age])
 
     line = machine.line_bytes
     by_pool: dict[tuple[str, int], dict[int, list[BoundBuffer]]] = {}

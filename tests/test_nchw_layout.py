@@ -211,6 +211,15 @@ def test_a_constant_read_elsewhere_too_is_not_folded_twice():
     assert types(laid_out(graph)) == ["TRANSPOSE", "MATMUL", "GATHER"]
 
 
+def test_a_layout_op_that_grows_its_constant_is_not_folded():
+    # a GATHER of 8 rows of a table of 2 (or a PAD) would put more bytes in the object than it reads
+    b = Builder()
+    table = per_channel(b, "table", (2, 4))
+    x = b.input("x", (8, 4))
+    graph = b.output(b.op("ADD", x, b.op("GATHER", table, indices=[0, 1] * 4)))
+    assert types(laid_out(graph)) == ["GATHER", "ADD"]
+
+
 def test_batchnorm_folds_into_a_convolution_across_the_transpose_after_it():
     # as HLO writes a convolution: NHWC between TRANSPOSEs, then a per-channel scale and shift of NCHW
     b = Builder()

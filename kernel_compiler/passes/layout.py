@@ -39,6 +39,8 @@ it may).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dfx import REGISTRY, Op, lookup
@@ -118,9 +120,12 @@ def _relaid(m: Match, tensor: str, perms: list[int]) -> str | None:
 
 def _fold(m: Match) -> str | None:
     # each constant read by this op alone: its folded form replaces it, never doubles the weights
-    # the object file carries (a tied embedding's TRANSPOSE stays, for CONTRACTION to load)
+    # the object file carries (a tied embedding's TRANSPOSE stays, for CONTRACTION to load); nor
+    # does a result larger than its operands (a GATHER or PAD that grows them) replace them
     if not all(t in m.graph.constants and m.graph.tensors[t].role == "constant" and len(m.readers(t)) == 1
                for t in m.root.inputs):
+        return None
+    if math.prod(m.shape("y")) > sum(math.prod(m.graph.tensors[t].shape) for t in m.root.inputs):
         return None
     values = [m.graph.constant_values(t) for t in m.root.inputs]
     opdef = lookup(m.root.op_type)
