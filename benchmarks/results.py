@@ -6,6 +6,8 @@ import datetime
 import os
 import platform
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,27 +26,43 @@ def today() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
 
 
+# Linux keeps a process's peak RSS across exec, and a child forked from this script starts with
+# the script's: so a command runs under this small launcher, which forks it afresh, waits for it
+# and writes its own peak RSS (KB) to the file it is given.
+LAUNCHER = """import os, sys
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[2], sys.argv[2:])
+_, status, usage = os.wait4(pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) & 255)
+"""
+
+
+def _launched(cmd: list, peak_file: Path) -> list[str]:
+    return [sys.executable, "-c", LAUNCHER, str(peak_file), *map(str, cmd)]
+
+
 def measure(cmd: list[str], stdout: Path | None = None) -> tuple[float, float]:
-    """Run a command; its wall seconds and its own peak RSS in MB (from wait4)."""
+    """Run a command; its wall seconds and its own peak RSS in MB."""
     out = open(stdout, "wb") if stdout else subprocess.DEVNULL
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = proc.stderr.read().decode()
-    proc.stderr.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak"
+        start = time.perf_counter()
+        proc = subprocess.run(_launched(cmd, peak_file), stdout=out, stderr=subprocess.PIPE)
+        wall = time.perf_counter() - start
+        peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else float("nan")
     if stdout:
         out.close()
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {code}: {stderr.strip()}")
-    return wall, usage.ru_maxrss / 1024
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}: {proc.stderr.decode().strip()}")
+    return wall, peak
 
 
 @dataclass
 class Proc:
     wall: float  # seconds, interpreter start-up included
-    rss: float  # the process's own peak RSS, MB (wait4)
+    rss: float  # the process's own peak RSS, MB (its launcher's wait4)
     code: int
     stderr: str
 
@@ -52,13 +70,13 @@ class Proc:
 def run(cmd: list, stdout: Path) -> Proc:
     """As `measure`, but a non-zero exit is returned, not raised (a failed --check exits 1 and
     still prints its JSON), and stderr goes to a file (a pipe read after the exit could fill)."""
-    err_path = stdout.with_suffix(".stderr")
+    err_path, peak_file = stdout.with_suffix(".stderr"), stdout.with_suffix(".peak")
     with open(stdout, "wb") as out, open(err_path, "wb") as err:
         start = time.perf_counter()
-        proc = subprocess.Popen([str(c) for c in cmd], stdout=out, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        code = subprocess.run(_launched(cmd, peak_file), stdout=out, stderr=err).returncode
         wall = time.perf_counter() - start
-    return Proc(wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), err_path.read_text().strip())
+    peak = int(peak_file.read_text()) / 1024 if peak_file.exists() else float("nan")
+    return Proc(wall, peak, code, err_path.read_text().strip())
 
 
 def write_section(title: str, text: str) -> None:
