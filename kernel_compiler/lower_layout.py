@@ -42,7 +42,7 @@ from dataclasses import replace
 from dfx import DataMove, Graph, Kernel, Op, Tensor, TileLoop, TileRef, itemsize, lookup
 from dfx.kernel import IndexTable, IndexTensor
 from dfx.ops.base import normalize_axis
-from dfx.ops.layout import transpose_perms
+from dfx.ops.layout import keeps_order, transpose_perms
 
 from .errors import CompileError
 from .lower_vector import Space, SpaceBuffers, choose_space, dram_hints, tile_ref, traffic
@@ -61,7 +61,8 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         if t.dtype != out.dtype:
             raise CompileError(f"{where}: {op.op_type} of '{t.name}' ({t.dtype}) into '{out.name}' ({out.dtype}): "
                                f"layout kernels move bytes and do not convert them")
-    if op.op_type == "RESHAPE" or (op.op_type == "TRANSPOSE" and _keeps_order(ins[0].shape, attrs)):
+    if op.op_type == "RESHAPE" or (op.op_type == "TRANSPOSE" and
+                                   keeps_order(ins[0].shape, transpose_perms(len(ins[0].shape), attrs["perms"]))):
         return _view(op, name, ins[0], out, target)
     if 0 in out.shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(out.shape)} has an empty dimension; "
@@ -106,12 +107,6 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
 def _moved(op: Op, ins: list[Tensor]) -> list[Tensor]:
     """The operands whose elements the kernel moves: all but GATHER's index operand, which picks them."""
     return ins[:1] if op.op_type == "GATHER" else ins
-
-
-def _keeps_order(shape: tuple[int, ...], attrs: dict) -> bool:
-    """A TRANSPOSE that moves only dims of 1 leaves the row-major bytes as they are."""
-    moved = [p for p in transpose_perms(len(shape), attrs["perms"]) if shape[p] != 1]
-    return moved == sorted(moved)
 
 
 def _view(op: Op, name: str, x: Tensor, out: Tensor, target: Target) -> Kernel:

@@ -63,6 +63,13 @@ layout_op("RESHAPE", _reshape_shapes, lambda xs, new_shape: xs[0].reshape(new_sh
 # ---- TRANSPOSE -------------------------------------------------------------------------------
 
 
+def keeps_order(shape: tuple[int, ...], perms: list[int]) -> bool:
+    """Permuting `shape` by `perms` moves dims of 1 only: the row-major order of the elements
+    stays, so such a TRANSPOSE is a view of the same bytes."""
+    moved = [p for p in perms if shape[p] != 1]
+    return moved == sorted(moved)
+
+
 def transpose_perms(rank: int, perms: list[int] | None) -> list[int]:
     """TRANSPOSE's `perms` attribute with its default filled: output dim i is input dim perms[i]."""
     return list(reversed(range(rank))) if perms is None else perms

@@ -45,7 +45,7 @@ import numpy as np
 
 from dfx import REGISTRY, Op, lookup
 from dfx.ops.base import normalize_axis
-from dfx.ops.layout import transpose_perms
+from dfx.ops.layout import keeps_order, transpose_perms
 
 from .rewrite import Match, Pat, Rule
 
@@ -66,12 +66,6 @@ def _through(m: Match, tensor: str) -> tuple[str, list[int]] | None:
     if op is None or op.op_type != "TRANSPOSE" or m.graph.tensors[op.inputs[0]].dtype != m.graph.tensors[tensor].dtype:
         return None
     return op.inputs[0], _perms(m, op)
-
-
-def _keeps_order(shape: tuple[int, ...], perms: list[int]) -> bool:
-    """Permuting `shape` by `perms` moves dims of 1 only: the row-major order of the elements stays."""
-    moved = [p for p in perms if shape[p] != 1]
-    return moved == sorted(moved)
 
 
 def _inverse(perms: list[int]) -> list[int]:
@@ -106,13 +100,13 @@ def _relaid(m: Match, tensor: str, perms: list[int]) -> str | None:
     aligned = (1,) * (rank - len(shape)) + shape  # as it broadcasts
     inverse = _inverse(perms)
     moved = tuple(aligned[i] for i in inverse)
-    keeps_order = _keeps_order(aligned, inverse)
-    if keeps_order and moved == aligned:
+    a_view = keeps_order(aligned, inverse)
+    if a_view and moved == aligned:
         return tensor
     values = m.graph.constant_values(tensor) if m.graph.tensors[tensor].role == "constant" else None
     if values is not None:
         return m.constant("relaid", values.reshape(aligned).transpose(inverse), m.graph.tensors[tensor].dtype)
-    return m.op("relaid", "RESHAPE", tensor, new_shape=list(moved)) if keeps_order else None
+    return m.op("relaid", "RESHAPE", tensor, new_shape=list(moved)) if a_view else None
 
 
 # ---- TRANSPOSE and RESHAPE ---------------------------------------------------------------------
@@ -138,14 +132,14 @@ def _cancel(m: Match) -> Op | None:
     if found is None:
         return None
     x, inner = found
-    if not _keeps_order(m.graph.tensors[x].shape, [inner[q] for q in _perms(m, m.root)]):
+    if not keeps_order(m.graph.tensors[x].shape, [inner[q] for q in _perms(m, m.root)]):
         return None  # two that do not cancel stay two: CONTRACTION may take the second into a MATMUL's load
     return m.replace("RESHAPE", x, new_shape=list(m.shape("y")))
 
 
 def _as_reshape(m: Match) -> Op | None:
     x = m.root.inputs[0]
-    if not _keeps_order(m.graph.tensors[x].shape, _perms(m, m.root)):
+    if not keeps_order(m.graph.tensors[x].shape, _perms(m, m.root)):
         return None
     return m.replace("RESHAPE", x, new_shape=list(m.shape("y")))
 
