@@ -18,7 +18,7 @@ from dfx import Graph, ObjectFileError, Op, Tensor, dumps, loads
 from dfx.validate import validate_program
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.errors import CompileError
-from kernel_compiler.frontends import hlo, parse_graph
+from kernel_compiler.frontends import hlo_build, parse_graph
 from kernel_compiler.frontends.hlo import parse_hlo
 from kernel_compiler.passes import canonicalise, split_long_rows
 from kernel_compiler.shape_inference import infer_shapes
@@ -132,11 +132,11 @@ def test_calls_that_multiply_are_refused_before_inlining_them():
     with pytest.raises(CompileError) as e:
         parse_hlo("doubling.hlo", text)
     assert str(e.value) == (f"doubling.hlo:{line}: call 'r': inlining computation 'c29' makes {size} instructions, "
-                            f"more than the {hlo.MAX_INLINED} a module may inline")
+                            f"more than the {hlo_build.MAX_INLINED} a module may inline")
 
 
 def test_the_inlining_bound_counts_every_call_of_the_module(monkeypatch):
-    monkeypatch.setattr(hlo, "MAX_INLINED", 10)
+    monkeypatch.setattr(hlo_build, "MAX_INLINED", 10)
     text = ("HloModule m\nc {\n  a = f32[4] parameter(0)\n  b = f32[4] negate(a)\n  d = f32[4] abs(b)\n"
             "  ROOT r = f32[4] negate(d)\n}\nENTRY e {\n  p = f32[4] parameter(0)\n  x = f32[4] call(p), to_apply=c\n"
             "  y = f32[4] call(x), to_apply=c\n  ROOT z = f32[4] call(y), to_apply=c\n}\n")
