@@ -1,6 +1,7 @@
 """Real models through both CLIs: the onnx package's nine `light` models (opset 9, as the package
-ships them) and the full-size exports of examples/make_zoo.py (PyTorch, torchvision,
-transformers; random weights).
+ships them), the full-size exports of examples/make_zoo.py (PyTorch, torchvision,
+transformers; random weights) and the JAX / Flax modules of examples/jax/ (make_jax_hlo.py: each
+workload as JAX lowers it, as it compiles it, and as XLA dumps it after optimization).
 
     python examples/make_zoo.py --full -o build/zoo-full          # needs the `zoo` extra
     .venv/bin/python benchmarks/real_models.py --zoo build/zoo-full
@@ -10,7 +11,8 @@ only with an empty binding cache (a user's first run: every kernel bound by CP-S
 again (bindings from the cache), and with --check (the numbers computed tile by tile and checked
 against the reference). A zoo model runs on the input make_zoo.py stored beside it and its
 outputs are compared with onnxruntime's; a light model runs on a seeded random input, and
-onnxruntime's outputs on it are the reference.
+onnxruntime's outputs on it are the reference; a JAX module runs on its stored inputs and is
+compared with JAX's outputs.
 Each run's wall time and the process's peak memory are measured from outside (wait4).
 
 Replaces the section "## Real models" of benchmarks/RESULTS.md (other sections are kept).
@@ -39,6 +41,7 @@ STANDARD = REPO / "configs" / "standard.json"
 LIGHT = ("resnet50", "inception_v1", "shufflenet", "squeezenet", "densenet121", "inception_v2", "bvlc_alexnet",
          "vgg19", "zfnet512")
 CORPUS_MOBILENET_V2 = REPO.parent / "shared" / "corpus" / "dfg" / "dfg__mobilenet_v2.dfg"
+JAX = REPO / "examples" / "jax"
 ZOO_FULL = ("resnet18", "mobilenet_v2", "efficientnet_b0", "gpt2")
 AGREEMENT = 1e-4
 # model -> the issue's budgets on 2 cores, seconds: compile, timing only (first run), --check
@@ -53,7 +56,7 @@ class ModelRun:
     runs: dict[str, Proc] = field(default_factory=dict)
     summary: dict | None = None
     check: str = ""
-    vs_onnxruntime: float | None = None
+    vs_framework: float | None = None
     failures: list[str] = field(default_factory=list)
 
 
@@ -80,8 +83,16 @@ def onnxruntime_io(path: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndar
     return inputs, dict(zip([o.name for o in session.get_outputs()], session.run(None, inputs)))
 
 
+def jax_io(entry: dict) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """A JAX module's stored inputs by its ENTRY parameters' names, and JAX's outputs in order."""
+    arrays = np.load(JAX / entry["data"])
+    return ({name: arrays[f"input:{k}"] for k, name in enumerate(entry["parameters"])},
+            [arrays[f"output:{k}"] for k in range(len(entry["output_dtypes"]))])
+
+
 def run_model(name: str, source: str, model: Path, work: Path, inputs: dict[str, np.ndarray],
-              expected: dict[str, np.ndarray]) -> ModelRun:
+              expected: dict[str, np.ndarray] | list[np.ndarray]) -> ModelRun:
+    """`expected`: the framework's outputs by name, or in the program's output order."""
     r = ModelRun(name, source)
     stem = name.replace(" ", "_")
     kpu = work / f"{stem}.kpu"
@@ -89,9 +100,13 @@ def run_model(name: str, source: str, model: Path, work: Path, inputs: dict[str,
     if r.runs["compile"].code != 0:
         r.failures.append(f"compile: {r.runs['compile'].stderr.splitlines()[-1:]}")
         return r
-    r.kernels = len(json.loads(kpu.read_text())["body"]["kernels"])
+    body = json.loads(kpu.read_text())["body"]
+    r.kernels = len(body["kernels"])
     given = []
+    kept = {t["name"] for t in body["graph"]["tensors"] if t["role"] == "input"}
     for input_name, value in inputs.items():
+        if input_name not in kept:  # a parameter the frontend dropped as unused
+            continue
         path = work / f"{stem}.{len(given)}.npy"
         np.save(path, value)
         given += ["--input", f"{input_name}={path}"]
@@ -109,9 +124,11 @@ def run_model(name: str, source: str, model: Path, work: Path, inputs: dict[str,
             r.summary = data
         if mode == "check":
             r.check = "pass" if data["check"]["passed"] else "FAIL"
-            if expected:  # the files the loader wrote, by output name
-                r.vs_onnxruntime = max(float(np.abs(np.load(data["outputs"][k]).astype(np.float64) - v).max())
-                                       / float(np.abs(v).max()) for k, v in expected.items())
+            if expected:  # the files the loader wrote, by output name or in order
+                pairs = (zip(data["outputs"].values(), expected) if isinstance(expected, list)
+                         else ((data["outputs"][k], v) for k, v in expected.items()))
+                r.vs_framework = max(float(np.abs(np.load(f).astype(np.float64) - v).max())
+                                     / max(float(np.abs(v).max()), 1e-30) for f, v in pairs)
     return r
 
 
@@ -121,7 +138,7 @@ def fmt(n, spec: str = ",") -> str:
 
 def table(runs: list[ModelRun]) -> list[str]:
     lines = ["| model | source | kernels | cycles | DRAM bytes | compile s | loader s (first / cached / --check) "
-             "| peak MB (compile / check) | check | vs onnxruntime | budget (compile / first / check s) |",
+             "| peak MB (compile / check) | check | vs framework | budget (compile / first / check s) |",
              "|---|---|---:|---:|---:|---:|---|---|---|---:|---|"]
     for r in runs:
         s = r.summary or {}
@@ -135,7 +152,7 @@ def table(runs: list[ModelRun]) -> list[str]:
             met = " / ".join(f"{b} {'met' if g < b else 'MISSED'}" for b, g in zip(budget, got))
         lines.append(f"| {r.name} | {r.source} | {fmt(r.kernels)} | {fmt(s.get('cycles'))} | {fmt(dram)} | "
                      f"{r.runs['compile'].wall:.1f} | {walls} | {rss} | {r.check or '-'} | "
-                     f"{fmt(r.vs_onnxruntime, '.1e')} | {met or '-'} |")
+                     f"{fmt(r.vs_framework, '.1e')} | {met or '-'} |")
     failures = [f"- {r.name}: {f}" for r in runs for f in r.failures]
     return lines + (["", "Failures:", *failures] if failures else [])
 
@@ -152,6 +169,9 @@ def main() -> None:
         jobs = [(f"light {m}", "onnx light, opset 9", light_dir() / f"light_{m}.onnx") for m in LIGHT]
         # the same network as torchvision's mobilenet_v2, as the corpus writes it (NHWC), to compare with
         jobs.append(("corpus mobilenet_v2", "domain_flow .dfg, NHWC", CORPUS_MOBILENET_V2))
+        jax_entries = {e["file"]: e for e in json.loads((JAX / "manifest.json").read_text())}
+        jobs += [(f"jax {e['workload']}.{e['form']}", f"{e['sizes']}; jax {e['versions']['jax']}", JAX / e["file"])
+                 for e in jax_entries.values()]
         if options.zoo:
             manifest = json.loads((options.zoo / "manifest.json").read_text())
             jobs += [(f"{e['model']}.{e['exporter']}", f"{e['sizes']}; torch {e['versions']['torch']}",
@@ -159,7 +179,9 @@ def main() -> None:
         for name, source, path in jobs:
             if options.only and not any(o in name for o in options.only):
                 continue
-            if path.suffix != ".onnx":
+            if path.name in jax_entries:
+                inputs, expected = jax_io(jax_entries[path.name])
+            elif path.suffix != ".onnx":
                 inputs, expected = {}, {}
             elif path.with_suffix(".npz").exists():
                 inputs, expected = stored_io(path)
@@ -175,8 +197,10 @@ def main() -> None:
         "Each model compiled for configs/standard.json; the loader run three times: timing only with an empty "
         "binding cache (first), again from the cache, and with --check. Wall seconds include interpreter start-up; "
         "peak memory is the process's own (wait4). Light models run on a seeded standard-normal input, zoo models "
-        "on the input make_zoo.py stored; both compared with onnxruntime's outputs on that input (largest error "
-        "over the output's peak).", "",
+        "on the input make_zoo.py stored; both compared with onnxruntime's outputs on that input, JAX modules with "
+        "JAX's outputs on their stored inputs (largest error over the output's peak). A JAX workload's three rows "
+        "are its forms: `lowered` (`jit(f).lower(...).compiler_ir('hlo').as_hlo_text()`), `compiled` "
+        "(`.compile().as_text()`), `dumped` (XLA_FLAGS=--xla_dump_to, after optimizations).", "",
         *table(runs)])
     write_section(SECTION, text)
     print(text)

@@ -105,7 +105,9 @@ class DataMove:
     transpose: bool = False
     broadcast: bool = False
     # the destination is a tile of a tensor whose dims are the source's permuted (TRANSPOSE's
-    # result): destination tile dim j is source tile dim permutation[j]. The BlockMover's, L3 -> L2
+    # result): destination tile dim j is source tile dim permutation[j]. Of the same tensor, the
+    # same region held with its dims so permuted in the buffer (a convolution's weights given in
+    # another order, held as the array takes them). The BlockMover's, L3 -> L2
     permutation: list[int] | None = None
     # written to the positions of an on-chip destination tile that the source does not cover
     # (PAD's value where the window leaves the operand); costs no external-memory bytes

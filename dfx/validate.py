@@ -375,6 +375,25 @@ def _move_made(op: BodyOp) -> tuple | int:
             tuple(op.permutation or ()), op.fill)
 
 
+def _reordered(op: DataMove, order: list[int] | None, rank: int) -> list[int] | None:
+    """The order of the dims of the tile `op` writes, as held, from its source's (None: as laid
+    out): `transpose` swaps the last two, a `permutation` within one tensor permutes them."""
+    order = list(order or range(rank))
+    if op.transpose:
+        order[-2:] = order[:-3:-1]
+    if op.permutation is not None and op.source.tensor == op.destination.tensor:
+        order = [order[p] for p in op.permutation]
+    return None if order == sorted(order) else order
+
+
+def _held_words(order: list[int] | None) -> str:
+    if order is None:
+        return "as laid out"
+    if order == [*range(len(order) - 2), len(order) - 1, len(order) - 2]:
+        return "transposed"
+    return f"with its dims in the order {order}"
+
+
 def _tile(ref: TileRef) -> str:
     offset = f" from {ref.offset}" if ref.offset is not None else ""
     step = f" by {ref.step}" if ref.step is not None else ""
@@ -468,13 +487,14 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     # op it depends on, with the same tiles, run before it where it is placed
     writers: dict[tuple[str, str], list[BodyOp]] = {}
     readers: dict[tuple[str, str], list[BodyOp]] = {}
-    # op id -> whether the tile it writes is held with its last two axes swapped: an operand given
-    # transposed (MATMUL's transpose_b: B as [..., N, K]) arrives so through one transposing move,
-    # every other tile is held as its tensor lays it out
-    transposed: dict[int, bool] = {}
+    # op id -> the order of the dims of the tile it writes, as held (tile dim j is its tensor's dim
+    # order[j]; None: as the tensor lays them out): an operand its COMPUTE takes in another order
+    # (`OpDef.operand_order`: MATMUL's B given transposed, CONV2D's weights in another layout)
+    # arrives so through the moves that reorder it, every other tile is held as laid out
+    held_as: dict[int, list[int] | None] = {}
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
-        held: list[bool] = []
+        held: list[list[int] | None] = []
         for ref in _reads(op):
             key = (ref.tensor, ref.level)
             readers.setdefault(key, []).append(op)
@@ -487,26 +507,29 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 return op_place, f"must depend first on op {w.op_id}, which fills the {ref.tensor} tile it moves"
             made = _written(w)
             whole = _geometry(made) == _geometry(ref)
-            if not whole and transposed[w.op_id]:
+            if not whole and held_as[w.op_id] is not None:
                 return (op_place, f"reads part of the {ref.tensor} tile at {ref.level} that op {w.op_id} holds "
-                        f"transposed; only a tile held as laid out can be read in parts")
+                        f"{_held_words(held_as[w.op_id])}; only a tile held as laid out can be read in parts")
             if not _held(made, ref, loops, g.tensors[ref.tensor].shape):
                 return (op_place, f"reads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, op {w.op_id} writes "
                         f"tiles {_tile(made)}")
-            held.append(transposed[w.op_id])
+            held.append(held_as[w.op_id])
         if isinstance(op, DataMove):
-            swapped = (held[0] if held else False) != op.transpose
-            if swapped and op.destination.level == "EXTERNAL":
-                return op_place, f"writes a tile of '{op.destination.tensor}' held transposed to external memory"
-            transposed[op.op_id] = swapped
+            made_as = _reordered(op, held[0] if held else None, len(g.tensors[op.destination.tensor].shape))
+            if made_as is not None and op.destination.level == "EXTERNAL":
+                return (op_place, f"writes a tile of '{op.destination.tensor}' held {_held_words(made_as)} to "
+                        f"external memory")
+            held_as[op.op_id] = made_as
         elif isinstance(op, Compute):
-            attrs = opdef[op.op_id].normalize_attrs(graph_op[op.op_id].attrs)
-            for i, (ref, swapped) in enumerate(zip(op.inputs, held)):
-                if swapped != (i == 1 and attrs.get("transpose_b") is True):
-                    return (op_place, f"reads {ref.tensor} at {ref.level} {'transposed' if swapped else 'as laid out'}"
-                            f", but {graph_op[op.op_id].op_type} '{graph_op[op.op_id].name}' takes it "
-                            f"{'as laid out' if swapped else 'transposed'}")
-            transposed[op.op_id] = False
+            d = opdef[op.op_id]
+            attrs = d.normalize_attrs(graph_op[op.op_id].attrs)
+            wants = (d.operand_order([g.tensors[r.tensor].shape for r in op.inputs], attrs)
+                     if d.operand_order is not None else [None] * len(op.inputs))
+            for ref, read_as, want in zip(op.inputs, held, wants):
+                if read_as != want:
+                    return (op_place, f"reads {ref.tensor} at {ref.level} {_held_words(read_as)}, but "
+                            f"{graph_op[op.op_id].op_type} '{graph_op[op.op_id].name}' takes it {_held_words(want)}")
+            held_as[op.op_id] = None
         made = _written(op)
         if made is not None:
             writers.setdefault((made.tensor, made.level), []).append(op)
@@ -603,9 +626,12 @@ def _operand_problem(op: Compute, d: OpDef, attrs: dict, g: Graph) -> str | None
             return problem
     if d.operand_dims is not None:
         runs = d.operand_dims(shapes, attrs)
-        if d.tile_mnk is not None and op.inputs[0].tile_indices[-1] != op.inputs[1].tile_indices[-1]:
-            return (f"steps the contracted channels of '{op.inputs[0].tensor}' and '{op.inputs[1].tensor}' by "
-                    f"different loops ('{op.inputs[0].tile_indices[-1]}', '{op.inputs[1].tile_indices[-1]}')")
+        if d.tile_mnk is not None:  # the contracted channels: last in both tiles as the compute takes them
+            held = d.operand_order(shapes, attrs)[1] if d.operand_order is not None else None
+            channels = op.inputs[1].tile_indices[held[-1] if held is not None else -1]
+            if op.inputs[0].tile_indices[-1] != channels:
+                return (f"steps the contracted channels of '{op.inputs[0].tensor}' and '{op.inputs[1].tensor}' by "
+                        f"different loops ('{op.inputs[0].tile_indices[-1]}', '{channels}')")
     elif d.tile_mnk is not None:  # MATMUL: C[..., m, n] += A[..., m, k] B[..., k, n]
         a, b = shapes[0], shapes[1]
         n_axis, k_axis = (len(b) - 2, len(b) - 1) if attrs.get("transpose_b") else (len(b) - 1, len(b) - 2)
@@ -786,7 +812,8 @@ def _move_problem(op: DataMove, g: Graph) -> str | None:
             return f"permutation {perm} does not permute the {len(ts.shape)} dims of '{src.tensor}' into '{dst.tensor}'"
         if (src.level, dst.level) != ("L3", "L2") or op.transpose:
             return "permutes a tile, which only the BlockMover does, L3 -> L2, and not beside 'transpose'"
-    extents = [src.tile_shape[p] for p in perm] if perm is not None else src.tile_shape
+    # within one tensor a permutation reorders the held tile, not the region it holds
+    extents = [src.tile_shape[p] for p in perm] if perm is not None and src.tensor != dst.tensor else src.tile_shape
     if extents != dst.tile_shape:
         under = f" under permutation {perm}" if perm is not None else ""
         return f"moves tiles of {src.tile_shape} into tiles of {dst.tile_shape}{under}"

@@ -7,6 +7,8 @@ each reading the group's running result. An op joins the epilogue when that resu
 alone and is no graph output (so nothing else ever needs it in memory), and when its result has
 the running result's shape (an epilogue never grows the tile). Its other operands (a bias, a
 residual) are graph inputs or earlier kernels' results, loaded as more streams of the kernel.
+A view of such an operand (a RESHAPE, which moves nothing) between the group and the op that
+joins it runs ahead of the group instead.
 
 Fused, the running result stays on chip as its compute left it and is never rounded to its
 dtype, where `--check`'s reference (and an unfused kernel's store) rounds it. So an op joins only
@@ -71,19 +73,33 @@ def _joins(op: Op, group: list[Op], held: bool, graph: Graph, readers: Counter) 
             and not is_integer(graph.tensors[op.outputs[0]].dtype))
 
 
+def _aside(op: Op, group: list[Op]) -> bool:
+    """Whether `op` is a view (a RESHAPE: its kernel moves nothing) of a tensor other than `group`'s
+    running result, which may run ahead of the group (a bias regrouped to broadcast, made after
+    the contraction in the graph's order)."""
+    return op.op_type == "RESHAPE" and group[-1].outputs[0] not in op.inputs
+
+
 def fusion_groups(graph: Graph, fuse: bool = True) -> list[list[Op]]:
-    """The graph's ops, in order, as groups [anchor, *epilogue]; one op per group when `fuse` is off."""
+    """The graph's ops, in order, as groups [anchor, *epilogue]; one op per group when `fuse` is off.
+    Views between a group and an op that joins it run ahead of the group, each its own kernel."""
     # an op reading a tensor twice (MUL(x, x)) is one reader of it
     readers = Counter(name for op in graph.ops for name in set(op.inputs))
     groups: list[list[Op]] = []
     held = False  # every op of the last group is `_held`: kept as the group grows, not asked again
+    views: list[Op] = []  # views met since the last group, which may still grow past them
     for op in graph.ops:
         group = groups[-1] if groups else None
-        if (fuse and group is not None and _anchors(group[0], graph) and len(group) <= MAX_EPILOGUE
-                and _joins(op, group, held, graph, readers)):
+        growing = fuse and group is not None and _anchors(group[0], graph) and len(group) <= MAX_EPILOGUE
+        if growing and _aside(op, group):
+            views.append(op)
+        elif growing and _joins(op, group, held, graph, readers):
+            groups[-1:-1] = [[view] for view in views]  # they read nothing of the group: ahead of it
+            views = []
             group.append(op)
             held = held and _held(op, graph)
         else:
-            groups.append([op])
+            groups += [[view] for view in views] + [[op]]  # the graph's order, as without them
+            views = []
             held = fuse and _anchors(op, graph) and _held(op, graph)
-    return groups
+    return groups + [[view] for view in views]

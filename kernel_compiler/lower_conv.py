@@ -1,5 +1,5 @@
-"""Lower a CONV2D (NHWC input, OHWI weights, one group) to a tiled DFX kernel: an implicit GEMM
-on the array, M = output positions, N = output channels, K = kh * kw * input channels.
+"""Lower a CONV2D (NHWC input, one group) to a tiled DFX kernel: an implicit GEMM on the array,
+M = output positions, N = output channels, K = kh * kw * input channels.
 
 External memory never holds the im2col matrix. The input comes on chip in bands: the rows and
 columns an output tile needs, with their halo and their share of the zero border (a window
@@ -13,7 +13,9 @@ Loops: b0 (images), th and tw (output tiles of R rows by C columns), tj (Tn outp
 Two orders: positions outer (b0, th, tw, tj, tk), where a band holding all its channels in L3
 serves every tile of output channels, and the weights sit in L3 whole (loaded once, one copy for
 every compute tile) or come chunk by chunk; channels outer (tj, b0, th, tw, tk), where a channel
-tile's weights stay in L3 while the bands stream past (`HOLDINGS`).
+tile's weights stay in L3 while the bands stream past (`HOLDINGS`). Weights in another order
+than OHWI (`weight_layout`: HWIO as JAX passes them) are tiled in their own order and reach the
+array OHWI: the BlockMover permutes each tile on its way L3 -> L2, as it transposes a MATMUL's B.
 
 The tiling taken is the one with the fewest external-memory bytes among those whose array
 cycles per compute tile are within CYCLE_SLACK of the fewest, its buffers fitting the target.
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
 from .errors import CompileError
@@ -308,7 +311,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
         dataflows = target.dataflows
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
-    found = first_fit(((ConvProblem(N, H, W, Ci, OH, OW, Co, w.shape[1], w.shape[2], hw, itemsize(x.dtype),
+    found = first_fit(((ConvProblem(N, H, W, Ci, OH, OW, Co, hw[0].kernel, hw[1].kernel, hw, itemsize(x.dtype),
                                     itemsize(w.dtype), itemsize(bias.dtype) if bias else 0,
                                     bias is not None and bias.shape == (Co,) and Co > 1, itemsize(c.dtype),
                                     itemsize(final.dtype),
@@ -330,6 +333,7 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     x, w = graph.tensors[op.inputs[0]], graph.tensors[op.inputs[1]]
     bias = graph.tensors[op.inputs[2]] if len(op.inputs) == 3 else None
     c = graph.tensors[op.outputs[0]]
+    attrs = lookup(op.op_type).normalize_attrs(op.attrs)
     order, trips = t.loop_order(p), t.trips(p)
     parallel = parallel_loop(order, trips, target.compute_tiles)
 
@@ -344,8 +348,11 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     def w_ref(level: str, held: str) -> TileRef:
         if held == "all":
             return TileRef(w.name, level, ["0"] * 4, list(w.shape))
-        channels = ("tk", t.Tc) if held == "chunk" else ("0", p.Ci)
-        return TileRef(w.name, level, idx("tj", "0", "0", channels[0]), [t.Tn, p.KH, p.KW, channels[1]])
+        # (loop, extent) of the tile along each weight dim, in the weights' own order
+        dims = {"O": ("tj", t.Tn), "H": ("0", p.KH), "W": ("0", p.KW),
+                "I": ("tk", t.Tc) if held == "chunk" else ("0", p.Ci)}
+        layout = weight_layout(attrs)
+        return TileRef(w.name, level, idx(*(dims[d][0] for d in layout)), [dims[d][1] for d in layout])
 
     # a move names its destination's tile at both ends: L3 -> L2 reads a chunk out of the L3 tile
     x_l1 = builder.loads([(x_ref("EXTERNAL", t.band_channels), x_ref("L3", t.band_channels)),
@@ -354,6 +361,9 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     w_l1 = builder.loads([(w_ref("EXTERNAL", t.weights), w_ref("L3", t.weights)),
                           (w_ref("L3", "chunk"), w_ref("L2", "chunk")),
                           (w_ref("L2", "chunk"), w_ref("L1", "chunk"))])
+    to_ohwi = weight_perms(attrs, "OHWI")
+    if to_ohwi != sorted(to_ohwi):  # the BlockMover hands the array OHWI tiles (the L3 -> L2 hop)
+        body[w_l1 - 1] = replace(body[w_l1 - 1], permutation=to_ohwi)
     inputs = [x_ref("L1", "chunk"), w_ref("L1", "chunk")]
     deps = [x_l1, w_l1]
     if bias is not None:  # into the accumulators, as MATMUL's Cin: the first K step adds to it

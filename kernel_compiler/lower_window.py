@@ -1,5 +1,5 @@
-"""Lower a window op (DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D) to a tiled DFX kernel on the vector
-unit.
+"""Lower a window op (DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D, SUMPOOL2D) to a tiled DFX kernel on
+the vector unit.
 
 Why not the array: a depthwise window reads one input channel per output channel, so as a
 product it is C separate GEMMs of n = 1 (M = output positions, K = kh * kw), which is how

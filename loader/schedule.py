@@ -167,12 +167,14 @@ def move_slices(op: DataMove, src_shape: tuple[int, ...], dst_shape: tuple[int, 
                 table: Sequence[int] | None = None) -> tuple[tuple[slice, ...], tuple[slice, ...]]:
     """What a move copies: the positions of its tile inside both tensors, as the regions of the
     source and of the destination they are (`table`: the source's). Destination dim j is source
-    dim permutation[j]."""
+    dim permutation[j] (into another tensor: within one, the move reorders the tile it holds,
+    not the region)."""
     src_origin = tile_origin(op.source, src_shape, env, table)
     dst_origin = tile_origin(op.destination, dst_shape, env)
     src: list[slice] = [slice(0)] * len(src_shape)
     dst: list[slice] = []
-    for j, i in enumerate(op.permutation or range(len(dst_shape))):
+    renamed = op.permutation is not None and op.source.tensor != op.destination.tensor
+    for j, i in enumerate(op.permutation if renamed else range(len(dst_shape))):
         s, d = src_origin[i], dst_origin[j]
         low = max(0, -s, -d)
         high = max(low, min(op.destination.tile_shape[j], src_shape[i] - s, dst_shape[j] - d))

@@ -69,21 +69,21 @@ T, S, C = "TRANSPOSE", "SLICE", "CONV2D"
 # id -> (layout, x shape, w shape, bias shape or None, attrs, the op types the pass writes)
 CONVS = {
     "nchw": ("NCHW", (2, 5, 11, 9), (7, 5, 3, 2), (7,),
-             {"stride": [2, 2], "padding": [[1, 2], [0, 1]], "dilation": [2, 1]}, [T, T, C, T]),
+             {"stride": [2, 2], "padding": [[1, 2], [0, 1]], "dilation": [2, 1]}, [T, C, T]),  # w read OIHW
     "nchw_groups2": ("NCHW", (2, 6, 10, 7), (4, 3, 3, 3), (4,),
                      {"stride": [2, 1], "padding": [[1, 1], [2, 0]], "dilation": [1, 2], "groups": 2},
                      [T, T, S, S, S, C, S, S, S, C, "CONCAT", T]),
     "nchw_depthwise_m2": ("NCHW", (2, 3, 9, 10), (6, 1, 3, 3), (6,),
                           {"stride": [2, 2], "padding": [[1, 1], [1, 2]], "dilation": [2, 1], "groups": 3},
-                          [T, "RESHAPE", T, "DEPTHWISE_CONV2D", T]),  # OIHW -> OHWI moves a dim of 1 (LAYOUT)
+                          [T, "RESHAPE", T, "RESHAPE", "DEPTHWISE_CONV2D", T]),  # OIHW -> OHWI moves a dim of 1
     "nhwc_groups3_broadcast_bias": ("NHWC", (2, 7, 8, 6), (9, 3, 3, 2), (1,),
                                     {"stride": [1, 2], "padding": [[0, 2], [1, 1]], "groups": 3},
                                     [S, S, C, S, S, C, S, S, C, "CONCAT"]),
     "nhwc_depthwise": ("NHWC", (1, 6, 5, 5), (5, 2, 3, 1), None,
-                       {"padding": [[1, 0], [1, 1]], "groups": 5}, ["RESHAPE", T, "DEPTHWISE_CONV2D"]),
+                       {"padding": [[1, 0], [1, 1]], "groups": 5}, [T, "DEPTHWISE_CONV2D"]),
     "nhwc_depthwise_m2": ("NHWC", (2, 7, 6, 3), (6, 3, 3, 1), (6,),
                           {"stride": [2, 2], "padding": [[1, 1], [1, 1]], "groups": 3},
-                          ["RESHAPE", T, "DEPTHWISE_CONV2D"]),
+                          [T, "RESHAPE", "DEPTHWISE_CONV2D"]),
 }
 # id -> (x shape, attrs): every one excludes the padding from the count, and has some
 POOLS = {

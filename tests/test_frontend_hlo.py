@@ -754,9 +754,9 @@ ERRORS = [
     ("HloModule m\nENTRY e {\n p = f32[2,2] parameter(0)\n"
      " ROOT d = f32[2,2] dot(p, p), lhs_contracting_dims={1}, rhs_contracting_dims={1,0}\n}",
      "t.hlo:4:", "contracting dimensions differ"),
-    ("HloModule m\nENTRY e {\n p = f32[1,4,4,1] parameter(0)\n w = f32[1,1,1,1] parameter(1)\n"
-     " ROOT y = f32[1,7,7,1] convolution(p, w), window={size=1x1 lhs_dilate=2x2}, dim_labels=b01f_01io->b01f\n}",
-     "t.hlo:5:", "lhs_dilate"),
+    ("HloModule m\nENTRY e {\n p = f32[2,4,4,1] parameter(0)\n w = f32[1,1,1,2] parameter(1)\n"
+     " ROOT y = f32[1,4,4,2] convolution(p, w), window={size=1x1}, dim_labels=b01f_01io->b01f, batch_group_count=2\n}",
+     "t.hlo:5:", "batch_group_count other than 1"),
     ("HloModule m\nENTRY e {\n c = f32[3] constant({1,2})\n}", "t.hlo:3:", "needs 3 values"),
     ("HloModule m\nENTRY e {\n c = f32[2] constant({...})\n}", "t.hlo:3:", "elided"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0), metadata={op_name=\"x\" source_line=2\n",

@@ -144,6 +144,10 @@ UNARY = {
     "IS_NAN": (math.isnan, (-3, 3), {}),
     "IS_INF": (math.isinf, (-3, 3), {}),
     "LOGICAL_NOT": (lambda x: not x, (-3, 3), {}),
+    "EXPM1": (math.expm1, (-3, 3), {}),
+    "LOG1P": (math.log1p, (-0.9, 3), {}),
+    "CBRT": (lambda x: math.copysign(abs(x) ** (1 / 3), x), (-3, 3), {}),
+    "IS_FINITE": (math.isfinite, (-3, 3), {}),
 }
 BINARY = {
     "ADD": (lambda a, b: a + b, (-3, 3)),
@@ -163,9 +167,10 @@ BINARY = {
     "LOGICAL_AND": (lambda a, b: bool(a) and bool(b), (-3, 3)),
     "LOGICAL_OR": (lambda a, b: bool(a) or bool(b), (-3, 3)),
     "LOGICAL_XOR": (lambda a, b: bool(a) != bool(b), (-3, 3)),
+    "ATAN2": (math.atan2, (-3, 3)),
 }
 PREDICATES = {"EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL", "LOGICAL_AND", "LOGICAL_OR", "LOGICAL_XOR",
-              "LOGICAL_NOT", "IS_NAN", "IS_INF"}
+              "LOGICAL_NOT", "IS_NAN", "IS_INF", "IS_FINITE"}
 
 
 @pytest.mark.parametrize("name", UNARY)
@@ -220,6 +225,8 @@ def test_clamp_defaults_are_unbounded_and_integers_stay_exact():
 def test_rounding_mod_and_truth_value_edges():
     halves = np.float32([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.0])
     np.testing.assert_array_equal(run("ROUND", [halves]), [-2, -2, -0.0, 0, 2, 2, -0.0])
+    away = np.float32([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.49999997, -0.3])  # not x + 0.5, which rounds up
+    np.testing.assert_array_equal(run("ROUND", [away], halves="away_from_zero"), [-3, -2, -1, 1, 2, 3, 0, -0.0])
     np.testing.assert_array_equal(run("FLOOR", [halves]), [-3, -2, -1, 0, 1, 2, 0])
     np.testing.assert_array_equal(run("CEIL", [halves]), [-2, -1, 0, 1, 2, 3, 0])
     big = np.int32([2**31 - 1, -2**31 + 1])  # integers are their own rounding, never through f32
@@ -234,6 +241,7 @@ def test_rounding_mod_and_truth_value_edges():
     np.testing.assert_array_equal(run("IS_INF", [x], out="u8"), [1, 1, 0, 0, 0])
     np.testing.assert_array_equal(run("IS_INF", [x], out="u8", detect_negative=False), [1, 0, 0, 0, 0])
     np.testing.assert_array_equal(run("IS_INF", [x], out="u8", detect_positive=False), [0, 1, 0, 0, 0])
+    np.testing.assert_array_equal(run("IS_FINITE", [x], out="u8"), [0, 0, 0, 1, 1])
     p, q = np.uint8([0, 0, 1, 1]), np.uint8([0, 1, 0, 1])
     for name, want in (("LOGICAL_AND", [0, 0, 0, 1]), ("LOGICAL_OR", [0, 1, 1, 1]), ("LOGICAL_XOR", [0, 1, 1, 0])):
         np.testing.assert_array_equal(run(name, [p, q], out="u8"), want)
@@ -243,6 +251,15 @@ def test_rounding_mod_and_truth_value_edges():
     np.testing.assert_array_equal(y, [0, 200])
     prelu = run("PRELU", [np.float32([[-2, 3], [-4, 0]]), np.float32([[0.5], [0.25]])])
     np.testing.assert_array_equal(prelu, [[-1, 3], [-1, 0]])
+
+
+def test_bitwise_ops_take_integers_bit_by_bit():
+    a, b = np.int32([-1, 12, 2**31 - 1, -2**31]), np.int32([0x0F0F0F0F, 10, -2, -1])
+    for name, fn in (("BITWISE_AND", int.__and__), ("BITWISE_OR", int.__or__), ("BITWISE_XOR", int.__xor__)):
+        np.testing.assert_array_equal(run(name, [a, b], out="i32"), [fn(x, y) for x, y in zip(a.tolist(), b.tolist())])
+    np.testing.assert_array_equal(run("BITWISE_NOT", [a], out="i32"), [~x for x in a.tolist()])
+    np.testing.assert_array_equal(run("BITWISE_NOT", [np.uint8([0, 1, 200])], out="u8"), [255, 254, 55])
+    assert "BITWISE_AND takes integer operands, got f32" in shape_error("BITWISE_AND", [(2,), (2,)])
 
 
 def test_integer_arithmetic_is_exact():
@@ -376,6 +393,50 @@ def test_layernorm():
     assert_close(y, layernorm_by_loops(x, 1, 0.5, scale, bias), "f32")
     constant_rows = np.ones((2, 5), F32)  # zero variance: epsilon keeps it finite
     assert_close(run("LAYERNORM", [constant_rows]), np.zeros((2, 5)), "f32")
+
+
+def rmsnorm_by_loops(x, axis, epsilon, scale) -> np.ndarray:
+    first = axis % x.ndim
+    out = np.empty(x.shape, dtype=np.float64)
+    for members in groups(x, tuple(range(first, x.ndim))).values():
+        rms = math.sqrt(math.fsum(v * v for _, v in members) / len(members) + epsilon)
+        for index, v in members:
+            s = 1.0 if scale is None else float(np.broadcast_to(scale, x.shape[first:])[index[first:]])
+            out[index] = v / rms * s
+    return out
+
+
+def test_rmsnorm():
+    rng = np.random.default_rng(5)  # its own draws: the module's stay as they were
+    x, scale = rng.uniform(-3, 3, (2, 3, 4)).astype(F32), rng.uniform(-3, 3, (4,)).astype(F32)
+    assert_close(run("RMSNORM", [x]), rmsnorm_by_loops(x, -1, 1e-5, None), "f32")
+    assert_close(run("RMSNORM", [x, scale], axis=1, epsilon=0.5), rmsnorm_by_loops(x, 1, 0.5, scale), "f32")
+    assert_close(run("RMSNORM", [np.zeros((2, 5), F32)]), np.zeros((2, 5)), "f32")  # epsilon keeps it finite
+    op = REGISTRY["RMSNORM"]
+    attrs = op.normalize_attrs({})
+    assert attrs == {"axis": -1, "epsilon": 1e-5}
+    assert shape_error("RMSNORM", [(2, 4), (5,)]) == "scale [5] does not broadcast to the normalized shape [4]"
+    assert op.vector_work([(4, 8), (8,)], (4, 8), attrs) == {"reduction": 32, "simple": 96}
+    assert tuple(op.whole_axes((2, 3, 4), op.normalize_attrs({"axis": 1}))) == (1, 2)
+    with pytest.raises(ValueError, match="cannot accumulate"):
+        op.tile([x], x[..., :1], np.dtype(F32), attrs)
+
+
+def test_rmsnorm_magnitude_bounds_how_far_errors_in_its_operands_move_it():
+    rng = np.random.default_rng(6)
+    op = REGISTRY["RMSNORM"]
+    attrs = op.normalize_attrs({"epsilon": 1e-3})
+    x, scale = rng.uniform(-3, 3, (3, 8)), rng.uniform(-2, 2, (8,))
+    sizes = [np.abs(x) + 0.5, np.abs(scale) + 0.5]  # magnitudes: at least the values' sizes
+    [bound] = op.magnitude([x, scale], sizes, attrs)
+    h = 1e-7  # relative errors this small move the result to first order
+
+    def y(a, s):
+        return op.reference([a, s], attrs, ["f64"])[0]
+
+    for _ in range(20):
+        dx, ds = (rng.uniform(-1, 1, m.shape) * m * h for m in sizes)
+        assert (np.abs(y(x + dx, scale + ds) - y(x, scale)) <= bound * h * 1.001).all()
 
 
 # ---- layout -----------------------------------------------------------------------------------
@@ -612,6 +673,15 @@ def test_avgpool2d_counts_the_padding_or_not(count_include_pad):
     assert REGISTRY["AVGPOOL2D"].normalize_attrs({"kernel": [2, 2]})["count_include_pad"] is False
 
 
+def test_sumpool2d_adds_each_window_with_zeros_around():
+    x = uniform((2, 7, 6, 3))
+    attrs = {"kernel": [3, 2], "stride": [2, 1], "padding": [[1, 2], [1, 0]]}
+    assert_close(run("SUMPOOL2D", [x], **attrs), pool_by_loops(x, [3, 2], [2, 1], [[1, 2], [1, 0]],
+                                                                lambda v, _: math.fsum(v)), "f32")
+    big = np.full((1, 2, 2, 1), 2**30, np.int32)  # integers sum exactly, wrapping as i32 does
+    np.testing.assert_array_equal(run("SUMPOOL2D", [big], out="i32", kernel=[2, 2]), [[[[0]]]])
+
+
 def test_window_shape_rules():
     def shape(name, shapes, **attrs):
         op = REGISTRY[name]
@@ -681,8 +751,11 @@ def test_window_attribute_errors():
         "attribute 'count_include_pad' is unknown (MAXPOOL2D takes kernel, stride, dilation, padding)"
     assert attr_error("DEPTHWISE_CONV2D", groups=2) == \
         "attribute 'groups' is unknown (DEPTHWISE_CONV2D takes stride, dilation, padding)"
+    assert attr_error("CONV2D", weight_layout="OHWW") == \
+        "attribute 'weight_layout' must be None or an order of the letters O, H, W, I, got 'OHWW'"
     assert REGISTRY["CONV2D"].normalize_attrs({}) == \
-        {"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC"}
+        {"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC",
+         "weight_layout": None}
 
 
 def test_window_tiles_compute_bands_that_hold_their_padding():
@@ -783,9 +856,9 @@ def test_normalize_attrs_fills_defaults_in_canonical_form():
 
 def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
-        "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
-        "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "ARGMAX",
-        "ARGMIN", "CUMSUM"}
+        "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RMSNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
+        "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D",
+        "ARGMAX", "ARGMIN", "CUMSUM", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT"}
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():
         assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name

@@ -77,6 +77,11 @@ class OpDef:
     # broadcasting): (input shapes, attrs) -> per operand, per dim, the result dim it runs along
     # (None: contracted or taken whole)
     operand_dims: Callable[[list[Shape], dict[str, Any]], list[list[int | None]]] | None = None
+    # (input shapes, attrs) -> per operand, the order of its dims in the tile its COMPUTE takes
+    # (tile dim j is the tensor's dim order[j]; None: as the tensor lays them out), where the
+    # moves that bring it permute them (MATMUL's B given transposed, CONV2D's weights in another
+    # order). None: every operand as laid out
+    operand_order: Callable[[list[Shape], dict[str, Any]], list[list[int] | None]] | None = None
     # sliding-window ops (window.py): (attrs, input shapes) -> the H and W windows of the first
     # operand, and the value of its padding, by dtype (None: zero)
     windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
@@ -330,6 +335,15 @@ def _choice(*allowed: str) -> Callable[[str, Any], str]:
     return check
 
 
+def _dim_order(letters: str) -> Callable[[str, Any], str | None]:
+    """None, or a string naming each of `letters` once: the order of a tensor's dims."""
+    def check(name: str, value: Any) -> str | None:
+        if value is not None and (not isinstance(value, str) or sorted(value) != sorted(letters)):
+            raise _fail(name, f"None or an order of the letters {', '.join(letters)}", value)
+        return value
+    return check
+
+
 ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "axis": _int,  # negative counts from the end
     "axes": _optional_ints,  # None: every axis; [] reduces none, as numpy's axis=()
@@ -353,12 +367,14 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "kernel": lambda name, value: _ints(name, value, low=1),  # a pooling window's extent per spatial dim
     "groups": lambda name, value: _positive(name, value),
     "layout": _choice("NHWC", "NCHW"),
+    "weight_layout": _dim_order("OHWI"),  # CONV2D: its weights' dim order (None: the layout's, OHWI or OIHW)
     "count_include_pad": _bool,
     "beta": _float,  # HARD_SIGMOID's offset
     "gamma": _float,  # SELU's scale
     "detect_positive": _bool,  # IS_INF: +inf counts
     "detect_negative": _bool,  # IS_INF: -inf counts
     "fmod": _bool,  # MOD: C's fmod (the dividend's sign), else the divisor's sign (Python's %)
+    "halves": _choice("to_even", "away_from_zero"),  # ROUND: where a value halfway between integers goes
     "select_last_index": _bool,  # ARGMAX, ARGMIN: the last of equal extremes, else the first
     "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
     "reverse": _bool,  # CUMSUM: summed from the end of the axis

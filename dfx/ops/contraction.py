@@ -56,6 +56,13 @@ def _matmul_mnk(shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> tuple[i
     return a[-2], b[-2] if attrs["transpose_b"] else b[-1], a[-1]
 
 
+def _matmul_operand_order(shapes: list[Shape], attrs: dict[str, Any]) -> list[list[int] | None]:
+    """B given transposed reaches the tile with its last two dims swapped back."""
+    rank = len(shapes[1])
+    swapped = [*range(rank - 2), rank - 1, rank - 2] if attrs["transpose_b"] else None
+    return [None, swapped, *([None] * (len(shapes) - 2))]
+
+
 def _matmul_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     acc = numpy_dtype(accumulation_dtype([dtype_of(x) for x in arrays] + out_dtypes))
     if attrs["transpose_b"]:  # what the L3 -> L2 move does to each B tile
@@ -77,6 +84,7 @@ MATMUL = register(OpDef(
     attrs={"transpose_b": False},
     tile=_matmul_tile,
     tile_mnk=_matmul_mnk,
+    operand_order=_matmul_operand_order,
     magnitude=on_sizes(_matmul_reference),
 ))
 

@@ -13,8 +13,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..dtypes import numpy_dtype
-from .base import REQUIRED, OpDef, Shape, broadcast, compute_dtype, convert, elements, register, tile_compute_dtype
+from ..dtypes import is_integer, numpy_dtype
+from .base import (
+    REQUIRED, OpDef, Shape, ShapeError, broadcast, compute_dtype, convert, elements, register, tile_compute_dtype,
+)
 
 SIMPLE = {"simple": 1}
 TRANSCENDENTAL = {"transcendental": 1}
@@ -23,13 +25,14 @@ TRANSCENDENTAL = {"transcendental": 1}
 def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
            work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
            exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None,
-           magnitude: MapRule | None = None
+           magnitude: MapRule | None = None, integers: bool = False
            ) -> OpDef:
     """Declare a map op. `exact`: integer operands and results compute in integers (else in
     float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
     declared dtype: DFX has no bool type, a `.dfg` i1 is u8), so the operands alone choose the
     compute dtype. `magnitude(operand values, their magnitudes, attrs)`: each element's
-    (OpDef.magnitude), None for its own size alone."""
+    (OpDef.magnitude), None for its own size alone. `integers`: the shape rule refuses operands
+    of another dtype (bitwise ops)."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         results = [] if predicate else [numpy_dtype(d) for d in out_dtypes]
@@ -50,8 +53,9 @@ def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
     def magnitudes(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [magnitude(values, magnitudes, attrs)]
 
-    return register(OpDef(name=name, min_inputs=arity, max_inputs=arity, infer_shapes=_broadcast_shapes,
-                          reference=reference, compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
+    return register(OpDef(name=name, min_inputs=arity, max_inputs=arity,
+                          infer_shapes=_integer_shapes(name) if integers else _broadcast_shapes, reference=reference,
+                          compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
                           attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate,
                           magnitude=None if magnitude is None else magnitudes))
 
@@ -66,6 +70,15 @@ def _operands_dtype(tiles: list[np.ndarray], exact: bool) -> np.dtype:
 
 def _broadcast_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
     return [broadcast(shapes)]
+
+
+def _integer_shapes(name: str) -> Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]]:
+    def rule(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+        other = next((d for d in dtypes if not is_integer(d)), None)
+        if other is not None:
+            raise ShapeError(f"{name} takes integer operands, got {other}")
+        return [broadcast(shapes)]
+    return rule
 
 
 def _apply(fn: Callable[..., np.ndarray], operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
@@ -241,8 +254,17 @@ map_op("SELECT", 3, np.where, "a where cond (nonzero) else b; operands cond, a, 
 # Each as its ONNX spec defines it; an integer operand of a rounding op is its own result.
 
 
-def _integral(fn: Callable[[np.ndarray], np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda x: x if x.dtype.kind in "iub" else fn(x)
+def _integral(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    return lambda x, **attrs: x if x.dtype.kind in "iub" else fn(x, **attrs)
+
+
+def _round(x: np.ndarray, halves: str) -> np.ndarray:
+    if halves == "to_even":
+        return np.rint(x)
+    # away from zero: the integer part, one step further out where the fraction (exact: x minus
+    # its integer part never rounds) is a half or more; never x + 0.5, which rounds 0.49999997 up
+    whole = np.trunc(x)
+    return np.where(np.abs(x - whole) >= 0.5, whole + np.sign(x), whole)
 
 
 def _softplus(x: np.ndarray) -> np.ndarray:
@@ -298,7 +320,9 @@ map_op("PRELU", 2, lambda x, slope: np.where(x < 0, slope * x, x), "x if x >= 0 
        magnitude=lambda x, m, attrs: np.where(x[0] < 0, np.abs(x[1]) * m[0] + np.abs(x[0]) * m[1], m[0]))
 map_op("FLOOR", 1, _integral(np.floor), "the largest integer <= x", exact=True, magnitude=_follows)
 map_op("CEIL", 1, _integral(np.ceil), "the smallest integer >= x", exact=True, magnitude=_follows)
-map_op("ROUND", 1, _integral(np.rint), "the nearest integer, halves to even", exact=True, magnitude=_follows)
+map_op("ROUND", 1, _integral(_round), "the nearest integer, halves to even (or with halves 'away_from_zero', "
+       "away from zero, as C's round)", lambda attrs: SIMPLE if attrs["halves"] == "to_even" else {"simple": 5},
+       exact=True, attrs={"halves": "to_even"}, magnitude=_follows)  # trunc, subtract, abs, compare, select
 map_op("SIGN", 1, np.sign, "1, 0 or -1 as x is above, at or below 0; NaN for NaN", {"simple": 2}, exact=True)
 map_op("MOD", 2, _mod, "a mod b: with fmod, the dividend's sign (C fmod); else the divisor's (a - floor(a/b) b)",
        _mod_work, exact=True, attrs={"fmod": False},
@@ -311,3 +335,34 @@ map_op("LOGICAL_AND", 2, np.logical_and, "a and b, 1 or 0", exact=True, predicat
 map_op("LOGICAL_OR", 2, np.logical_or, "a or b, 1 or 0", exact=True, predicate=True)
 map_op("LOGICAL_XOR", 2, np.logical_xor, "a xor b, 1 or 0", exact=True, predicate=True)
 map_op("LOGICAL_NOT", 1, np.logical_not, "not x, 1 or 0", exact=True, predicate=True)
+
+
+# ---- the rest of XLA's elementwise set ---------------------------------------------------------
+
+
+def _angle(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """atan2(a, b)'s: its slopes are b / (a^2 + b^2) along a and -a / (a^2 + b^2) along b."""
+    a, b = x
+    return (np.abs(b) * m[0] + np.abs(a) * m[1]) / (a * a + b * b)
+
+
+def _bitwise(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    # on integers whatever dtype a tile holds them in: a truth value a compare fused before it
+    # made arrives as a bool, or as a float 0 or 1 in a float kernel
+    return lambda *xs: fn(*(x if x.dtype.kind in "iu" else x.astype(np.int64) for x in xs))
+
+
+map_op("EXPM1", 1, np.expm1, "e ** x - 1, without exp's cancellation near 0", TRANSCENDENTAL, magnitude=_slope(np.exp))
+map_op("LOG1P", 1, np.log1p, "ln(1 + x), without the rounding of 1 + x near 0; -inf at -1, NaN below",
+       TRANSCENDENTAL, magnitude=_slope(lambda x: 1 / (1 + x)))
+map_op("CBRT", 1, np.cbrt, "the real cube root, negative below 0", TRANSCENDENTAL,
+       magnitude=_slope(lambda x: 1 / (3 * np.cbrt(x) ** 2)))
+# the quotient's angle, then its quadrant from the signs: divide and arctangent; 2 compares, a select, an add
+map_op("ATAN2", 2, np.arctan2, "the angle of the point (b, a) from the x axis, in [-pi, pi] (C's atan2(a, b)); "
+       "operands a (y), b (x)", {"transcendental": 2, "simple": 4}, magnitude=_angle)
+map_op("IS_FINITE", 1, np.isfinite, "x is neither inf nor NaN, 1 or 0", {"simple": 2}, exact=True, predicate=True)
+map_op("BITWISE_AND", 2, _bitwise(np.bitwise_and), "a & b, bit by bit", exact=True, integers=True)
+map_op("BITWISE_OR", 2, _bitwise(np.bitwise_or), "a | b, bit by bit", exact=True, integers=True)
+map_op("BITWISE_XOR", 2, _bitwise(np.bitwise_xor), "a ^ b, bit by bit", exact=True, integers=True)
+map_op("BITWISE_NOT", 1, _bitwise(np.invert), "~x, every bit flipped (-x - 1 of a signed integer)", exact=True,
+       integers=True)

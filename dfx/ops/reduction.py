@@ -1,6 +1,6 @@
 """The reduction family: REDUCE_* over a set of axes, ARGMAX and ARGMIN (the position of a row's
 extreme, an integer), and the row ops that reduce and then map back over the same elements
-(SOFTMAX, LOG_SOFTMAX, LAYERNORM, CUMSUM).
+(SOFTMAX, LOG_SOFTMAX, LAYERNORM, RMSNORM, CUMSUM).
 
 A tile COMPUTE of a reduction holds the reduced axes whole (the tile has the tensor's rank).
 REDUCE_SUM/MAX/MIN/PROD may also accumulate across tiles of the reduced axes: given a partial
@@ -301,6 +301,36 @@ _row_op("LAYERNORM", 1, 3, _layernorm_shapes, _axis_to_last, _layernorm,
         "(x - mean) / sqrt(var + epsilon) * scale + bias over axes axis..last (ONNX LayerNormalization, "
         "Y only); operands x, optional scale, optional bias (a bias needs a scale)",
         {"axis": -1, "epsilon": 1e-5}, _layernorm_magnitude)
+
+
+def _rmsnorm(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    x = operands[0]
+    mean_square = np.mean(x * x, axis=_axis_to_last(x.shape, attrs), keepdims=True)
+    y = x * (1 / np.sqrt(mean_square + attrs["epsilon"]))
+    return y if len(operands) == 1 else y * operands[1]
+
+
+def _rmsnorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
+                       ) -> list[np.ndarray]:
+    """First order: x's errors move n_i = x_i / r, r = sqrt(mean(x^2) + epsilon), by
+    (dx_i - n_i mean(n dx)) / r, at most (m_i + |n_i| mean(|n| m)) / r; a scale adds |scale| times
+    that, |n| times the scale's."""
+    x, m = values[0], magnitudes[0]
+    axes = _axis_to_last(x.shape, attrs)
+    r = np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + attrs["epsilon"])
+    n = x / r
+    spread = (m + np.abs(n) * np.mean(np.abs(n) * m, axis=axes, keepdims=True)) / r
+    if len(values) > 1:
+        spread = np.abs(values[1]) * spread + np.abs(n) * magnitudes[1]
+    return [spread]
+
+
+# the sum of squares (a reduction); square and multiply by the rsqrt; one more multiply for a scale
+_row_op("RMSNORM", 1, 2, _layernorm_shapes, _axis_to_last, _rmsnorm,
+        lambda n: {"reduction": 1, "simple": 2 + (n - 1)},
+        "x / sqrt(mean(x^2) + epsilon) * scale over axes axis..last (ONNX RMSNormalization, LLaMA's and "
+        "Flax's RMSNorm); operands x, optional scale",
+        {"axis": -1, "epsilon": 1e-5}, _rmsnorm_magnitude)
 
 
 # ---- CUMSUM: the running sum along an axis -------------------------------------------------------

@@ -1,5 +1,6 @@
 """Sliding-window ops over the spatial dims of an image tensor: CONV2D (a contraction on the
-array), and DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D (the window family, on the vector unit).
+array), and DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D, SUMPOOL2D (the window family, on the vector
+unit).
 
 The lowered kernels hold NHWC tiles. Along H and W, an output tile of `r` positions needs the
 input band `Window.band(r)`: `(r - 1) * stride + span` elements, one tile `r * stride` after the
@@ -9,9 +10,11 @@ tile COMPUTE sees a band with no border to take care of: its output extent follo
 band's (`Window.outputs`), a band cut by the padded tensor's end giving the shorter last tile.
 
 CONV2D as TOSA writes it takes NHWC input with OHWI weights; as ONNX writes it, NCHW with OIHW
-(`layout`). The tile COMPUTE is the NHWC, ungrouped one: a compiler pass turns the others into
-it. Its array work is the implicit GEMM: m = output positions, n = output channels,
-k = kh * kw * input channels.
+(`layout`); weights in any other order of their dims say so (`weight_layout`: HWIO as JAX gives
+them). The tile COMPUTE is the NHWC, ungrouped one: a compiler pass turns the others into it.
+It takes its weight tile OHWI whatever their layout: the move that brings the tile L3 -> L2
+permutes it (`operand_order`). Its array work is the implicit GEMM: m = output positions,
+n = output channels, k = kh * kw * input channels.
 """
 
 from __future__ import annotations
@@ -96,8 +99,25 @@ def _padded(x: np.ndarray, hw: tuple[Window, Window], fill: float | int) -> np.n
 # ---- CONV2D ----------------------------------------------------------------------------------
 
 
+def weight_layout(attrs: dict[str, Any]) -> str:
+    """The order of a CONV2D's weight dims (O, H, W, I): its `weight_layout`, else its layout's."""
+    return attrs["weight_layout"] or ("OHWI" if attrs["layout"] == "NHWC" else "OIHW")
+
+
+def weight_perms(attrs: dict[str, Any], to: str) -> list[int]:
+    """TRANSPOSE perms taking a CONV2D's weights to the dim order `to`."""
+    layout = weight_layout(attrs)
+    return [layout.index(c) for c in to]
+
+
+def _weight_dims(w: Shape, attrs: dict[str, Any]) -> tuple[int, int, int, int]:
+    """The weights' (output channels, kh, kw, input channels per group)."""
+    o, kh, kw, i = (w[p] for p in weight_perms(attrs, "OHWI"))
+    return o, kh, kw, i
+
+
 def _conv_kernel(w: Shape, attrs: dict[str, Any]) -> tuple[int, int]:
-    return (w[1], w[2]) if attrs["layout"] == "NHWC" else (w[2], w[3])
+    return _weight_dims(w, attrs)[1:3]
 
 
 def _conv_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -106,7 +126,8 @@ def _conv_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) 
         raise ShapeError(f"CONV2D takes a rank-4 input and rank-4 weights, got {list(x)} and {list(w)}")
     _pairs(attrs)
     nhwc = attrs["layout"] == "NHWC"
-    cin, per_group, cout, groups = (x[3], w[3], w[0], attrs["groups"]) if nhwc else (x[1], w[1], w[0], attrs["groups"])
+    cout, _, _, per_group = _weight_dims(w, attrs)
+    cin, groups = x[3] if nhwc else x[1], attrs["groups"]
     if cin != per_group * groups:
         raise ShapeError(f"input {list(x)} has {cin} channels, weights {list(w)} take {per_group} per group "
                          f"x {groups} group(s) = {per_group * groups}")
@@ -132,9 +153,9 @@ def _conv_nhwc(x: np.ndarray, w: np.ndarray, hw: tuple[Window, Window], acc: np.
 
 def _conv_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     acc = numpy_dtype(accumulation_dtype([dtype_of(a) for a in arrays] + out_dtypes))
-    x, w = arrays[0], arrays[1]
-    if attrs["layout"] == "NCHW":  # the same sums over NHWC and OHWI
-        x, w = np.transpose(x, (0, 2, 3, 1)), np.transpose(w, (0, 2, 3, 1))
+    x, w = arrays[0], np.transpose(arrays[1], weight_perms(attrs, "OHWI"))
+    if attrs["layout"] == "NCHW":  # the same sums over NHWC
+        x = np.transpose(x, (0, 2, 3, 1))
     hw = windows(attrs, (w.shape[1], w.shape[2]))
     x = _padded(x, hw, 0)
     groups, per_group, per_out = attrs["groups"], w.shape[3], w.shape[0] // attrs["groups"]
@@ -148,8 +169,9 @@ def _conv_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes:
 
 
 def _conv_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
-    """A band [n, rows, cols, c] holding its padding, weights [o, kh, kw, c] (and a bias [o] on a
-    block's first step) -> [n, out rows, out cols, o], added to `partial` over the c chunks."""
+    """A band [n, rows, cols, c] holding its padding, weights [o, kh, kw, c] (OHWI as the moves
+    hold them, whatever their layout; and a bias [o] on a block's first step) -> [n, out rows,
+    out cols, o], added to `partial` over the c chunks."""
     w = tiles[1]
     y = _conv_nhwc(tiles[0], w, windows(attrs, (w.shape[1], w.shape[2])), acc)
     if partial is not None:
@@ -158,9 +180,9 @@ def _conv_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtyp
 
 
 def _conv_mnk(shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> tuple[int, int, int]:
-    band, w = shapes[0], shapes[1]
-    hw = windows(attrs, (w[1], w[2]))
-    return band[0] * hw[0].outputs(band[1]) * hw[1].outputs(band[2]), w[0], w[1] * w[2] * w[3]
+    band, (o, kh, kw, c) = shapes[0], _weight_dims(shapes[1], attrs)
+    hw = windows(attrs, (kh, kw))
+    return band[0] * hw[0].outputs(band[1]) * hw[1].outputs(band[2]), o, kh * kw * c
 
 
 def _bias_dims(shapes: list[Shape]) -> list[list[int | None]]:
@@ -171,9 +193,14 @@ def _bias_dims(shapes: list[Shape]) -> list[list[int | None]]:
 
 
 def _conv_operand_dims(shapes: list[Shape], attrs: dict[str, Any]) -> list[list[int | None]]:
-    # x [N, H, W, C] along the result's N, OH, OW (C is contracted with w's); w [O, KH, KW, C]
-    # along its O
-    return [[0, 1, 2, None], [3, None, None, None], *_bias_dims(shapes)]
+    # x [N, H, W, C] along the result's N, OH, OW (C is contracted with w's); w's O along its C
+    return [[0, 1, 2, None], [3 if c == "O" else None for c in weight_layout(attrs)], *_bias_dims(shapes)]
+
+
+def _conv_operand_order(shapes: list[Shape], attrs: dict[str, Any]) -> list[list[int] | None]:
+    # the tile computes on OHWI weights
+    order = weight_perms(attrs, "OHWI")
+    return [None, None if order == sorted(order) else order, *([None] * (len(shapes) - 2))]
 
 
 CONV2D = register(OpDef(
@@ -183,19 +210,22 @@ CONV2D = register(OpDef(
     infer_shapes=_conv_shapes,
     reference=_conv_reference,
     compute_type="CONV2D_TILE",
-    doc="y = conv(x, w) (+ bias): NHWC x with OHWI w (TOSA) or NCHW x with OIHW w (ONNX, layout 'NCHW'); "
-        "stride, dilation, padding [[top, bottom], [left, right]] (zeros), groups; accumulates as MATMUL",
+    doc="y = conv(x, w) (+ bias): NHWC x with OHWI w (TOSA) or NCHW x with OIHW w (ONNX, layout 'NCHW'), "
+        "w's dims in another order where weight_layout says (HWIO: JAX's); stride, dilation, padding "
+        "[[top, bottom], [left, right]] (zeros), groups; accumulates as MATMUL",
     family="contraction",
-    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC"},
+    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC",
+           "weight_layout": None},
     tile=_conv_tile,
     magnitude=on_sizes(_conv_reference),
     tile_mnk=_conv_mnk,
     operand_dims=_conv_operand_dims,
-    windows=lambda attrs, shapes: windows(attrs, (shapes[1][1], shapes[1][2])),
+    operand_order=_conv_operand_order,
+    windows=lambda attrs, shapes: windows(attrs, _conv_kernel(shapes[1], attrs)),
 ))
 
 
-# ---- the window family: DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D ----------------------------------
+# ---- the window family: DEPTHWISE_CONV2D, MAXPOOL2D, AVGPOOL2D, SUMPOOL2D -----------------------
 
 
 def _depthwise_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -373,6 +403,35 @@ AVGPOOL2D = register(OpDef(
            "count_include_pad": False},
     tile=_avg_tile,
     magnitude=on_magnitudes(_avg_reference),
+    vector_work=_window_work,
+    operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
+    windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),
+))
+
+
+def _sum_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+    x = arrays[0]
+    ct = compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact=True)  # integers sum exactly
+    return [convert(_window_sums(_padded(x, windows(attrs, tuple(attrs["kernel"])), 0), attrs, ct), out_dtypes[0])]
+
+
+def _sum_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+    return _window_sums(tiles[0], attrs, tile_compute_dtype(acc, exact=True))
+
+
+SUMPOOL2D = register(OpDef(
+    name="SUMPOOL2D",
+    min_inputs=1,
+    max_inputs=1,
+    infer_shapes=_pool_shapes,
+    reference=_sum_reference,
+    compute_type="SUMPOOL2D_TILE",
+    doc="y = the sum of x over each window (XLA's reduce-window of add): NHWC, kernel, stride, dilation, padding "
+        "(zeros)",
+    family="window",
+    attrs={"kernel": REQUIRED, "stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
+    tile=_sum_tile,
+    magnitude=on_magnitudes(_sum_reference),
     vector_work=_window_work,
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
     windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),

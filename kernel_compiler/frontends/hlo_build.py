@@ -78,6 +78,7 @@ class Builder:
         self.prefix = ""  # "<caller>." inside an inlined computation
         self.calls: list[str] = []  # the computations being inlined, outermost first
         self.sizes: dict[str, int] = {}  # computation -> the instructions inlining it makes
+        self.orders: dict[str, list[Instr]] = {}  # computation -> its order, for one inlined many times
         self.inlined = 0  # instructions the calls inlined so far make
         self.input_lines: dict[str, int] = {}
 
@@ -111,7 +112,9 @@ class Builder:
 
     def computation(self, comp: Computation, args: dict[int, AnyValue]) -> AnyValue:
         values: dict[str, AnyValue] = {}
-        for ins in self.order(comp):
+        if comp.name not in self.orders:
+            self.orders[comp.name] = self.order(comp)
+        for ins in self.orders[comp.name]:
             if ins.opcode == "parameter":
                 if ins.index not in args:
                     raise self.fail(ins, f"parameter({ins.index}) of computation '{clip(comp.name)}' has no "
@@ -435,21 +438,34 @@ class Builder:
                                  f"dimensions of the rank-{rank} {what}")
 
     def called(self, ins: Instr, key: str) -> Computation:
+        return self.computation_named(ins, key, self.attr(ins, key))
+
+    def called_list(self, ins: Instr, key: str) -> list[Computation]:
+        """The computations an attribute like `branch_computations={%a, %b}` names, in order."""
         text = self.attr(ins, key)
+        if not (text.startswith("{") and text.endswith("}")) or not text[1:-1].strip():
+            raise self.fail(ins, f"{self.where(ins)}: {key}={clip(text)} is not a list of computations like {{a, b}}")
+        return [self.computation_named(ins, key, name.strip()) for name in text[1:-1].split(",")]
+
+    def computation_named(self, ins: Instr, key: str, text: str) -> Computation:
         name = text[1:] if text.startswith("%") else text
         comp = self.module.computations.get(name)
         if comp is None:
             raise self.fail(ins, f"{self.where(ins)}: {key}={clip(text)}: no computation of that name")
         return comp
 
-    def inline(self, ins: Instr, comp: Computation, args: list[AnyValue]) -> AnyValue:
+    def inline(self, ins: Instr, comp: Computation, args: list[AnyValue], label: str | None = None) -> AnyValue:
+        """`comp` on `args`, its tensors named `<caller>.[<label>.]<name>`. A `label`led inlining
+        (a loop's trip, a conditional's branch) counts toward MAX_INLINED at any depth: the sizes
+        counted before inlining know only fusions and calls."""
         if comp.name in self.calls or len(self.calls) >= MAX_CALL_DEPTH:
             raise self.fail(ins, f"{self.where(ins)}: computation '{clip(comp.name)}' calls itself")
         params = [i for i in comp.instrs.values() if i.opcode == "parameter"]
         if len(params) != len(args):
             raise self.fail(ins, f"{self.where(ins)}: computation '{clip(comp.name)}' has {len(params)} "
                                  f"parameters, {len(args)} operands are given")
-        if not self.calls:  # an outermost call: its size counts the calls inside it
+        # an outermost call (its size counts the calls inside it), a loop's trip or a branch
+        if not self.calls or label is not None:
             size = self.inlined_size(comp)
             self.inlined += size
             if self.inlined > MAX_INLINED:
@@ -458,7 +474,7 @@ class Builder:
                                      f"instructions{before}, more than the {MAX_INLINED} a module may inline")
         saved = self.prefix
         self.calls.append(comp.name)
-        self.prefix = f"{self.prefix}{ins.name}."
+        self.prefix = f"{self.prefix}{ins.name}.{'' if label is None else label + '.'}"
         try:
             return self.computation(comp, dict(enumerate(args)))
         finally:

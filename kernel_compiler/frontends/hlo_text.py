@@ -2,15 +2,20 @@
 recursive-descent parser into computations of instructions. It knows the syntax, no opcode's
 meaning: the builder (`hlo_build`) and the op table (`hlo_ops`) make the graph from what it reads.
 
-Text. `HloModule name[, attribute=value]*`, then computations `[ENTRY] name [(p: shape, ...) ->
-shape] { instruction* }`, an instruction being `[ROOT] name = shape opcode(operands)[,
-attribute=value]*`. Names are written with or without `%`. A shape is `f32[2,3]`, its layout
-`{1,0}` (with any tiling or memory-space suffix) skipped: the graph holds every tensor row-major.
-A tuple shape is `(f32[], s32[2])`. Operands may carry their shape (`f32[2] %x`, older printers).
-An attribute value is read as raw text, a balanced `{...}`, a string or a bare word; what it
-means is the op table's. `//` and `/* */` comments are skipped. The ENTRY computation is the one
-marked so, else the last; its ROOT the instruction marked so, else the last. Errors are one line,
-"<file>:<line>: <reason>", the line the instruction (or the token) is on.
+Text. `HloModule name[, attribute=value]*`, then the debug tables recent XLA prints
+(`FileNames`, `FunctionNames`, `FileLocations`, `StackFrames`, each a name and rows `<id> "text"`
+or `<id> {...}`, possibly none), read and skipped, then computations `[ENTRY] name [(p: shape,
+...) -> shape] { instruction* }[, attribute=value]*` (`execution_thread=...`), an instruction
+being `[ROOT] name = shape opcode(operands)[, attribute=value]*`. Names are written with or
+without `%`. A shape is `f32[2,3]` and its layout `{1,0}`, the dims minor to major, with any
+tiling or memory-space suffix (`{1,0:T(8,128)S(1)}`); the graph holds every tensor row-major, so
+a layout matters only to a bitcast, which the op table reads it for. A tuple shape is `(f32[],
+s32[2])`. Operands may carry their shape (`f32[2] %x`, older printers). An attribute value
+(`metadata`, `backend_config`, `sharding`, `frontend_attributes`, ...) is read as raw text, a
+balanced `{...}`, a string or a bare word; what it means is the op table's. `//` and `/* */`
+comments (`/*index=5*/`) are skipped. The ENTRY computation is the one marked so, else the last;
+its ROOT the instruction marked so, else the last. Errors are one line, "<file>:<line>:
+<reason>", the line the instruction (or the token) is on.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ OTHER_ELEMENT_TYPES = frozenset({
 ALL_ELEMENT_TYPES = frozenset(ELEMENT_TYPES) | OTHER_ELEMENT_TYPES
 
 
+# the tables of source locations XLA prints between the module's header and its computations
+# (instructions refer to them by `metadata={... stack_frame_id=N}`); read and skipped
+DEBUG_TABLES = frozenset({"FileNames", "FunctionNames", "FileLocations", "StackFrames"})
+
 MAX_TUPLE_DEPTH = 32  # tuple shapes inside each other
 MAX_INT_DIGITS = 18
 
@@ -47,6 +56,7 @@ _NUMBER = re.compile(r"-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _SPACE = re.compile(r"(?:[ \t\r\n]+|//[^\n]*|/\*.*?\*/)*", re.S)
 INT_TEXT = re.compile(r"-?[0-9]+")
 _LAYOUT_START = re.compile(r"\{[ \t]*[0-9:}]")
+_MEMORY_SPACE = re.compile(r"S\([0-9]+\)")
 
 
 @dataclass(frozen=True)
@@ -186,19 +196,23 @@ class _Lexer:
         self.pos = end
         return self.text[start:end], self.line(start)
 
-    def skip_layout(self, rank: int) -> bool:
-        """Skip a shape's layout, `{1,0}` or `{1,0:T(8,128)S(1)}`, if one follows: braces opening on
-        a digit, ':' or '}' (a computation's body opens on a name). Whether it is the row-major one
-        (minor-to-major `rank-1, ..., 0`, or none given): the only one a reshape reads as the
-        frontend does."""
+    def layout(self, rank: int) -> tuple[tuple[int, ...] | None, bool]:
+        """A shape's layout, `{1,0}` or `{1,0:T(8,128)S(1)}`, if one follows: braces opening on a
+        digit, ':' or '}' (a computation's body opens on a name). Its dims minor to major (None:
+        no layout, or one without dims), and whether it says more than where each dim goes
+        (tiles, element sizes: what a memory space `S(n)` alone does not)."""
         self._unpeek()
         self._skip()
         if not _LAYOUT_START.match(self.text, self.pos):
-            return True
+            return None, False
         start = self.pos
         self.pos = self._balanced(start, "a layout")
-        order = self.text[start + 1:self.pos - 1].split(":")[0].replace(" ", "")
-        return order in ("", ",".join(str(d) for d in reversed(range(rank))))
+        order, _, rest = self.text[start + 1:self.pos - 1].partition(":")
+        dims = int_list("{" + order + "}")
+        if dims is None or (dims and sorted(dims) != list(range(rank))):
+            raise self.fail(start, f"layout {clip(self.text[start:self.pos])} is not an order of the "
+                                   f"shape's {rank} dimensions")
+        return tuple(dims) or None, bool(_MEMORY_SPACE.sub("", rest).strip())
 
     def _balanced(self, start: int, what: str) -> int:
         depth, i = 0, start
@@ -239,9 +253,16 @@ def one_line(message: str) -> str:
 class Shape:
     element: str  # the HLO element type: f32, pred, ...
     dims: tuple[int, ...]
-    # its layout is row-major: elsewhere a layout only places bytes, but a bitcast between
-    # layouts moves elements (XLA's view of the same bytes), which a reshape does not
-    row_major: bool = field(default=True, compare=False)
+    # its layout: the dims minor to major (None: none written, row-major), and whether tiles or
+    # packing place the elements otherwise. The graph holds every tensor row-major, so a layout
+    # only places bytes, except to a bitcast, XLA's view of the same bytes as another shape
+    layout: tuple[int, ...] | None = field(default=None, compare=False)
+    tiled: bool = field(default=False, compare=False)
+
+    @property
+    def major_to_minor(self) -> list[int]:
+        """The dims in the order their elements lie in memory, outermost first."""
+        return list(range(len(self.dims))) if self.layout is None else list(reversed(self.layout))
 
     def __str__(self) -> str:
         return f"{self.element}[{','.join(map(str, self.dims))}]"
@@ -301,7 +322,12 @@ class _Parser:
             self.attribute(f"module '{name}'")
         computations: dict[str, Computation] = {}
         while lex.peek().kind != "eof":
-            comp = self.computation()
+            entry = lex.accept_word("ENTRY")
+            head = lex.name("a computation name (or 'ENTRY')")
+            if not entry and head.text in DEBUG_TABLES and lex.peek().kind not in ("(", "{"):
+                self.debug_table(head.text)
+                continue
+            comp = self.computation(entry, head)
             if comp.name in computations:
                 raise CompileError(f"{lex.file}:{comp.line}: computation '{clip(comp.name)}' is defined twice "
                                    f"(first on line {computations[comp.name].line})")
@@ -322,10 +348,16 @@ class _Parser:
         text, line = lex.raw(f"attribute '{clip(key.text)}'")
         return key.text, text, line
 
-    def computation(self) -> Computation:
+    def debug_table(self, name: str) -> None:
+        """Skip a table of source locations, its rows `<id> "text"` or `<id> {...}` (none: an
+        empty table)."""
         lex = self.lex
-        entry = lex.accept_word("ENTRY")
-        head = lex.name("a computation name (or 'ENTRY')")
+        while lex.peek().kind == "number":
+            row = lex.next().text
+            lex.raw(f"row {clip(row)} of table {name}")
+
+    def computation(self, entry: bool, head: _Token) -> Computation:
+        lex = self.lex
         comp = Computation(head.text, lex.line(head.start), entry)
         if lex.accept("("):  # the signature: parameters' names and shapes, then the result's
             if not lex.accept(")"):
@@ -430,11 +462,11 @@ class _Parser:
                 if lex.accept("]"):
                     break
                 lex.expect(",", "',' or ']' between dimensions")
-        row_major = lex.skip_layout(len(dims))
+        layout, tiled = lex.layout(len(dims))
         problem = shape_problem(dims)
         if problem:
             raise self.fail(token.start, f"shape {token.text}{dims}: {problem}")
-        return Shape(token.text, tuple(dims), row_major)
+        return Shape(token.text, tuple(dims), layout, tiled)
 
     def int(self, token: _Token, what: str) -> int:
         if not INT_TEXT.fullmatch(token.text) or len(token.text.lstrip("-")) > MAX_INT_DIGITS:

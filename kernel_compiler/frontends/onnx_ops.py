@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from .dilated import dilated_input
+
 if TYPE_CHECKING:
     from .onnx import Node
 
@@ -292,7 +294,7 @@ def conv_transpose(n: Node) -> None:
     with the weights [C, M/g, kh, kw] as [M, C/g, kh, kw], flipped along kh and kw."""
     d = _spatial(n, "ConvTranspose")
     x, w = n.x(0), n.x(1)
-    n_, c, *sizes = n.shape(0)
+    _, c, *sizes = n.shape(0)
     wshape = n.shape(1)
     group = n.int_attr("group", 1)
     kernel = list(wshape[2:])
@@ -325,26 +327,12 @@ def conv_transpose(n: Node) -> None:
             cut = [[t // 2, t - t // 2] if auto_pad == "SAME_UPPER" else [t - t // 2, t // 2] for t in totals]
     if any(f - before - after < 1 for f, (before, after) in zip(full, cut)):
         raise n.fail(f"pads {cut} leave no output of the {full} positions")
-    # the zero-stuffed input: each element followed by stride - 1 zeros (the last ones cut below)
+    # the input spread by stride - 1 zeros, padded by span - 1 - pads (after: also output_padding)
+    padding = [[span - 1 - before, span - 1 - after + op]
+               for span, (before, after), op in zip(spans, cut, output_padding)]
     x = _as_2d(n, x, d)
-    strides2 = [1] * (2 - d) + strides
-    h, wd = n.shape(x)[2:]
-    if any(s > 1 for s in strides2):
-        spread = n.reshape(x, (n_, c, h, 1, wd, 1))
-        padded = n.emit("PAD", [spread], padding=[[0, 0], [0, 0], [0, 0], [0, strides2[0] - 1], [0, 0],
-                                                  [0, strides2[1] - 1]])
-        x = n.reshape(padded, (n_, c, h * strides2[0], wd * strides2[1]))
-    # conv padding: span - 1 - pads before; after, also output_padding, less the zeros already there
-    padding, crop = [], []
-    for i, (span, (before, after), op, s) in enumerate(zip(spans, cut, output_padding, strides)):
-        lo, hi = span - 1 - before, span - 1 - after + op - (s - 1)
-        padding.append([max(lo, 0), max(hi, 0)])
-        crop.append((max(-lo, 0), max(-hi, 0)))
-    if any(a or b for a, b in crop):
-        extent = n.shape(x)[2:][-d:]
-        start = [0, 0] + [0] * (2 - d) + [a for a, _ in crop]
-        size = [-1, -1] + [-1] * (2 - d) + [e - a - b for e, (a, b) in zip(extent, crop)]
-        x = n.emit("SLICE", [x], start=start, size=size)
+    x, padding = dilated_input(lambda op, t, attrs: n.emit(op, [t], **attrs), x, n.shape(x), list(range(4 - d, 4)),
+                               strides, padding)
     weights = _flipped_weights(n, w, group, d)
     if d == 1:
         dilations, padding = [1, *dilations], [[0, 0], *padding]

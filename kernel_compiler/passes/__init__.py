@@ -1,15 +1,19 @@
 """Graph passes, each Graph -> Graph, as rule tables (STYLE.md items 2 and 3).
 
-`canonicalise` runs `PASSES` in order, each to its own fixed point: BATCHNORM folds a per-channel
+`canonicalise` runs `PASSES` in order, each to its own fixed point: SPELLING respells what XLA's
+optimizer leaves (an op repeated with equal constants, `max(y, -inf)`), so no later pass sees two
+copies of one value; BATCHNORM folds a per-channel
 MUL and ADD into the convolution before them, CONVOLUTION expands the sliding-window ops in forms
 the lowering does not take (NCHW, grouped, a mean over the inputs alone) into the ones it does,
 LAYOUT sinks the TRANSPOSEs that NCHW leaves until they cancel (and BATCHNORM folds what then
 meets its convolution), so fusion sees each convolution followed by its activation, and VIEWS
 makes a RESHAPE of each TRANSPOSE left that moves dims of 1 alone. DECOMPOSE turns the ops the
 lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
-ops and activations they spell, and CONTRACTION folds a TRANSPOSE into the contraction that
-loads it. `split_long_rows` runs after them (`compile.graph_passes`), since it needs the target:
-it takes apart the row ops whose rows do not fit a tile of it.
+ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
+loads it, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
+read it (its epilogue reads through the view). `split_long_rows` runs after them
+(`compile.graph_passes`), since it needs the target: it takes apart the row ops whose rows do
+not fit a tile of it.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from .batchnorm import BATCHNORM
 from .contraction import CONTRACTION
 from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
-from .layout import LAYOUT, VIEWS
+from .layout import EPILOGUE_VIEWS, LAYOUT, VIEWS
 from .long_rows import split_long_rows
-from .recognise import FUSING_RULES, RECOGNISE
+from .recognise import FUSING_RULES, RECOGNISE, SPELLING_RULES
 from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
 PASSES: list[tuple[str, list[Rule]]] = [
+    ("spelling", SPELLING_RULES),  # an op equal to an earlier one -> its result; max(y, -inf) -> y; 1 / y -> RECIPROCAL
     ("batchnorm", BATCHNORM),  # a convolution's per-channel MUL and ADD (inference batchnorm) -> its weights and bias
     ("convolution", CONVOLUTION),  # NCHW, grouped and pad-excluding window ops -> the forms the lowering takes
     # TRANSPOSEs sunk below the ops that do not care about layout until they cancel, those of
@@ -35,7 +40,10 @@ PASSES: list[tuple[str, list[Rule]]] = [
     ("views", VIEWS),  # a TRANSPOSE left moving dims of 1 alone -> a RESHAPE (no data moves); RESHAPEs merged
     ("decompose", DECOMPOSE),  # ops the lowering does not take -> primitives
     ("recognise", RECOGNISE),  # chains of primitives -> the row ops and activations they spell
-    ("contraction", CONTRACTION),  # a TRANSPOSE feeding a MATMUL's B -> its transposed load
+    # a TRANSPOSE feeding a MATMUL's B -> its transposed load; one of a CONV2D's weights -> their weight_layout
+    ("contraction", CONTRACTION),
+    # map(RESHAPE(a contraction's result), c) -> RESHAPE(map(the result, c regrouped))
+    ("epilogue views", EPILOGUE_VIEWS),
 ]
 
 
@@ -50,5 +58,5 @@ def canonicalise(graph: Graph, warnings: list[str], fuse: bool = True) -> Graph:
     return graph
 
 
-__all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "LAYOUT", "PASSES", "RECOGNISE", "VIEWS", "Match", "Pat", "Rule",
-           "canonicalise", "rewrite", "split_long_rows"]
+__all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "EPILOGUE_VIEWS", "LAYOUT", "PASSES", "RECOGNISE", "VIEWS", "Match",
+           "Pat", "Rule", "canonicalise", "rewrite", "split_long_rows"]

@@ -5,12 +5,18 @@ kernel of its own that writes the transposed tensor to external memory and reads
 MATMUL takes its B transposed (`transpose_b`: B given as [..., N, K]), so a TRANSPOSE that swaps
 B's last two dims, and only them, folds into it. A TRANSPOSE of A, or one that also moves batch
 dims, stays: the registry's MATMUL has no transposed A.
+
+CONV2D takes its weights in any order of their dims (`weight_layout`), so any TRANSPOSE of them
+folds into it: the weights JAX passes as parameters (HWIO, transposed to OHWI by the frontend),
+an ONNX model's OIHW ones given as inputs. Those of constants were folded at compile time by
+LAYOUT before this stage, into the order the array reads without a permutation.
 """
 
 from __future__ import annotations
 
 from dfx import Op, lookup
 from dfx.ops.layout import transpose_perms
+from dfx.ops.window import weight_layout
 
 from .rewrite import Match, Pat, Rule
 
@@ -25,9 +31,22 @@ def _transposed_b(m: Match) -> Op | None:
     return m.replace("MATMUL", m["a"], m["b"], *rest, transpose_b=True)
 
 
+def _weights_as_given(m: Match) -> Op:
+    # dim j of the weights the convolution reads is w's dim perms[j]: it names that dim of w so
+    layout = weight_layout(m.attrs("conv"))
+    given = [""] * 4
+    for j, p in enumerate(transpose_perms(4, m.attrs("wt")["perms"])):
+        given[p] = layout[j]
+    return m.replace("CONV2D", m["x"], m["w"], *m.root.inputs[2:],
+                     **{**m.root.attrs, "weight_layout": "".join(given)})
+
+
 _a, _bt = Pat(name="a"), Pat("TRANSPOSE", Pat(name="b"), name="bt")
+_x, _wt = Pat(name="x"), Pat("TRANSPOSE", Pat(name="w"), name="wt")
 
 CONTRACTION: list[Rule] = [
     (Pat("MATMUL", _a, _bt), _transposed_b),  # A @ transpose(B) -> MATMUL(A, B){transpose_b}
     (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
+    (Pat("CONV2D", _x, _wt, name="conv"), _weights_as_given),  # conv(x, transpose(w)) -> CONV2D(x, w){weight_layout}
+    (Pat("CONV2D", _x, _wt, Pat(name="bias"), name="conv"), _weights_as_given),  # the same with a bias
 ]

@@ -4,15 +4,19 @@ take DEPTHWISE_CONV2D, MAXPOOL2D and AVGPOOL2D in NHWC, an AVGPOOL2D only where 
 kernel's size (a band on chip does not say where the input ends in it).
 
     CONV2D{NCHW}(x, w, b)       TRANSPOSE(CONV2D(TRANSPOSE(x) NHWC, TRANSPOSE(w) OHWI, b)) NCHW
-    CONV2D{groups C}(x, w, b)   DEPTHWISE_CONV2D(x, TRANSPOSE(RESHAPE(w, [C, M, KH, KW])) HWCM, b),
+    CONV2D{groups C}(x, w, b)   DEPTHWISE_CONV2D(x, RESHAPE(TRANSPOSE(w) HWOI, [KH, KW, C, M]) HWCM, b),
                                 x of C channels, w of C * M output channels
     CONV2D{groups g}(x, w, b)   CONCAT(CONV2D(x[group's input channels], w[group's outputs],
                                 b[group's outputs]) for each group), on the channel axis
     AVGPOOL2D(x){padding not counted}
                                 AVGPOOL2D(x){padding counted} * (kh * kw / inputs in each window)
 
-The TRANSPOSEs are written as if each op stood alone; LAYOUT, the next stage, cancels those
-between one window op and the next and folds those of constant weights.
+Weights in another order of their dims (`weight_layout`) are read in it: a TRANSPOSE takes them
+to the order each form wants (the same order gives none). The TRANSPOSEs are written as if each
+op stood alone; LAYOUT, the next stage, cancels those between one window op and the next and
+folds those of constant weights (a depthwise convolution's HWIO weights, one input channel per
+group, are HWOI as they lie: their TRANSPOSE moves a dim of 1 and cancels into a view), and
+CONTRACTION makes a TRANSPOSE of weights that are no constant the way the convolution reads them.
 
 Each computes the reference's numbers: layout ops move values exactly, and every CONV2D and
 DEPTHWISE_CONV2D rounds its sums once to the root's result dtype as the root did. The pooling's
@@ -25,14 +29,13 @@ from __future__ import annotations
 import numpy as np
 
 from dfx import Op
-from dfx.ops.window import counts_padding, inputs_in_windows
+from dfx.ops.window import counts_padding, inputs_in_windows, weight_layout, weight_perms
 
 from .rewrite import Match, Pat, Rule
 
-NHWC_OF_NCHW = [0, 2, 3, 1]  # TRANSPOSE perms: NCHW -> NHWC, and likewise weights OIHW -> OHWI
+NHWC_OF_NCHW = [0, 2, 3, 1]  # TRANSPOSE perms: NCHW -> NHWC
 NCHW_OF_NHWC = [0, 3, 1, 2]
-CHANNELS = 3  # the channel axis of NHWC tensors, and of OHWI weights their input channels
-OUTPUTS = 0  # OHWI weights' output channels
+CHANNELS = 3  # the channel axis of NHWC tensors
 
 
 def _nchw(attrs: dict) -> bool:
@@ -51,12 +54,24 @@ def _padding_not_counted(attrs: dict) -> bool:
 # ---- CONV2D ----------------------------------------------------------------------------------
 
 
+def _conv_attrs(m: Match, **changes) -> dict:
+    """The matched CONV2D's attributes with `changes`, a weight layout that is the layout's own left out."""
+    attrs = {**m.attrs("conv"), **changes}
+    return {k: v for k, v in attrs.items() if k != "weight_layout" or v is not None}
+
+
+def _weights_in(m: Match, step: str, w: str, layout: str) -> str:
+    """The matched CONV2D's weights `w` in the dim order `layout`: a TRANSPOSE where theirs differs."""
+    perms = weight_perms(m.attrs("conv"), layout)
+    return w if perms == sorted(perms) else m.op(step, "TRANSPOSE", w, perms=perms)
+
+
 def _to_nhwc(m: Match) -> Op:
     x, w, *bias = m.root.inputs
     x_nhwc = m.op("x_nhwc", "TRANSPOSE", x, perms=NHWC_OF_NCHW)
-    w_ohwi = m.op("w_ohwi", "TRANSPOSE", w, perms=NHWC_OF_NCHW)
+    w_ohwi = _weights_in(m, "w_ohwi", w, "OHWI")
     y = m.op("nhwc", "CONV2D", x_nhwc, w_ohwi, *bias, result_dtype=m.dtype("conv"),
-             **{**m.attrs("conv"), "layout": "NHWC"})
+             **_conv_attrs(m, layout="NHWC", weight_layout=None))
     return m.replace("TRANSPOSE", y, perms=NCHW_OF_NHWC)
 
 
@@ -66,12 +81,12 @@ def _depthwise(m: Match) -> Op | None:
     channels = m.graph.tensors[x].shape[CHANNELS]
     if attrs["groups"] != channels:  # a group of several input channels
         return None
-    outputs, kh, kw, _ = m.graph.tensors[w].shape
+    kh, kw, outputs, _ = (m.graph.tensors[w].shape[p] for p in weight_perms(attrs, "HWOI"))
     # output channel o = c * M + k is the k-th of group c, the input channel it reads; DEPTHWISE_CONV2D's
     # channel c * M + k is the k-th of input channel c too: the same order, so the weights
-    # [C * M, KH, KW, 1] are [C, M, KH, KW] as they lie, then HWCM
-    w_cmhw = m.op("w_cmhw", "RESHAPE", w, new_shape=[channels, outputs // channels, kh, kw])
-    w_hwcm = m.op("w_hwcm", "TRANSPOSE", w_cmhw, perms=[2, 3, 0, 1])
+    # [KH, KW, C * M, 1] are [KH, KW, C, M] as they lie
+    w_hwoi = _weights_in(m, "w_hwoi", w, "HWOI")
+    w_hwcm = m.op("w_hwcm", "RESHAPE", w_hwoi, new_shape=[kh, kw, channels, outputs // channels])
     return m.replace("DEPTHWISE_CONV2D", x, w_hwcm, *bias, stride=attrs["stride"], dilation=attrs["dilation"],
                      padding=attrs["padding"])
 
@@ -86,17 +101,18 @@ def _channels(m: Match, step: str, tensor: str, axis: int, start: int, size: int
 def _per_group(m: Match) -> Op:
     x, w, *bias = m.root.inputs
     attrs = m.attrs("conv")
-    groups, outputs = attrs["groups"], m.graph.tensors[w].shape[OUTPUTS]
-    per_group, per_out = m.graph.tensors[w].shape[CHANNELS], outputs // groups
+    layout = weight_layout(attrs)
+    groups, outputs = attrs["groups"], m.graph.tensors[w].shape[layout.index("O")]
+    per_group, per_out = m.graph.tensors[w].shape[layout.index("I")], outputs // groups
     # a bias of one number per output channel is sliced with them; a broadcast one serves every group
     per_channel = bool(bias) and m.graph.tensors[bias[0]].shape == (outputs,)
     results = []
     for g in range(groups):
         x_g = _channels(m, f"x_group{g}", x, CHANNELS, g * per_group, per_group)
-        w_g = _channels(m, f"w_group{g}", w, OUTPUTS, g * per_out, per_out)
+        w_g = _channels(m, f"w_group{g}", w, layout.index("O"), g * per_out, per_out)
         b_g = [_channels(m, f"bias_group{g}", bias[0], 0, g * per_out, per_out)] if per_channel else bias
         results.append(m.op(f"group{g}", "CONV2D", x_g, w_g, *b_g, result_dtype=m.dtype("conv"),
-                            **{**attrs, "groups": 1}))
+                            **_conv_attrs(m, groups=1)))
     return m.replace("CONCAT", *results, axis=CHANNELS)
 
 

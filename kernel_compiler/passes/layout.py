@@ -27,18 +27,31 @@ and then VIEWS, once nothing more sinks:
 
     TRANSPOSE(x) moving dims of 1 only RESHAPE(x)  (the same bytes: no data moves), merged as above
 
+and EPILOGUE_VIEWS, a stage after RECOGNISE (which sees the chains it spells as they were):
+
+    map(.., RESHAPE(a), .., c)         RESHAPE(map(.., a, .., c')) where a is a contraction's
+                                       result (or a map op's of one) and map ops alone read the
+                                       RESHAPE; c' is c as it broadcasts against a, where c runs
+                                       wholly or not at all along each run of dims the RESHAPE
+                                       merges or splits (a bias [N] stays itself where N stays the
+                                       last dim; a residual is RESHAPEd), else the rule declines
+
 A rule looks at its operands through `Match.computing`: a TRANSPOSE read by several ops sinks
 below each in turn and goes when the last stops reading it (the readers of one tensor tend to
 meet again: a residual, x * sigmoid(x), a dense block's CONCATs). Not below several SLICEs or
 PADs of it: those boxes go their ways (a Split, a grouped convolution's inputs), and a TRANSPOSE
-below each would be one per box. Nothing hoists a TRANSPOSE, so the rules end. The numbers are
-the same: layout ops move values exactly, a map op computes each element from the same operand
-elements, and a reduction combines the same elements (in another order, as any other tiling of
-it may).
+below each would be one per box. Nothing hoists a TRANSPOSE, so the rules end. A RESHAPE sinks
+below a map op only where a is computed after the op's other operands of its whole shape (the
+operand an epilogue follows), so the views it makes of those never sink back. Fusion then sees a
+contraction followed by its bias, activation and residual, the RESHAPE after them a view. The
+numbers are the same: layout ops move values exactly, a map op computes each element from the
+same operand elements, and a reduction combines the same elements (in another order, as any
+other tiling of it may).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 
 import numpy as np
@@ -251,6 +264,132 @@ def _sink_reduction(m: Match) -> Op | None:
     return _then(m, m.root.op_type, [a, *m.root.inputs[1:]], {**m.root.attrs, **moved}, q)
 
 
+# ---- reading through a view ------------------------------------------------------------------
+
+
+def _prefix_products(shape: tuple[int, ...]) -> list[int]:
+    out = [1]
+    for d in shape:
+        out.append(out[-1] * d)
+    return out
+
+
+def _regrouped(shape_in: tuple[int, ...], shape_out: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """Per dim of each of two shapes of the same elements, the group it falls in: the finest cut
+    of both into runs of dims of equal products, the runs a RESHAPE merges or splits (group 0:
+    leading dims of 1)."""
+    bounds = sorted(set(_prefix_products(shape_in)) & set(_prefix_products(shape_out)))
+    return ([bisect.bisect_left(bounds, p) for p in _prefix_products(shape_in)[1:]],
+            [bisect.bisect_left(bounds, p) for p in _prefix_products(shape_out)[1:]])
+
+
+def _stripped(shape) -> tuple[int, ...]:
+    """`shape` without its leading dims of 1: it broadcasts the same."""
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
+
+
+def _regrouped_operand(m: Match, tensor: str, shape_in: tuple[int, ...], shape_out: tuple[int, ...]) -> str | None:
+    """`tensor`, an operand that broadcasts against RESHAPE(a, shape_out), laid out to broadcast
+    against a of `shape_in` alike: along each group of dims (`_regrouped`) it runs along all of
+    them or along none (a bias [N] along the last dim, kept); None where it runs along part of one."""
+    shape = m.graph.tensors[tensor].shape
+    if len(shape) > len(shape_out):
+        return None
+    aligned = (1,) * (len(shape_out) - len(shape)) + shape
+    groups_in, groups_out = _regrouped(shape_in, shape_out)
+    along: dict[int, bool] = {}  # group -> the operand runs along its dims (else it broadcasts over them)
+    for group, dim, extent in zip(groups_out, aligned, shape_out):
+        if extent != 1 and along.setdefault(group, dim == extent) != (dim == extent):
+            return None
+    relaid = _stripped(d if along.get(group, False) else 1 for group, d in zip(groups_in, shape_in))
+    if relaid == _stripped(shape) and len(shape) <= len(shape_in):
+        return tensor
+    relaid = relaid or (1,)
+    values = m.graph.constant_values(tensor) if m.graph.tensors[tensor].role == "constant" else None
+    if values is not None and len(m.readers(tensor)) == 1:  # read here alone: no copy of it stays
+        return m.constant("regrouped", values.reshape(relaid), m.graph.tensors[tensor].dtype)
+    for op in m.readers(tensor):  # the same view made already (a residual's, the matmul's A)
+        if op.op_type == "RESHAPE" and m.graph.tensors[op.outputs[0]].shape == relaid and m.before(op):
+            return op.outputs[0]
+    return m.op("regrouped", "RESHAPE", tensor, new_shape=list(relaid))
+
+
+def _viewed(m: Match, tensor: str) -> str | None:
+    """a where `tensor` is RESHAPE(a) of the same dtype, else None."""
+    op = m.computing(tensor)
+    if op is None or op.op_type != "RESHAPE" or m.graph.tensors[op.inputs[0]].dtype != m.graph.tensors[tensor].dtype:
+        return None
+    return op.inputs[0]
+
+
+def _contracted(m: Match, tensor: str) -> bool:
+    """Whether `tensor` is a contraction's result, or a map op's of one through map ops alone
+    (its epilogue as far as fusion may take it)."""
+    seen, todo = set(), [tensor]
+    while todo:
+        op = m.computing(todo.pop())
+        if op is None or op.name in seen:
+            continue
+        seen.add(op.name)
+        family = lookup(op.op_type).family
+        if family == "contraction":
+            return True
+        if family == "map":  # through its operands of its result's shape: those a tile of it holds whole
+            todo += [t for t in op.inputs if m.graph.tensors[t].shape == m.graph.tensors[op.outputs[0]].shape]
+    return False
+
+
+def _ancestor(m: Match, tensor: str, of: str) -> bool:
+    """Whether `of` is computed from `tensor`."""
+    seen, todo = set(), [of]
+    while todo:
+        t = todo.pop()
+        if t == tensor:
+            return True
+        op = m.computing(t)
+        if op is not None and op.name not in seen:
+            seen.add(op.name)
+            todo += op.inputs
+    return False
+
+
+def _sink_view(m: Match) -> Op | None:
+    if 0 in m.shape("y"):
+        return None
+    # the operands of the result's whole shape, each with what it views (None: no RESHAPE)
+    viewed = {t: _viewed(m, t) for t in m.root.inputs if m.graph.tensors[t].shape == m.shape("y")}
+    for a in dict.fromkeys(v for v in viewed.values() if v is not None):
+        operands = _read_through(m, a, viewed)
+        if operands is not None:
+            inner = m.op("unreshaped", m.root.op_type, *operands, result_dtype=m.dtype("y"), **m.root.attrs)
+            return m.replace("RESHAPE", inner, new_shape=list(m.shape("y")))
+        m.discard()  # the views of operands made for this a
+    return None
+
+
+def _read_through(m: Match, a: str, viewed: dict[str, str | None]) -> list[str] | None:
+    """The root's operands laid out to broadcast against `a`, which one of them views (RESHAPE(a)),
+    where the root may read through that view; None where it may not."""
+    shape_in, shape_out = m.graph.tensors[a].shape, m.shape("y")
+    if not _contracted(m, a):
+        return None  # a contraction's epilogue is what a view splits (other anchors' are left as they were)
+    view = next(t for t, v in viewed.items() if v == a)
+    # map ops alone read through it: a reduction reading it too keeps it (the chains RECOGNISE
+    # spells read one tensor)
+    if m.graph.tensors[view].role == "output" or any(op.op_type not in MAPS for op in m.readers(view)):
+        return None
+    same = {t for t, v in viewed.items() if v is not None and m.graph.tensors[v].shape == shape_in}
+    # any other full operand computed before a, which is the operand a kernel's epilogue could
+    # follow (and the rule never sinks a view back through the one it made of that operand)
+    if not all(_ancestor(m, viewed[t] or t, a) for t in viewed if t not in same):
+        return None
+    operands = [viewed[t] if t in same else _regrouped_operand(m, t, shape_in, shape_out) for t in m.root.inputs]
+    return None if None in operands else operands
+
+
 # every rule matches its root alone (but one), bound as "y", and looks at the root's operands itself
 RESHAPES: list[Rule] = [
     (Pat("RESHAPE", name="y"), _merge_reshapes),  # RESHAPE(RESHAPE(x)) -> RESHAPE(x)
@@ -274,5 +413,12 @@ LAYOUT: list[Rule] = [
 # 1 alone is a view. Not sooner: as a TRANSPOSE it still sinks and cancels (a 1 x 1 image's)
 VIEWS: list[Rule] = [
     (Pat("TRANSPOSE", name="y"), _as_reshape),  # TRANSPOSE moving dims of 1 alone -> RESHAPE
+    *RESHAPES,
+]
+
+# after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's epilogue
+# read through the view between them
+EPILOGUE_VIEWS: list[Rule] = [
+    (Pat(MAPS, name="y"), _sink_view),  # map(RESHAPE(a), c) -> RESHAPE(map(a, c regrouped))
     *RESHAPES,
 ]

@@ -22,6 +22,7 @@ output would no longer order as before).
     LOG_SOFTMAX(x)            (x - m) - LOG(REDUCE_SUM(EXP(x - m))), m = REDUCE_MAX(x)
     LAYERNORM(x, s?, b?)      (x - mean) * RSQRT(REDUCE_SUM((x - mean)^2) / n + epsilon) * s + b,
                               mean = REDUCE_SUM(x) / n
+    RMSNORM(x, s?)            x * RSQRT(REDUCE_SUM(x * x) / n + epsilon) * s
 
 A difference needed twice (LOG_SOFTMAX's x - m, LAYERNORM's x - mean) is computed twice: each
 time it fuses into the kernel that reads it, where keeping it would write a tensor of x's size
@@ -131,6 +132,16 @@ def _layernorm(c: Chain, attrs: dict, axes: list[int], cut: tuple[int, ...]) -> 
         y = c.op(step, op_type, y, operand)
 
 
+def _rmsnorm(c: Chain, attrs: dict, axes: list[int], cut: tuple[int, ...]) -> None:
+    x, *scale = c.root.inputs
+    sum_sq = c.op("sum_sq", "REDUCE_SUM", c.op("square", "MUL", x, x), axes=axes, keepdims=True)
+    mean_sq = c.op("mean_sq", "DIV", sum_sq, c.count(axes))
+    rms = c.op("rrms", "RSQRT", c.op("mean_sq_eps", "ADD", mean_sq, c.constant("epsilon", attrs["epsilon"])))
+    y = c.op("normed", "MUL", x, rms)
+    if scale:
+        c.op("scaled", "MUL", y, scale[0])
+
+
 # row op -> fn(chain, its normalized attrs, the axes it reduces, the axes its kernel would cut),
 # appending the ops that compute it to the chain
 SPLITS: dict[str, Callable[[Chain, dict, list[int], tuple[int, ...]], None]] = {
@@ -139,6 +150,7 @@ SPLITS: dict[str, Callable[[Chain, dict, list[int], tuple[int, ...]], None]] = {
     "SOFTMAX": _softmax,  # SOFTMAX(x) -> e / REDUCE_SUM(e), e = EXP(x - REDUCE_MAX(x))
     "LOG_SOFTMAX": _log_softmax,  # LOG_SOFTMAX(x) -> (x - m) - LOG(REDUCE_SUM(EXP(x - m)))
     "LAYERNORM": _layernorm,  # LAYERNORM(x, s, b) -> (x - mean) * RSQRT(var + epsilon) * s + b
+    "RMSNORM": _rmsnorm,  # RMSNORM(x, s) -> x * RSQRT(REDUCE_SUM(x * x) / n + epsilon) * s
 }
 
 

@@ -1,12 +1,12 @@
 """RECOGNISE: chains of primitives that spell a row op or an activation, rewritten into that op.
 
 A rule fires only when the op means exactly what the chain does: the reductions run over the
-op's axis (one axis for SOFTMAX; axis..last for LAYERNORM) and keep it, every matched op's
-result has one float dtype (the op then rounds once where the chain rounded at each step), the
-intermediates are read inside the chain alone (the engine's condition), and every constant is
-the number the formula needs. A constant's value is known only when the frontend gives it
-(`graph.constants`); a `.dfg` gives none, so there a layer norm with an epsilon and the GELU
-chains stay as ops, with a warning. The small rules (a sum times 1/n is a mean, c ** 2 is c * c,
+op's axis (one axis for SOFTMAX; axis..last for LAYERNORM and RMSNORM) and keep it, every
+matched op's result has one float dtype (the op then rounds once where the chain rounded at each
+step), the intermediates are read inside the chain alone (the engine's condition), and every
+constant is the number the formula needs. A constant's value is known only when the frontend
+gives it (`graph.constants`); a `.dfg` gives none, so there a layer norm with an epsilon and the
+GELU chains stay as ops, with a warning. The small rules (a sum times 1/n is a mean, c ** 2 is c * c,
 the max a softmax subtracts is its own) turn other spellings into the ones the big rules match,
 and LAYERNORM takes its scale and bias one rule at a time.
 
@@ -14,8 +14,25 @@ Frontends that spell reductions as XLA does get two more small rules: a REDUCE_*
 axes, RESHAPEd to the shape that keeps them as size 1, is the REDUCE_* that keeps them (HLO's
 reduce always drops them and broadcasts back); and a reduction of a narrow float (f16, bf16,
 f8) widened to f32 and rounded back after is the reduction of the narrow tensor itself, since
-the registry's reduction computes in f32 and rounds once, the same numbers. XLA's layer norm
-(`x * s + (bias - s * mean)` with `s = rsqrt(var + eps) * scale`) is one more LAYERNORM form.
+the registry's reduction computes in f32 and rounds once, the same numbers. Where a reduction's
+result is read twice that first rule cannot fire, so the big rules also take a row's values
+computed with the axes dropped and RESHAPEd back anywhere along the chain (`_view`), as long as
+every one meets x's elements in the kept shape (`_rows_kept`). XLA's layer norm (`x * s + (bias -
+s * mean)` with `s = rsqrt(var + eps) * scale`) is one more LAYERNORM form; Flax's computes the
+variance in one pass, `max(mean(x^2) - mean(x)^2, 0)`: LAYERNORM's two passes give the same
+function without the cancellation (a variance it makes is never below 0, which the clamp is
+there for), so the numbers differ from the chain's by its rounding alone; where a row's mean
+dwarfs its spread that rounding is large (the cancellation), and LAYERNORM's are the closer to
+the exact values. An RMS norm (`x * rsqrt(mean(x^2) + eps) * scale`, LLaMA's and Flax's) is
+RMSNORM; torch exports its rsqrt as `1 / sqrt`, which two small rules respell.
+
+Three rules respell what XLA's optimizer leaves: an op equal to an earlier one but for holding a
+constant of the same value under another name (a mean computed again in each fusion that reads
+it) is that op; `max(y, -inf)` (`jax.nn.softmax`'s guard) and `min(y, inf)` are y, for every y
+(an all -inf row's softmax is NaN either way); `1 / y` is RECIPROCAL(y). They run as the first
+stage of `passes.PASSES` (so the layout passes never see one value twice, which they would lay
+out apart: a masking SELECT that XLA computes again in the fusion of the subtraction) and here
+again, for what the stages between leave.
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ import math
 
 import numpy as np
 
-from dfx import Op, lookup
+from dfx import REGISTRY, Op, is_integer, lookup
 from dfx.ops.base import normalize_axis
 from dfx.ops.reduction import ACCUMULATING
 
@@ -37,9 +54,29 @@ def _axes(m: Match, name: str) -> tuple[int, ...]:
     return tuple(sorted(lookup(op.op_type).whole_axes(m.graph.tensors[op.inputs[0]].shape, m.attrs(name))))
 
 
-def _keeps(attrs: dict) -> bool:
-    """A reduction that keeps its axes as size 1, so its result broadcasts back along them."""
-    return attrs["keepdims"]
+def _view(p: Pat) -> Pat:
+    """p, or a RESHAPE of it: a row's value computed with the reduced axes dropped, put back as
+    size 1 for the broadcast (XLA's `broadcast`) at any step of the chain."""
+    return Pat.any(p, Pat("RESHAPE", p))
+
+
+def _rows_kept(m: Match, axes: tuple[int, ...]) -> bool:
+    """Every matched result is x-shaped or a row's value, shaped as a reduction over `axes` of x
+    that keeps them as size 1 or drops them; and every row's value meets an x-shaped one in the
+    kept shape. So each RESHAPE of the chain only puts the reduced axes back, and no step
+    broadcasts a row's values along another axis."""
+    x = m.shape("x")
+    kept = tuple(1 if a in axes else d for a, d in enumerate(x))
+    dropped = tuple(d for a, d in enumerate(x) if a not in axes)
+    results = {op.outputs[0] for op in m.ops.values()}
+    for op in m.ops.values():
+        shape = m.graph.tensors[op.outputs[0]].shape
+        if shape == x:
+            if any(m.graph.tensors[t].shape not in (x, kept) for t in op.inputs if t in results):
+                return False
+        elif shape not in (dropped, kept):
+            return False
+    return True
 
 
 # ---- reductions as XLA writes them -------------------------------------------------------------
@@ -77,12 +114,55 @@ REDUCTION_RULES: list[Rule] = [
 ]
 
 
+# ---- XLA's leftovers ---------------------------------------------------------------------------
+
+def _same(m: Match, a: str, b: str) -> bool:
+    """The same tensor, or constants of one shape, dtype and bytes."""
+    if a == b:
+        return True
+    ta, tb = m.graph.tensors[a], m.graph.tensors[b]
+    if ta.role != "constant" or tb.role != "constant" or (ta.shape, ta.dtype) != (tb.shape, tb.dtype):
+        return False
+    va, vb = m.graph.constant_values(a), m.graph.constant_values(b)
+    return va is not None and vb is not None and va.tobytes() == vb.tobytes()
+
+
+def _twin(m: Match) -> str | None:
+    op = m.root
+    computed = [t for t in op.inputs if m.graph.tensors[t].role != "constant"]
+    if len(op.outputs) != 1 or not computed:
+        return None  # an op of constants alone is the frontend's to fold
+    for other in m.readers(computed[0]):
+        if (other is not op and other.op_type == op.op_type and other.attrs == op.attrs and m.before(other)
+                and len(other.outputs) == 1 and len(other.inputs) == len(op.inputs)
+                and all(_same(m, a, b) for a, b in zip(other.inputs, op.inputs))):
+            return other.outputs[0]
+    return None
+
+
+def _no_bound(m: Match) -> str | None:
+    bound = -math.inf if m.root.op_type == "MAXIMUM" else math.inf
+    return m["y"] if not is_integer(m.dtype("y")) and m.value("c") == bound else None
+
+
+def _reciprocal(m: Match) -> Op | None:
+    return m.replace("RECIPROCAL", m["y"]) if m.same_float_dtype() and m.value("one") == 1 else None
+
+
+SPELLING_RULES: list[Rule] = [
+    (Pat(frozenset(REGISTRY), name="z"), _twin),  # op(a, c2) after op(a, c1), c1 == c2 -> the first one's result
+    (Pat(frozenset({"MAXIMUM", "MINIMUM"}), Pat(name="y"), Pat(name="c")),
+     _no_bound),  # max(y, -inf), min(y, inf) -> y
+    (Pat("DIV", Pat(name="one"), Pat(name="y")), _reciprocal),  # 1 / y -> RECIPROCAL(y)
+]
+
+
 # ---- SOFTMAX ---------------------------------------------------------------------------------
 
 
 def _softmax(m: Match) -> Op | None:
     axes = _axes(m, "sum")
-    if len(axes) != 1 or not m.same_float_dtype():
+    if len(axes) != 1 or not m.same_float_dtype() or not _rows_kept(m, axes):
         return None
     return m.replace("SOFTMAX", m["x"], axis=axes[0])
 
@@ -90,18 +170,19 @@ def _softmax(m: Match) -> Op | None:
 def _unshifted_softmax(m: Match) -> Op | None:
     # SOFTMAX subtracts the row's max itself: of x - max(x) that max is 0, so the same numbers
     axis = normalize_axis(m.attrs("softmax")["axis"], len(m.shape("x")))
-    if _axes(m, "max") != (axis,) or not m.same_float_dtype():
+    if _axes(m, "max") != (axis,) or not m.same_float_dtype() or not _rows_kept(m, (axis,)):
         return None
     return m.replace("SOFTMAX", m["x"], axis=axis)
 
 
 _exp = Pat("EXP", _x, name="e")
-_sum_exp = Pat("REDUCE_SUM", _exp, name="sum", where=_keeps)
+_sum_exp = _view(Pat("REDUCE_SUM", _exp, name="sum"))
 
 SOFTMAX_RULES: list[Rule] = [
-    (Pat("MUL", _exp, Pat("RECIPROCAL", _sum_exp)), _softmax),  # exp(x) * 1/sum(exp(x)) -> SOFTMAX (TOSA)
+    (Pat("MUL", _exp, _view(Pat("RECIPROCAL", _sum_exp))),
+     _softmax),  # exp(x) * 1/sum(exp(x)) -> SOFTMAX (TOSA; XLA's after optimization)
     (Pat("DIV", _exp, _sum_exp), _softmax),  # exp(x) / sum(exp(x)) -> SOFTMAX
-    (Pat("SOFTMAX", Pat("SUB", _x, Pat("REDUCE_MAX", _x, name="max", where=_keeps)), name="softmax"),
+    (Pat("SOFTMAX", Pat("SUB", _x, _view(Pat("REDUCE_MAX", _x, name="max"))), name="softmax"),
      _unshifted_softmax),  # softmax(x - max(x)) -> SOFTMAX(x)
 ]
 
@@ -132,22 +213,54 @@ def _square(m: Match) -> Op | None:
     return m.replace("MUL", m["x"], m["x"]) if m.same_float_dtype() and m.value("k") == 2 else None
 
 
-def _normalised(m: Match) -> tuple[int, float] | None:
-    """(first axis, epsilon) of a layer norm chain that normalises trailing axes of `x` with a
-    known epsilon, or None (warned about where only the epsilon's value is missing)."""
-    axes, rank = _axes(m, "mean"), len(m.shape("x"))
-    if not axes or axes != _axes(m, "var") or axes != tuple(range(axes[0], rank)) or not m.same_float_dtype():
+def _normalised(m: Match, moment: str = "var") -> tuple[int, float] | None:
+    """(first axis, epsilon) of a layer norm (or RMS norm) chain that normalises trailing axes of
+    `x` with a known epsilon (and clamps its variance at exactly 0, if at all), or None (warned
+    about where only the epsilon's value is missing). `moment` names the reduction giving the
+    variance (the mean square); a layer norm's mean reduces over the same axes."""
+    axes, rank = _axes(m, moment), len(m.shape("x"))
+    if not axes or axes != tuple(range(axes[0], rank)) or ("mean" in m and axes != _axes(m, "mean")) \
+            or not m.same_float_dtype() or not _rows_kept(m, axes) or ("zero" in m and m.value("zero") != 0):
         return None
     epsilon = m.value("eps") if "eps" in m else 0.0
     if epsilon is None:
-        m.warn(f"a layer norm chain is left as ops: its epsilon '{m['eps']}' is not a constant of known value")
+        centred = (m.computing(m["x"]) or m.root).op_type == "SUB"  # a layer norm's chain, said once
+        kind = "a layer norm" if moment == "var" or centred else "an RMS norm"
+        m.warn(f"{kind} chain is left as ops: its epsilon '{m['eps']}' is not a constant of known value")
         return None
     return axes[0], epsilon
 
 
-def _layernorm(m: Match) -> Op | None:
-    found = _normalised(m)
-    return None if found is None else m.replace("LAYERNORM", m["x"], axis=found[0], epsilon=found[1])
+def _affine(m: Match, axis: int, *names: str) -> list[str]:
+    """The scale and bias the names bound (those bound), without the leading dims of 1 they may
+    have beyond the normalized ones (an HLO broadcast's view, [1, C] of a [C]): the row op takes
+    them shaped over the normalized dims alone."""
+    rank = len(m.shape("x"))
+    normalized = rank - normalize_axis(axis, rank)
+    tensors = []
+    for name in (n for n in names if n in m):
+        tensor = m[name]
+        shape = m.graph.tensors[tensor].shape
+        extra, view = len(shape) - normalized, m.computing(tensor)
+        if extra > 0 and set(shape[:extra]) == {1}:
+            viewed = view.inputs[0] if view is not None and view.op_type == "RESHAPE" else None
+            if viewed is not None and m.graph.tensors[viewed].shape == shape[extra:]:
+                tensor = viewed  # the view's own operand
+            else:
+                tensor = m.op(name, "RESHAPE", tensor, new_shape=list(shape[extra:]))
+        tensors.append(tensor)
+    return tensors
+
+
+def _norm(op_type: str, moment: str):
+    """The rule making `op_type` of a chain whose variance (mean square) `moment` names, its scale
+    the bound one if the chain multiplies by one inside the normaliser."""
+    def rule(m: Match) -> Op | None:
+        found = _normalised(m, moment)
+        if found is None:
+            return None
+        return m.replace(op_type, m["x"], *_affine(m, found[0], "scale"), axis=found[0], epsilon=found[1])
+    return rule
 
 
 def _folded_layernorm(m: Match) -> Op | None:
@@ -155,37 +268,81 @@ def _folded_layernorm(m: Match) -> Op | None:
     found = _normalised(m)
     if found is None:
         return None
-    scale = m["scale"] if "scale" in m else m.constant("scale", np.ones(()), m.dtype("x"))
-    return m.replace("LAYERNORM", m["x"], scale, m["bias"], axis=found[0], epsilon=found[1])
+    scale = _affine(m, found[0], "scale") or [m.constant("scale", np.ones(()), m.dtype("x"))]
+    return m.replace("LAYERNORM", m["x"], *scale, *_affine(m, found[0], "bias"), axis=found[0], epsilon=found[1])
 
 
 def _with_scale(m: Match) -> Op | None:
-    return m.replace("LAYERNORM", m["x"], m["scale"], **m.attrs("ln")) if m.same_float_dtype() else None
+    attrs = m.attrs("ln")
+    if not m.same_float_dtype():
+        return None
+    return m.replace(m.producer("ln").op_type, m["x"], *_affine(m, attrs["axis"], "scale"), **attrs)
 
 
 def _with_bias(m: Match) -> Op | None:
-    return m.replace("LAYERNORM", m["x"], m["scale"], m["bias"], **m.attrs("ln")) if m.same_float_dtype() else None
+    attrs = m.attrs("ln")
+    if not m.same_float_dtype():
+        return None
+    return m.replace("LAYERNORM", m["x"], *_affine(m, attrs["axis"], "scale", "bias"), **attrs)
+
+
+def _centred_rms(m: Match) -> Op | None:
+    # LAYERNORM(x) is RMSNORM(x - mean(x)) over the same axes, epsilon and scale alike
+    attrs = m.attrs("rms")
+    rank = len(m.shape("x"))
+    axes = tuple(range(normalize_axis(attrs["axis"], rank), rank))
+    if _axes(m, "mean") != axes or not m.same_float_dtype() or not _rows_kept(m, axes):
+        return None
+    return m.replace("LAYERNORM", m["x"], *_affine(m, attrs["axis"], "scale"), **attrs)
+
+
+def _rsqrt(m: Match) -> Op | None:
+    return m.replace("RSQRT", m["v"]) if m.same_float_dtype() else None
 
 
 _reduce_sum = Pat("REDUCE_SUM", _x, name="sum")
-_mean = Pat("REDUCE_MEAN", _x, name="mean", where=_keeps)
-_centred = Pat("SUB", _x, _mean, name="c")
-_variance = Pat("REDUCE_MEAN", Pat("MUL", _centred, _centred), name="var", where=_keeps)
-_plus_eps = Pat.any(Pat("ADD", _variance, Pat(name="eps")), _variance)
-_inv_std = Pat.any(Pat("MUL", Pat("RSQRT", _plus_eps), Pat(name="scale"), name="s"),
-                   Pat("RSQRT", _plus_eps, name="s"))  # rsqrt(var + eps), times the scale or not
+_mean_rows = Pat("REDUCE_MEAN", _x, name="mean")
+_centred = Pat("SUB", _x, _view(_mean_rows), name="c")
+_variance = Pat.any(Pat("REDUCE_MEAN", Pat("MUL", _centred, _centred), name="var"),  # mean((x - mean)^2)
+                    Pat("SUB", Pat("REDUCE_MEAN", Pat("MUL", _x, _x), name="var"),
+                        Pat("MUL", _mean_rows, _mean_rows)))  # mean(x^2) - mean^2 (Flax's fast variance)
+_clamped = _view(Pat.any(Pat("MAXIMUM", _view(_variance), Pat(name="zero")), _variance))  # max(var, 0) or var
+
+
+def _inverse_root(moment: Pat) -> tuple[Pat, Pat]:
+    """rsqrt(moment + eps) (* scale), and sqrt(moment + eps), each maybe viewed, eps maybe left out."""
+    plus_eps = _view(Pat.any(Pat("ADD", moment, Pat(name="eps")), moment))
+    rsqrt = _view(Pat("RSQRT", plus_eps))
+    return Pat.any(Pat("MUL", rsqrt, Pat(name="scale")), rsqrt), _view(Pat("SQRT", plus_eps))
+
+
+_inv_std, _std = _inverse_root(_clamped)
+_inv_rms, _rms = _inverse_root(_view(Pat("REDUCE_MEAN", Pat("MUL", _x, _x), name="ms")))
 
 LAYERNORM_RULES: list[Rule] = [
     (Pat("MUL", _reduce_sum, Pat(name="k")), _mean_times),  # sum(x) * 1/n -> REDUCE_MEAN
     (Pat("DIV", _reduce_sum, Pat(name="k")), _mean_over),  # sum(x) / n -> REDUCE_MEAN
     (Pat("POW", _x, Pat(name="k")), _square),  # x ** 2 -> x * x
-    (Pat("MUL", _centred, Pat("RSQRT", _plus_eps)), _layernorm),  # (x-mean) * rsqrt(var+eps) -> LAYERNORM
-    (Pat("DIV", _centred, Pat("SQRT", _plus_eps)), _layernorm),  # (x-mean) / sqrt(var+eps) -> LAYERNORM
-    (Pat("ADD", Pat("MUL", _x, _inv_std), Pat("SUB", Pat(name="bias"), Pat("MUL", _inv_std, _mean))),
+    (Pat("RECIPROCAL", Pat("SQRT", Pat(name="v"))), _rsqrt),  # 1 / sqrt(v) -> RSQRT(v) (torch's rsqrt)
+    (Pat("MUL", _centred, _inv_std),
+     _norm("LAYERNORM", "var")),  # (x-mean) * rsqrt(var+eps) (* scale) -> LAYERNORM (Flax's in both variances)
+    (Pat("DIV", _centred, _std), _norm("LAYERNORM", "var")),  # (x-mean) / sqrt(var+eps) -> LAYERNORM
+    (Pat("ADD", Pat("MUL", _x, _inv_std), Pat("SUB", Pat(name="bias"), Pat("MUL", _inv_std, _view(_mean_rows)))),
      _folded_layernorm),  # x * s + (bias - s * mean), s = rsqrt(var+eps) * scale -> LAYERNORM (XLA)
-    (Pat("MUL", Pat("LAYERNORM", _x, name="ln"), Pat(name="scale")), _with_scale),  # ln(x) * s -> LAYERNORM(x, s)
+    (Pat.any(Pat("RMSNORM", _centred, name="rms"), Pat("RMSNORM", _centred, Pat(name="scale"), name="rms")),
+     _centred_rms),  # rmsnorm(x - mean(x)) (* s) -> LAYERNORM(x) (* s): a chain that met RMSNORM's rule first
+    (Pat("MUL", Pat(frozenset({"LAYERNORM", "RMSNORM"}), _x, name="ln"), Pat(name="scale")),
+     _with_scale),  # ln(x) * s -> LAYERNORM(x, s), and RMSNORM's
     (Pat("ADD", Pat("LAYERNORM", _x, Pat(name="scale"), name="ln"), Pat(name="bias")),
      _with_bias),  # ln(x, s) + b -> LAYERNORM(x, s, b)
+]
+
+# ---- RMSNORM ---------------------------------------------------------------------------------
+
+RMSNORM_RULES: list[Rule] = [
+    (Pat("MUL", _x, _inv_rms),
+     _norm("RMSNORM", "ms")),  # x * rsqrt(mean(x^2)+eps) (* scale) -> RMSNORM (LLaMA's, Flax's)
+    (Pat("DIV", _x, _rms), _norm("RMSNORM", "ms")),  # x / sqrt(mean(x^2)+eps) -> RMSNORM
 ]
 
 
@@ -244,6 +401,6 @@ SILU_RULES: list[Rule] = [
 ]
 
 # the rules that make one op of a chain of several computations: fusion, which --no-fusion leaves
-# out (the REDUCTION_RULES only respell one op as another)
-FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + GELU_RULES + SILU_RULES
-RECOGNISE: list[Rule] = REDUCTION_RULES + FUSING_RULES
+# out (the REDUCTION_RULES and SPELLING_RULES only respell one op as another, or drop one)
+FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + RMSNORM_RULES + GELU_RULES + SILU_RULES
+RECOGNISE: list[Rule] = REDUCTION_RULES + SPELLING_RULES + FUSING_RULES
