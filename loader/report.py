@@ -4,6 +4,7 @@ functions that print: the summary needs none of it."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,21 @@ def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
     return {"arithmetic_intensity": intensity, "ridge_point": ridge,
             "bound": "compute" if intensity >= ridge else "bandwidth",
             "attainable_macs_per_cycle": attainable / 2}
+
+
+def budget(sim: SimResult, graph: Graph, machine: Machine) -> dict[str, Any]:
+    """What any program of the graph spends at the least, beside what this one spent: the
+    compulsory external bytes (every graph input, output and constant moved once) and the cycle
+    bound, the larger of the MACs over the machine's peak and those bytes over its bandwidth."""
+    compulsory = sum(t.size * itemsize(t.dtype) for t in graph.tensors.values()
+                     if t.role in ("input", "output", "constant"))
+    compute = -(-sim.macs // machine.compute.peak_macs_per_cycle)
+    memory = math.ceil(compulsory / dram_bytes_per_cycle(machine))
+    bound = max(compute, memory, 1)
+    return {"compulsory_dram_bytes": compulsory,
+            "dram_over_compulsory": sum(dram_bytes(sim).values()) / compulsory if compulsory else None,
+            "cycle_bound": bound, "bound_by": "compute" if compute >= memory else "memory",
+            "cycles_over_bound": sim.cycles / bound}
 
 
 def _computing(span: PhaseSpan) -> int:
@@ -167,6 +183,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
             "dram_bytes": dram_bytes(sim),
             "bytes_moved": dict(sorted(sim.bytes_moved.items())),
             "roofline": roofline(sim, machine),
+            "budget": budget(sim, program.graph, machine),
             "kernels": kernel_entries(result, program, machine),
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
@@ -240,6 +257,13 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
     r = s["roofline"]
     console.print(f"Roofline: {r['arithmetic_intensity']:.1f} FLOP/B vs ridge {r['ridge_point']:.1f} FLOP/B "
                   f"-> [bold]{r['bound']}-bound[/] (attainable {r['attainable_macs_per_cycle']:,.0f} MACs/cycle)")
+    b = s["budget"]
+    if b["dram_over_compulsory"] is not None:
+        dram = sum(s["dram_bytes"].values())
+        console.print(f"Budget: DRAM {dram:,} bytes = [bold]{b['dram_over_compulsory']:.2f}x[/] the compulsory "
+                      f"{b['compulsory_dram_bytes']:,} (graph inputs, outputs, constants once); {s['cycles']:,} cycles "
+                      f"= [bold]{b['cycles_over_bound']:.2f}x[/] the bound {b['cycle_bound']:,} ("
+                      + ("MACs over peak" if b["bound_by"] == "compute" else "compulsory bytes over bandwidth") + ")")
     console.print(kernel_table(s))
     units = Table(title="units", title_justify="left",
                   caption="busy: the share of the whole run's cycles the unit was working", caption_justify="left")

@@ -4,6 +4,8 @@ and bound, in `--json`'s `kernels` and `--profile`'s table; built in-process on 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from rich.console import Console
 
@@ -105,8 +107,14 @@ def test_table_lists_every_kernel_costliest_first_within_120_columns(chain):
 
 def test_cli_profile_prints_the_kernel_table(tmp_path):
     obj = tmp_path / "chain.kpu"
-    obj.write_bytes(dumps(compiled(CHAIN, SHAPES, fuse=False)))
+    program = compiled(CHAIN, SHAPES, fuse=False)
+    obj.write_bytes(dumps(program))
     proc = run_cli("loader", obj, "--config", STANDARD, "--timing-only", "--profile")
     assert proc.returncode == 0, proc.stderr
     assert "kernels, by cycles" in proc.stderr
     assert HEADER in " ".join(proc.stderr.split())
+    # the budget line: the chain's inputs, constants and outputs once, f32
+    compulsory = sum(4 * math.prod(t.shape) for t in program.graph.tensors.values()
+                     if t.role in ("input", "constant", "output"))
+    budget = " ".join(proc.stderr.split()).split("Budget: ")[1]
+    assert f"the compulsory {compulsory:,} (graph inputs, outputs, constants once)" in budget

@@ -52,6 +52,10 @@ def test_single_tile_cycles_by_hand(gemm_file, tmp_path, binder, cycles):
     # the one kernel: loads from cycle 0, array from 153, to the end; 4096 MACs in 199 - 153
     kernel = s["kernels"]["matmul_0"]
     assert (kernel["start_cycle"], kernel["end_cycle"], kernel["macs"]) == (0, cycles, 16 ** 3)
+    # the budget: A, B and C once, 3072 bytes, over 100 bytes/cycle is 31 cycles, more than the
+    # 4096 MACs' 8 on 512 PEs: the bound is the memory's
+    assert s["budget"] == {"compulsory_dram_bytes": 3072, "dram_over_compulsory": 1.0, "cycle_bound": 31,
+                           "bound_by": "memory", "cycles_over_bound": cycles / 31}
     if binder == "cp-sat":
         assert kernel["compute_start_cycle"] == 153
         assert kernel["utilization"] == 16 ** 3 / ((352 - 153) * 512)
@@ -63,6 +67,11 @@ def test_1024_cubed_is_compute_bound_on_standard(gemm_file, tmp_path):
     assert s["check"]["passed"]
     assert s["utilization"] >= 0.94, s["utilization"]
     assert s["roofline"]["bound"] == "compute"
+    budget = s["budget"]  # A, B and C once; 1024^3 MACs over 512 per cycle
+    assert (budget["compulsory_dram_bytes"], budget["cycle_bound"], budget["bound_by"]) == (3 * 4 << 20, 1 << 21,
+                                                                                            "compute")
+    assert budget["cycles_over_bound"] == s["cycles"] / (1 << 21)
+    assert budget["dram_over_compulsory"] == (s["dram_bytes"]["read"] + s["dram_bytes"]["write"]) / (3 * 4 << 20)
     # array busy time: 1024^3 MACs over 2 arrays of 256 PEs, plus 30 cycles of fill and drain per
     # 16x16 output block: (1024^3 / 512) + (1024/16)^2 / 2 * 30 = 2,158,592 cycles per array
     assert s["units"]["array0"]["busy_cycles"] == 2_158_592
