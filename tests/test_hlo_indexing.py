@@ -403,6 +403,9 @@ REFUSED = [
     ("x = f32[1,2,2,1] parameter(0)\n w = f32[1,1,1,1] parameter(1)\n"
      " ROOT y = f32[1,2,2,1] convolution(x, w), window={size=1x1 hole=1x1}, dim_labels=b01f_01io->b01f",
      "window field 'hole' is not supported"),
+    ("x = f32[1,4,4,1] parameter(0)\n w = f32[1,1,1,1] parameter(1)\n"
+     " ROOT y = f32[1,1,1,1] convolution(x, w), window={size=1x1 pad=-4_-4x0_-3 lhs_dilate=2x1}, "
+     "dim_labels=b01f_01io->b01f", "window pad -4_-4 crops more than the 7 positions of the input"),
     ("x = f32[6,8] parameter(0)\n i = s32[3] parameter(1)\n"
      " ROOT g = f32[3,2,9] gather(x, i), offset_dims={1,2}, collapsed_slice_dims={}, start_index_map={0}, "
      "index_vector_dim=1, slice_sizes={2,9}", "slice_sizes={2,9} is not a size per operand dim"),

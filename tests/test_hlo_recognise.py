@@ -192,6 +192,22 @@ def test_the_variance_clamp_must_be_at_zero():
     assert "LAYERNORM" not in types(recognised(b.output(flax_layer_norm(b, b.input("x", (3, 8)), 0.5)))[0])
 
 
+@pytest.mark.parametrize("scaled_first", [True, False])
+def test_xla_layernorm_needs_one_inverse_std(scaled_first):
+    # x * s1 + (bias - s2 * mean) is a layer norm only where s1 and s2 are one value: here one of
+    # them leaves the scale out, so the chain stays (recognised checks the values)
+    b = Builder()
+    x = b.input("x", (3, 8))
+    mean = b.op("REDUCE_MEAN", x, axes=[1])
+    centred = b.op("SUB", x, mean)
+    inv_std = b.op("RSQRT", b.op("ADD", b.op("REDUCE_MEAN", b.op("MUL", centred, centred), axes=[1]),
+                                 b.const("eps", 1e-3)))
+    scaled = b.op("MUL", inv_std, b.const("scale", 3.0, (8,)))
+    first, second = (scaled, inv_std) if scaled_first else (inv_std, scaled)
+    y = b.op("ADD", b.op("MUL", x, first), b.op("SUB", b.const("bias", 0.5, (8,)), b.op("MUL", second, mean)))
+    assert "LAYERNORM" not in types(recognised(b.output(y))[0])
+
+
 def rms_chain(b: Builder, x: str, axes: list[int], keepdims: bool, eps: float | None) -> str:
     mean_square = b.op("REDUCE_MEAN", b.op("MUL", x, x), axes=axes, keepdims=keepdims)
     return b.op("MUL", x, b.op("RSQRT", b.op("ADD", mean_square, b.const("eps", eps))))

@@ -437,6 +437,11 @@ def _convolution(b: Builder, ins: Instr, args: list) -> Value:
             return b.reshape(ins, tensor, tuple(attrs["new_shape"]), "input")
         return b.op(ins, op_type, [tensor], attrs, x.dtype, step="input")
 
+    # a negative padding crops the (dilated) input: no more than it holds
+    for extent, s, (before, after) in zip(b.shape(nhwc)[1:3], per_dim("lhs_dilate", 1), per_dim("pad", [0, 0])):
+        if max(-before, 0) + max(-after, 0) > (extent - 1) * s + 1:
+            raise b.fail(ins, f"{b.where(ins)}: window pad {before}_{after} crops more than the "
+                              f"{(extent - 1) * s + 1} positions of the input along its dimension")
     nhwc, padding = dilated_input(emit, nhwc, b.shape(nhwc), [1, 2], per_dim("lhs_dilate", 1), per_dim("pad", [0, 0]))
     attrs = {"stride": per_dim("stride", 1), "dilation": per_dim("rhs_dilate", 1), "padding": padding, "groups": groups}
     perm = [f"b{spatial}f".index(c) for c in out]

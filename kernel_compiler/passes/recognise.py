@@ -310,10 +310,13 @@ _clamped = _view(Pat.any(Pat("MAXIMUM", _view(_variance), Pat(name="zero")), _va
 
 
 def _inverse_root(moment: Pat) -> tuple[Pat, Pat]:
-    """rsqrt(moment + eps) (* scale), and sqrt(moment + eps), each maybe viewed, eps maybe left out."""
+    """rsqrt(moment + eps) (* scale), and sqrt(moment + eps), each maybe viewed, eps maybe left out.
+    The first is named "s": XLA's layer norm reads it twice, which must be one value."""
     plus_eps = _view(Pat.any(Pat("ADD", moment, Pat(name="eps")), moment))
-    rsqrt = _view(Pat("RSQRT", plus_eps))
-    return Pat.any(Pat("MUL", rsqrt, Pat(name="scale")), rsqrt), _view(Pat("SQRT", plus_eps))
+    rsqrt = Pat("RSQRT", plus_eps)
+    inv = Pat.any(Pat("MUL", _view(rsqrt), Pat(name="scale"), name="s"), Pat("RSQRT", plus_eps, name="s"),
+                  Pat("RESHAPE", rsqrt, name="s"))
+    return inv, _view(Pat("SQRT", plus_eps))
 
 
 _inv_std, _std = _inverse_root(_clamped)
