@@ -263,3 +263,18 @@ def test_xla_repeating_the_causal_mask_keeps_one_softmax():
     # with its constants under new names: one softmax all the same
     ops = ops_of(compile_hlo((JAX / "gpt_block.compiled.hlo").read_text()))
     assert ops.count("SOFTMAX") == 1 and not {"REDUCE_MAX", "REDUCE_SUM", "RECIPROCAL"} & set(ops), ops
+
+
+def test_softmax_over_the_leading_axis_with_its_rows_dropped_is_one_softmax():
+    # jax.nn.softmax(x, axis=0): the row values keep [5, 4], which broadcast against x as [1, 5, 4]
+    b = Builder()
+    x = b.input("x", (3, 5, 4))
+    e = b.op("EXP", b.op("SUB", x, b.op("REDUCE_MAX", x, axes=[0], keepdims=False)))
+    after, _ = recognised(b.output(b.op("DIV", e, b.op("REDUCE_SUM", e, axes=[0], keepdims=False))))
+    assert types(after) == ["SOFTMAX"] and after.ops[0].attrs["axis"] == 0
+    # over the middle axis a dropped [3, 4] would not broadcast against x: nothing to recognise
+    b = Builder()
+    x = b.input("x", (3, 5, 4))
+    e = b.op("EXP", x)
+    total = b.op("RESHAPE", b.op("REDUCE_SUM", e, axes=[1], keepdims=False), new_shape=[3, 1, 4])
+    assert types(recognised(b.output(b.op("DIV", e, total)))[0]) == ["SOFTMAX"]

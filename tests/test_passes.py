@@ -253,8 +253,8 @@ def test_softmax_near_misses_stay(spelling):
     e = b.op("EXP", x, dtype="f16" if spelling == "mixed dtypes" else "f32")
     if spelling == "two axes":
         s = b.op("REDUCE_SUM", e, axes=[1, 2])
-    elif spelling == "dropped axis":  # [4, 4] broadcasts along the wrong axes
-        s = b.op("REDUCE_SUM", e, axes=[0], keepdims=False)
+    elif spelling == "dropped axis":  # the sums over the last axis, [4, 4], broadcast along the first
+        s = b.op("REDUCE_SUM", e, axes=[2], keepdims=False)
     else:
         s = b.op("REDUCE_SUM", e, axes=[2])
     y = b.op("DIV", s, e) if spelling == "swapped" else b.op("DIV", e, s)

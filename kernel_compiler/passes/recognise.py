@@ -63,16 +63,18 @@ def _view(p: Pat) -> Pat:
 def _rows_kept(m: Match, axes: tuple[int, ...]) -> bool:
     """Every matched result is x-shaped or a row's value, shaped as a reduction over `axes` of x
     that keeps them as size 1 or drops them; and every row's value meets an x-shaped one in the
-    kept shape. So each RESHAPE of the chain only puts the reduced axes back, and no step
+    kept shape (or in it without its leading 1s, the same broadcast). So each RESHAPE of the chain only puts the reduced axes back, and no step
     broadcasts a row's values along another axis."""
     x = m.shape("x")
     kept = tuple(1 if a in axes else d for a, d in enumerate(x))
     dropped = tuple(d for a, d in enumerate(x) if a not in axes)
+    # leading axes dropped broadcast as kept ones do: a row's value over axis 0 meets x as it is
+    meets_x = {x, kept, kept[next((a for a, d in enumerate(kept) if d != 1), len(kept)):]}
     results = {op.outputs[0] for op in m.ops.values()}
     for op in m.ops.values():
         shape = m.graph.tensors[op.outputs[0]].shape
         if shape == x:
-            if any(m.graph.tensors[t].shape not in (x, kept) for t in op.inputs if t in results):
+            if any(m.graph.tensors[t].shape not in meets_x for t in op.inputs if t in results):
                 return False
         elif shape not in (dropped, kept):
             return False
