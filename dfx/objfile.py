@@ -78,6 +78,8 @@ def program_body(program: Program) -> dict[str, Any]:
         "name": program.name,
         "source": program.source,
         "target": program.target,
+        # the default objective is left out, so an object compiled without one is as it always was
+        **({"objective": program.objective} if program.objective != "latency" else {}),
         "graph": {
             "tensors": [_plain(t) for t in g.tensors.values()],
             "ops": [_plain(o) for o in g.ops],
@@ -463,6 +465,6 @@ def _program(body: dict[str, Any], constants: dict[str, bytes], where: str) -> P
         )
         for k in body["kernels"]
     ]
-    program = Program(body["name"], body["source"], body["target"], g, kernels)
+    program = Program(body["name"], body["source"], body["target"], g, kernels, body.get("objective", "latency"))
     validate_program(program, where)
     return program

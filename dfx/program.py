@@ -15,3 +15,4 @@ class Program:
     target: str  # the machine class the tiling was chosen for
     graph: Graph
     kernels: list[Kernel] = field(default_factory=list)
+    objective: str = "latency"  # what the tiler ranked by (`kpu-kernel-compiler --objective`)

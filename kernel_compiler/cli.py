@@ -21,6 +21,9 @@ def compile(
     accelerator: Optional[str] = typer.Option(None, "--accelerator", metavar="ID",
                                               help="The KPU of a system-schema --target with several"),
     dataflow: str = typer.Option("auto", "--dataflow", help="auto | os | ws | is"),
+    objective: str = typer.Option("latency", "--objective",
+                                  help="What the tiles are chosen for: latency (the array kept fed, then fewest DRAM "
+                                       "bytes) | energy | edp (energy x cycles), by the loader's models"),
     emit_dfx: bool = typer.Option(False, "--emit-dfx", help="Also print the object file (JSON) on stdout"),
     dump: bool = typer.Option(False, "--dump", help="Print the graph and kernels; write nothing"),
     verbose: bool = typer.Option(False, "-v", "--verbose", help="Print the chosen tilings"),
@@ -33,11 +36,11 @@ def compile(
     from dfx import ObjectFileError, OutputError, OutputFiles, encode, fail, read_back
 
     from .compile import compile_graph, graph_passes, lower_kernels
-    from .dump import dump_graph, dump_kernel
+    from .dump import dump_graph, dump_kernel, dump_objective
     from .errors import CompileError
     from .frontends import load_graph
     from .synchronise import synchronise
-    from .target import load_target
+    from .target import OBJECTIVES, load_target
 
     def warn(warnings: list[str]) -> None:
         for w in warnings:
@@ -45,6 +48,8 @@ def compile(
 
     if dataflow not in ("auto", "os", "ws", "is"):
         fail(f"--dataflow: expected auto, os, ws or is, got '{dataflow}'")
+    if objective not in OBJECTIVES:
+        fail(f"--objective: expected {', '.join(OBJECTIVES[:-1])} or {OBJECTIVES[-1]}, got '{objective}'")
     if output == "":  # not the default name: the user named no file
         fail("-o: an empty path; name a file")
     with OutputFiles(inputs=[input, target]) as files:
@@ -52,12 +57,13 @@ def compile(
             out = None if dump else files.claim(output or f"{Path(input).stem}.kpu")
             graph, warnings = load_graph(input)
             warn(warnings)
-            tgt = load_target(target, accelerator)
+            tgt = load_target(target, accelerator, objective)
             warnings = []  # the passes'
             if dump:  # the stages compile_graph runs, printed, and every group whether it lowers or not
                 graph = graph_passes(graph, tgt, fuse, warnings)
                 warn(warnings)
                 print(dump_graph(graph))
+                print(dump_objective(tgt.objective))
                 kernels = list(lower_kernels(graph, tgt, dataflow, fuse))
                 synchronise([k for k in kernels if not isinstance(k, CompileError)])
                 for k in kernels:
@@ -72,6 +78,7 @@ def compile(
         except (CompileError, ObjectFileError, OutputError) as e:
             fail(str(e))
     if verbose:
+        print(dump_objective(program.objective), file=sys.stderr)
         for k in program.kernels:
             print(dump_kernel(k), file=sys.stderr)
     if emit_dfx:

@@ -109,4 +109,4 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
             producer[t] = kernel.name
         kernels.append(kernel)
     synchronise(kernels)
-    return Program(graph.name, Path(source).name, target.name, graph, kernels)
+    return Program(graph.name, Path(source).name, target.name, graph, kernels, target.objective)

@@ -22,6 +22,11 @@ def dump_graph(graph: Graph) -> str:
     return "\n".join(lines)
 
 
+def dump_objective(objective: str) -> str:
+    """What the tiles were chosen for (`--objective`)."""
+    return f"objective {objective}"
+
+
 def _ref(r: TileRef) -> str:
     # a band of a sliding window: its extent, where its tiles start, and the padding it holds
     overlapping = r.step is not None and r.step != r.tile_shape

@@ -34,11 +34,11 @@ from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
 from .errors import CompileError
-from .lower_matmul import array_cycles, choose_dataflow, tile_sizes
+from .lower_matmul import choose_dataflow
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import Buffer, body_buffers, could_fit, fits, requirements
 from .target import Target
-from .tiling import Stream, first_fit, parallel_loop
+from .tiling import Stream, array_cycles, first_fit, parallel_loop, tile_sizes
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
 CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes

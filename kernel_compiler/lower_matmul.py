@@ -15,13 +15,12 @@ from __future__ import annotations
 import math
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumulation_dtype, itemsize, lookup
-from hardware import matmul_cycles
 
 from .errors import CompileError
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import MatmulProblem, Stream, choose_tiling, first_fit, streams, trips_of
+from .tiling import MatmulProblem, Stream, choose_tiling, first_fit, streams, tiled_cycles, trips_of
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -30,32 +29,6 @@ def _batch_indices(shape: tuple[int, ...], out_batch: tuple[int, ...]) -> list[s
     """Tile indices of an operand's batch dims, aligned right to the result's batch dims."""
     offset = len(out_batch) - len(shape)
     return ["0" if d == 1 and out_batch[offset + i] != 1 else f"b{offset + i}" for i, d in enumerate(shape)]
-
-
-def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
-    """Tiles of `dim` in tiles of `tile`: (extent, how many tiles have it)."""
-    return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
-
-
-def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
-                 target: Target, dataflow: str) -> int:
-    """The array's cycles for a product in tiles of these (extent, count) sizes, as the simulator
-    counts them: each result tile's K steps back to back, the accumulators drained after the last."""
-    def cycles(m: int, n: int, k: int, drain: bool) -> int:
-        return matmul_cycles(m, n, k, target.rows, target.cols, dataflow, drain)
-
-    last = k_sizes[-1][0]
-    total = 0
-    for m, cm in m_sizes:
-        for n, cn in n_sizes:
-            steps = sum(count * cycles(m, n, k, False) for k, count in k_sizes)
-            total += cm * cn * (steps + cycles(m, n, last, True) - cycles(m, n, last, False))
-    return total
-
-
-def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
-    """The array's cycles for one matrix product in tiles."""
-    return array_cycles(tile_sizes(M, Ti), tile_sizes(N, Tj), tile_sizes(K, Tk), target, dataflow)
 
 
 def choose_dataflow(requested: str, cycles, target: Target, where: str) -> str:
@@ -104,7 +77,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         tuple(v for v in a_idx if v != "0"), tuple(v for v in b_idx if v != "0"),
         tuple(v for v in cin_idx if v != "0") if cin is not None else None, cin_rows, cin_cols,
         itemsize(a.dtype), itemsize(b.dtype), itemsize(cin.dtype) if cin else 0, itemsize(final.dtype),
-        itemsize(acc), depth, epilogue_operands) for depth in (2, 1)),  # double-buffered loads where they fit
+        itemsize(acc), depth, epilogue_operands, a.dtype) for depth in (2, 1)),  # double-buffered loads where they fit
         lambda problem: choose_tiling(problem, target))
     if found is None:
         raise CompileError(f"{where}: no tiling of MATMUL {M}x{N}x{K} fits target '{target.name}'")

@@ -1,14 +1,15 @@
-"""The machine class the compiler tiles for: capacities and array size, nothing else.
+"""The machine class the compiler tiles for: capacities and array size, and what to rank by.
 
-The compiler never sees addresses, engines or timing; it reads a config only to learn how
-much fits where, so the object it writes runs on any machine at least this large.
+The compiler never sees addresses; it reads a config to learn how much fits where, so the object
+it writes runs on any machine at least this large, and, for an objective other than latency, the
+engines' rates and the energies the loader's simulator and report take from the same config.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware import ConfigError, Machine, load_machine
+from hardware import ConfigError, EnergyModel, Machine, load_machine
 
 from .errors import CompileError
 
@@ -17,6 +18,25 @@ from .errors import CompileError
 class Level:
     banks: int  # banks (L2), tiles (L3) or buffers (L1) one compute tile may use
     bank_bytes: int
+
+
+# what the tiler ranks candidates by (`kpu-kernel-compiler --objective`): latency, the fewest DRAM
+# bytes among the tilings that keep the array fed; energy, the least pJ; edp, the least pJ x cycles
+OBJECTIVES = ("latency", "energy", "edp")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What a tiling costs beside room: bytes per cycle each link moves with all its engines, and
+    pJ per MAC and per byte at each level."""
+
+    dram_bytes_per_cycle: float  # external memory <-> L3: its channels' or the DMA engines', the lesser
+    dma_engines: int
+    dma_cycles_per_move: int  # besides its bytes, a DMA holds its engine for the DRAM latency
+    dma_engine_bytes_per_cycle: float  # one DMA's rate: its engine's or a channel's, the lesser
+    l3_l2_bytes_per_cycle: float  # the BlockMovers'
+    l2_l1_bytes_per_cycle: float  # the Streamers'
+    energy: EnergyModel
 
 
 @dataclass(frozen=True)
@@ -30,21 +50,24 @@ class Target:
     l1: Level
     dataflows: tuple[str, ...]
     line_bytes: int = 1  # the binder starts every buffer on a line: each takes whole lines
+    objective: str = "latency"  # one of OBJECTIVES
+    costs: Costs | None = None  # what the objectives but latency rank by (None: latency only)
 
 
-def load_target(config: str, accelerator: str | None = None) -> Target:
+def load_target(config: str, accelerator: str | None = None, objective: str = "latency") -> Target:
     """The target of a config file, or of a shipped config named without suffix; `accelerator`
     picks the KPU of a system-schema file that has several."""
     try:
         m = load_machine(config, accelerator)
     except ConfigError as e:
         raise CompileError(str(e)) from None
-    return target_from_machine(m)
+    return target_from_machine(m, objective)
 
 
-def target_from_machine(m: Machine) -> Target:
+def target_from_machine(m: Machine, objective: str = "latency") -> Target:
     """The target of a machine already read (by `kpu-dse`, from a config document it built)."""
     tiles = m.compute.tiles
+    e, x = m.engines, m.external
     # L3 and L2 are shared: each compute tile plans with its share of the banks. The L3 tiles
     # are one address space, interleaved across them: one bank, a share of its bytes.
     return Target(
@@ -57,4 +80,9 @@ def target_from_machine(m: Machine) -> Target:
         l1=Level(m.l1.count, m.l1.bytes),
         dataflows=m.compute.dataflows,
         line_bytes=m.line_bytes,
+        objective=objective,
+        costs=Costs(min(x.channels * x.channel_bytes_per_cycle, e.dma * e.dma_bytes_per_cycle), e.dma,
+                    x.latency_cycles, min(e.dma_bytes_per_cycle, x.channel_bytes_per_cycle),
+                    e.block_mover * e.block_mover_bytes_per_cycle, e.streamer * e.streamer_bytes_per_cycle,
+                    m.energy),
     )

@@ -4,6 +4,10 @@ Start: the analytical formula of Goto & van de Geijn as upstream kpu-sim states 
 L2 bank. Then a bounded search over multiples of the array size picks the tiles whose exact
 DRAM traffic (counted over the chosen loop order, not estimated by dividing by reuse) is least,
 subject to every buffer (tile x buffering depth) fitting the target's banks at L3, L2 and L1.
+
+That is the `latency` objective. The others (`Target.objective`: `energy`, `edp`) rank every
+tiling that fits by what the loader's models say it costs (`estimate`): pJ by `hardware.energy`
+from the bytes each pair of levels moves, and cycles by the array's model against each link's rate.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
+
+from hardware import matmul_cycles
 
 from .requirements import Buffer, fits
 from .target import Target
@@ -167,6 +173,7 @@ class MatmulProblem:
     depth: int  # buffering depth for loads
     # a fused epilogue's operands, as (bytes per element, varies along M, along N); None: no epilogue
     epilogue: tuple[tuple[int, bool, bool], ...] | None = None
+    dtype: str = "f32"  # A's, which prices a MAC (`hardware.energy`)
 
 
 def streams(p: MatmulProblem, t: MatmulTiling) -> list[Stream]:
@@ -270,11 +277,15 @@ def _panel_blocks(tiles: int, workers: int) -> list[int]:
 def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
     """The feasible tilings with these tiles, as (tiling, trips): each order without a resident
     panel, and for each resident operand, panel buffering depth and parallel loop the largest
-    panel that fits and is worth its wait (a larger panel never moves more)."""
+    panel that fits and is worth its wait (a larger panel never moves more). Ranked by cost (an
+    objective but latency), the largest panel that fits, its wait being in the cost, and the
+    other operand streaming past it in panels or in K tiles whatever the panel's size."""
     # L2 and L1 hold the same tiles whichever operand is resident: when they do not fit, none does
     on_l2_l1 = [b for b in tile_buffers(p, MatmulTiling(Ti, Tj, Tk, Tk, (), Parallel(None, 1)))[0] if b[0] != "L3"]
     if not fits(on_l2_l1, target):
         return
+    by_cost = target.objective != "latency"
+    takes = _fitting if by_cost else _acceptable
     for order in ORDERS[None]:
         trips = trips_of(p, Ti, Tj, Tk)
         order = tuple(v for v in (*p.batch, *order) if trips[v] > 1)
@@ -289,16 +300,18 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
             # the compute tiles deal out the panel's tiles (sharing both panels) or the other
             # operand's panels
             for parallel_on, workers in ((inner, target.compute_tiles), (outer, 1)):
-                make = functools.partial(_resident_tiling, p, target, Ti, Tj, Tk, resident, panel_depth, parallel_on)
-                sizes = _panel_blocks(tiles, workers)
-                # the largest size that fits and is worth its wait: a larger panel takes more room
-                # and keeps the array waiting longer, and moves fewer bytes
-                n = bisect.bisect_left(sizes, True, key=lambda size: not _acceptable(p, target, *make(size)))
-                if n:
-                    yield make(sizes[n - 1])
+                for streamed_tiles in ((False, True) if by_cost else (False,)):
+                    make = functools.partial(_resident_tiling, p, target, Ti, Tj, Tk, resident, panel_depth,
+                                             parallel_on, streamed_tiles=streamed_tiles)
+                    sizes = _panel_blocks(tiles, workers)
+                    # the largest size that fits (and, for latency, is worth its wait): a larger
+                    # panel takes more room and keeps the array waiting longer, and moves fewer bytes
+                    n = bisect.bisect_left(sizes, True, key=lambda size: not takes(p, target, *make(size)))
+                    if n:
+                        yield make(sizes[n - 1])
         # the whole operand in one tile's panel, loaded once and shared, the other streaming past
         # it once in its K tiles: room for the panel where the other's panels would leave none
-        if tiles == 1:
+        if tiles == 1 and not by_cost:
             whole = _resident_tiling(p, target, Ti, Tj, Tk, resident, 1, outer, 1, streamed_tiles=True)
             if _acceptable(p, target, *whole):
                 yield whole
@@ -318,9 +331,13 @@ def _resident_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int
     return MatmulTiling(Ti, Tj, Tk, Tk, loops, parallel, resident, per_block, panel_depth, streamed_tiles), trips
 
 
-def _acceptable(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
+def _fitting(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
     private, shared = tile_buffers(p, t)
-    return fits(private, target, shared) and worth_waiting_for(p, t, trips)
+    return fits(private, target, shared)
+
+
+def _acceptable(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
+    return _fitting(p, target, t, trips) and worth_waiting_for(p, t, trips)
 
 
 # the array waits for a resident panel's loads that nothing else overlaps: a panel is worth it
@@ -335,11 +352,19 @@ def worth_waiting_for(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) 
     reader is done), but for the whole operand's panel beside K tiles (`streamed_tiles`) when it
     is loaded once, before all loops."""
     every = streams(p, t)  # A, B, ...
+    return PANEL_SHARE * waited_bytes(p, t, trips) <= dram_traffic(every, t.loop_order, trips, t.within)
+
+
+def waited_bytes(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> int:
+    """The bytes the array waits for (`worth_waiting_for`): each operand's first L3 tile, and
+    each load of a one-deep resident panel."""
     waited = sum(l3_tiles(p, t).values())
-    resident = every[0 if t.resident == "A" else 1]
+    if t.resident is None:
+        return waited
+    resident = streams(p, t)[0 if t.resident == "A" else 1]
     if t.panel_depth == 1 and (not t.streamed_tiles or placement(resident, t.loop_order) >= 0):
         waited += stream_traffic(resident, t.loop_order, trips, t.within)
-    return PANEL_SHARE * waited <= dram_traffic(every, t.loop_order, trips, t.within)
+    return waited
 
 
 # a resident panel may not shrink the L2 tiles below 1/TILE_SHRINK of the area they have without
@@ -375,6 +400,8 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
 # Q, K and V projections; every layer's): each is searched once per process.
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
+    if target.objective != "latency":
+        return _cheapest(p, target)
     best: dict[bool, tuple[tuple, MatmulTiling]] = {}  # with a resident panel or not -> the best
     whole: list[tuple[tuple, MatmulTiling]] = []  # the tilings with `streamed_tiles`
     for Ti in _candidates(p.M, target.rows):
@@ -402,3 +429,115 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
         if plain is None or TILE_SHRINK * t.Ti * t.Tj >= plain[1].Ti * plain[1].Tj:
             return t
     return None if choice is None else choice[1]
+
+
+def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
+    """Tiles of `dim` in tiles of `tile`: (extent, how many tiles have it)."""
+    return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
+
+
+def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
+                 target: Target, dataflow: str) -> int:
+    """The array's cycles for a product in tiles of these (extent, count) sizes, as the simulator
+    counts them: each result tile's K steps back to back, the accumulators drained after the last."""
+    def cycles(m: int, n: int, k: int, drain: bool) -> int:
+        return matmul_cycles(m, n, k, target.rows, target.cols, dataflow, drain)
+
+    last = k_sizes[-1][0]
+    total = 0
+    for m, cm in m_sizes:
+        for n, cn in n_sizes:
+            steps = sum(count * cycles(m, n, k, False) for k, count in k_sizes)
+            total += cm * cn * (steps + cycles(m, n, last, True) - cycles(m, n, last, False))
+    return total
+
+
+def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
+    """The array's cycles for one matrix product in tiles."""
+    return array_cycles(tile_sizes(M, Ti), tile_sizes(N, Tj), tile_sizes(K, Tk), target, dataflow)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a tiling costs by the loader's models."""
+
+    cycles: int
+    pj: float
+    dram: int  # bytes
+
+
+def hops(p: MatmulProblem, t: MatmulTiling) -> dict[tuple[str, str], list[Stream]]:
+    """The streams each pair of levels moves, (source, destination) -> streams: the loads' L3
+    tiles in from external memory, their L2 tiles (the L1 tiles are these) on down, Cin to the
+    accumulators, and the result's tiles out (with an epilogue, its result's)."""
+    dram = streams(p, t)
+    # the L2 tiles are those of a tiling without a resident panel: Ti or Tj by Tk
+    l2 = streams(p, MatmulTiling(t.Ti, t.Tj, t.Tk, t.L1_Ki, t.loop_order, t.parallel))
+    c = dram[-1]
+    epilogue = [Stream("E", (*(["ti"] if rows else []), *(["tj"] if cols else [])),
+                       math.prod(p.batch_trips) * (p.M if rows else 1) * (p.N if cols else 1) * elem)
+                for elem, rows, cols in p.epilogue or ()]
+    return {("EXTERNAL", "L3"): dram[:-1] + epilogue, ("L3", "L2"): l2[:-1] + epilogue,
+            ("L2", "L1"): l2[:2], ("L2", "REGISTER"): l2[2:-1],
+            ("REGISTER", "L2"): [c], ("L2", "L3"): [c], ("L3", "EXTERNAL"): [c]}
+
+
+def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: Target) -> Estimate:
+    """The tiling's cycles, pJ and DRAM bytes. pJ as `hardware.energy` charges the simulator's
+    counts: each hop's bytes at both its levels, the array's reads of its L1 tiles (one per
+    task: the L2 -> L1 bytes again at L1), and each MAC with its two register reads (an
+    epilogue's vector work, the same for every tiling, is left out). Cycles: the array's on the
+    busiest compute tile, or a link's bytes over its rate where that is longer (the DMA engines'
+    also holding the DRAM latency per move), plus the bytes the array waits for
+    (`waited_bytes`) over external memory's rate."""
+    costs = target.costs
+    pj = costs.energy.access_pj_per_byte
+    by_hop = hops(p, t)
+    moved = {hop: sum(stream_traffic(s, t.loop_order, trips, t.within) for s in hop_streams)
+             for hop, hop_streams in by_hop.items()}
+    macs = math.prod(p.batch_trips) * p.M * p.N * p.K
+    # the same for every tiling: without a figure for the dtype, energy x cycles counts the moves alone
+    mac_pj = costs.energy.mac_pj.get(p.dtype, 0.0)
+    energy = (sum(n * (pj[src.lower()] + pj[dst.lower()]) for (src, dst), n in moved.items())
+              + moved["L2", "L1"] * pj["l1"] + macs * (mac_pj + 2 * p.elem_a * pj["register"]))
+    steps = trips[t.parallel.loop] if t.parallel.loop else 1
+    array = math.prod(p.batch_trips) * _fewest_array_cycles(p.M, p.N, p.K, t.Ti, t.Tj, t.Tk, target) \
+        * -(-steps // t.parallel.workers) / steps
+    dram = moved["EXTERNAL", "L3"] + moved["L3", "EXTERNAL"]
+    # a stream moves all its tiles (one per value of the loops indexing it) each time it moves its tensor
+    dma_moves = sum(stream_traffic(s, t.loop_order, trips, t.within) // s.bytes
+                    * math.prod(trips[v] for v in s.loop_vars)
+                    for s in (*by_hop["EXTERNAL", "L3"], *by_hop["L3", "EXTERNAL"]))
+    links = (dram / costs.dram_bytes_per_cycle,
+             (dma_moves * costs.dma_cycles_per_move + dram / costs.dma_engine_bytes_per_cycle) / costs.dma_engines,
+             (moved["L3", "L2"] + moved["L2", "L3"]) / costs.l3_l2_bytes_per_cycle,
+             (moved["L2", "L1"] + moved["REGISTER", "L2"] + moved["L2", "REGISTER"]) / costs.l2_l1_bytes_per_cycle)
+    waits = waited_bytes(p, t, trips) / costs.dram_bytes_per_cycle
+    return Estimate(math.ceil(max(array, *links) + waits), energy, dram)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fewest_array_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target) -> int:
+    """The array's cycles for the product in these tiles with the dataflow `auto` would take."""
+    return min(tiled_cycles(M, N, K, Ti, Tj, Tk, target, d) for d in target.dataflows)
+
+
+def _cheapest(p: MatmulProblem, target: Target) -> MatmulTiling | None:
+    """The feasible tiling with least energy (`energy`) or energy x cycles (`edp`) by `estimate`;
+    ties go to fewer DRAM bytes, then as the latency objective breaks them, then to fewer cycles.
+    Tk moves no bytes, it only takes room: for each Ti x Tj the largest Tk that fits, as the
+    latency objective takes it, and the smallest, which leaves a resident panel most room."""
+    best: tuple[tuple, MatmulTiling] | None = None
+    for Ti in _candidates(p.M, target.rows):
+        for Tj in _candidates(p.N, target.cols):
+            depths = _candidates(p.K, min(target.rows, target.cols))
+            largest = next((Tk for Tk in reversed(depths) if next(_tilings(p, target, Ti, Tj, Tk), None)), None)
+            for Tk in sorted({largest, depths[0]} - {None}):
+                for t, trips in _tilings(p, target, Ti, Tj, Tk):
+                    e = estimate(p, t, trips, target)
+                    figure = e.pj * e.cycles if target.objective == "edp" else e.pj
+                    tiles = trips["ti"] * trips["tj"] * trips["tk"]
+                    key = (figure, e.dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, e.cycles, t.loop_order)
+                    if best is None or key < best[0]:
+                        best = (key, t)
+    return None if best is None else best[1]
