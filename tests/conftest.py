@@ -1,7 +1,8 @@
-"""Shared helpers: run the two CLIs as a user would, and build small programs in-process."""
+"""Shared helpers: run the CLIs as a user would, and build small programs in-process."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -12,8 +13,14 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
-from hypothesis import settings
+# One BLAS thread per process, set before numpy loads: the suite already runs a process per core
+# (pytest-xdist's workers, and the CLIs and Dask workers its tests start), so OpenBLAS's threads
+# would only contend for those cores, spinning while they wait (a convolution's matmuls took up to
+# ten times as long). The numbers do not change: MobileNet's outputs and checks are the same bits.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 # `make test` (profile "ci") draws the same examples every run, so CI passes or fails on the code,
 # never on the draw. `make fuzz` (profile "fuzz") draws fresh examples, twenty times as many.
@@ -38,7 +45,8 @@ _spec.loader.exec_module(make_gemm)
 gemm_dfg = make_gemm.gemm_dfg
 
 
-PROGRAMS = {"compiler": ("kpu-kernel-compiler", "kernel_compiler"), "loader": ("kpu-loader", "loader")}
+PROGRAMS = {"compiler": ("kpu-kernel-compiler", "kernel_compiler"), "loader": ("kpu-loader", "loader"),
+            "dse": ("kpu-dse", "dse")}
 DEADLINE_SECONDS = 300
 
 
@@ -56,12 +64,12 @@ def _print_warning(message, category, filename, lineno, file=None, line=None) ->
 
 
 def run_cli(tool: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run `kpu-kernel-compiler` (tool="compiler") or `kpu-loader` (tool="loader") as its console
-    script runs it, but in this process: the same entry point on the same arguments, its exit
-    code, stdout and stderr (a traceback as a process would print it, with exit code 1), without
-    a new interpreter's second of imports per run. A deadline fails a test whose input makes a
-    tool hang instead of stalling the suite. `run_cli_process` runs the real process, for the
-    tests of what only a process shows."""
+    """Run `kpu-kernel-compiler` (tool="compiler"), `kpu-loader` (tool="loader") or `kpu-dse`
+    (tool="dse") as its console script runs it, but in this process: the same entry point on the
+    same arguments, its exit code, stdout and stderr (a traceback as a process would print it, with
+    exit code 1), without a new interpreter's second of imports per run. A deadline fails a test
+    whose input makes a tool hang instead of stalling the suite. `run_cli_process` runs the real
+    process, for the tests of what only a process shows."""
     import signal
     import traceback
     from contextlib import redirect_stderr, redirect_stdout
@@ -131,6 +139,14 @@ def pytest_collection_modifyitems(items):
                     len(LONGEST_FIRST))
 
     items.sort(key=rank)
+
+
+def pytest_collection_finish(session):
+    """What collection made (the test modules, their tables and cases) lives to the end of the
+    session: frozen, it is skipped by the garbage collector's full passes, which a test building
+    a large graph sets off again and again, each one walking every object the process holds."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,12 +1,15 @@
 """`kpu-dse`: the Dask engine's rows equal the serial engine's, a killed sweep resumes with only
 the missing points, a point that cannot run is a row, a bad spec is one line, and the frontier
-and its plot are right."""
+and its plot are right. The command runs in this process (`run_cli`), but as a process of its own
+where that is what is tested: killed mid-sweep, on a local Dask cluster, and its exit code and
+one-line error as installed."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
 import re
 import signal
 import struct
@@ -19,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CONFIGS, ROOT, assert_one_line_error, gemm_dfg
+from conftest import CONFIGS, ROOT, assert_one_line_error, gemm_dfg, run_cli, run_cli_process
 
 from dse.pareto import frontier
 from dse.point import WALL_SECONDS, Job, evaluate
@@ -29,9 +32,9 @@ from dse.spec import SpecError, read_spec
 ARRAY = ["compute.processor_array.rows", "compute.processor_array.cols"]
 
 
-def run_dse(*args, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dse", *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+def run_dse(*args) -> subprocess.CompletedProcess:
+    """`kpu-dse ARGS` in this process: its exit code, stdout and stderr."""
+    return run_cli("dse", *args)
 
 
 def write_spec(folder: Path, axes: list, name: str = "sweep.yaml", **more) -> Path:
@@ -65,11 +68,16 @@ TWELVE = [{"name": "array", "keys": ARRAY, "values": [4, 8, 64], "label": "{0}x{
           {"name": "dram_gbps", "key": "external_memory.bandwidth_gbps", "values": [10, 50], "label": "{} GB/s"}]
 
 
-def test_a_local_dask_cluster_gives_the_serial_rows(tmp_path):
+def test_a_local_dask_cluster_gives_the_serial_rows_and_leaves_no_scratch_space(tmp_path):
+    """One cluster run, as a process of its own with a TMPDIR of its own: the rows the serial
+    engine gives, and nothing of the cluster's left in TMPDIR or among the outputs."""
     spec = write_spec(tmp_path, TWELVE, binder="cp-sat")
     serial = run_dse(spec, "-o", tmp_path / "serial", "--serial")
     assert serial.returncode == 0, serial.stderr
-    dask = run_dse(spec, "-o", tmp_path / "dask", "--workers", "2")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    dask = subprocess.run([sys.executable, "-m", "dse", str(spec), "-o", str(tmp_path / "dask"), "--workers", "2"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(temp)})
     assert dask.returncode == 0, dask.stderr
     assert "on a local Dask cluster of 2 worker process(es)" in dask.stderr
     assert counts(serial.stderr) == counts(dask.stderr) == (12, 2, 0)
@@ -81,6 +89,9 @@ def test_a_local_dask_cluster_gives_the_serial_rows(tmp_path):
                                                                                  ("4", "16", "10")]
     assert [r["status"] == "ok" for r in expected] == [r["array"] != "64" or r["l2_kb"] != "1" for r in expected]
     assert (tmp_path / "dask" / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the cluster's scratch space is the sweep's own, and gone after it
+    assert list(temp.iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "dask").iterdir()) == ["pareto.png", "pareto.svg", "results.csv"]
 
 
 def test_a_killed_sweep_resumes_with_only_the_missing_points(tmp_path):
@@ -289,15 +300,16 @@ def test_a_range_past_the_largest_float_stops_there(tmp_path):
 
 
 def test_a_bad_spec_exits_2_with_one_line(tmp_path):
+    """As a process of its own: the contract holds for the command as installed."""
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(axis(key="compute.processor_array.rowz", values=[4])))
     (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
-    proc = run_dse(tmp_path / "bad.yaml", "-o", tmp_path / "out")
+    proc = run_cli_process("dse", tmp_path / "bad.yaml", "-o", tmp_path / "out")
     assert_one_line_error(proc, "bad.yaml", "axes[0]", "compute.processor_array.rowz", "not a key of the config")
     assert not (tmp_path / "out").exists()
-    proc = run_dse(tmp_path / "nope.yaml", "-o", tmp_path / "out", "--serial")
+    proc = run_cli_process("dse", tmp_path / "nope.yaml", "-o", tmp_path / "out", "--serial")
     assert_one_line_error(proc, "nope.yaml", "cannot read")
-    assert_one_line_error(run_dse(tmp_path / "bad.yaml", "-o", tmp_path / "out", "--serial", "--workers", "2"),
-                          "--serial", "--workers")
+    assert_one_line_error(run_cli_process("dse", tmp_path / "bad.yaml", "-o", tmp_path / "out", "--serial",
+                                          "--workers", "2"), "--serial", "--workers")
 
 
 def test_a_results_table_of_another_sweep_is_refused(tmp_path):

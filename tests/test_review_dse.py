@@ -1,20 +1,19 @@
 """`kpu-dse` against hostile inputs and outputs: a spec, base config, model or results table that
 is a FIFO, a device or too large is refused without blocking; key paths too long or too deep are
-spec errors; a results table that is not this sweep's own is never written through or cut; a
-local cluster leaves no scratch space behind."""
+spec errors; a results table that is not this sweep's own is never written through or cut. (A local
+cluster leaves no scratch space behind: test_dse, on its one cluster run.)"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import assert_one_line_error, fifo, gemm_dfg
+from conftest import assert_one_line_error, fifo, gemm_dfg, run_cli
 
 from dse.results import MAX_RESULTS_BYTES, ResultsError, Table, columns, line
 from dse.spec import MAX_MODELS_BYTES, MAX_ONNX_BYTES, MAX_TEXT_MODEL_BYTES, SpecError, read_spec
@@ -22,9 +21,9 @@ from dse.spec import MAX_MODELS_BYTES, MAX_ONNX_BYTES, MAX_TEXT_MODEL_BYTES, Spe
 HEADER = columns(["array"])
 
 
-def run_dse(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dse", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env)
+def run_dse(*args) -> subprocess.CompletedProcess:
+    """`kpu-dse ARGS` in this process: its exit code, stdout and stderr."""
+    return run_cli("dse", *args)
 
 
 def write_spec(folder: Path, name: str = "sweep.yaml", **more) -> Path:
@@ -242,17 +241,3 @@ def test_a_results_cell_past_the_csv_limit_is_refused_naming_its_line(tmp_path):
     path.write_text(line(HEADER) + line(row.values()))
     with pytest.raises(ResultsError, match=r"line 2: field larger than field limit"):
         Table(path, HEADER).read()
-
-
-# ---- (I) a local cluster's scratch space is the sweep's own, and gone after it ------------------
-
-
-def test_a_local_cluster_leaves_nothing_in_the_temp_dir_or_outdir(tmp_path):
-    temp = tmp_path / "temp"
-    temp.mkdir()
-    proc = run_dse(write_spec(tmp_path), "-o", tmp_path / "out", "--workers", "1",
-                   env={**os.environ, "TMPDIR": str(temp)})
-    assert proc.returncode == 0, proc.stderr
-    assert "on a local Dask cluster of 1 worker process(es)" in proc.stderr
-    assert list(temp.iterdir()) == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["pareto.png", "pareto.svg", "results.csv"]
