@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup

@@ -57,13 +57,17 @@ def _per_channel(m: Match, name: str, channels: int, axis: int, rank: int) -> np
     return np.broadcast_to(aligned.reshape(-1), (channels,))
 
 
-def _fold(m: Match) -> Op | None:
-    conv = m.producer("conv")
-    x, w, *bias = conv.inputs
+def _conv_channels(m: Match) -> tuple[Op, dict, int, int, int]:
+    """The matched convolution, its attributes, its result's rank, channel axis and channels."""
     attrs = m.attrs("conv")
     rank = len(m.shape("conv"))
     axis = 1 if attrs["layout"] == "NCHW" else rank - 1
-    channels = m.shape("conv")[axis]
+    return m.producer("conv"), attrs, rank, axis, m.shape("conv")[axis]
+
+
+def _fold(m: Match) -> Op | None:
+    conv, attrs, rank, axis, channels = _conv_channels(m)
+    x, w, *bias = conv.inputs
     if not m.same_float_dtype():
         return None
     scale = _per_channel(m, "s", channels, axis, rank) if "s" in m else None
@@ -95,12 +99,8 @@ def _along_channels(m: Match, tensor: str, axis: int, rank: int, channels: int) 
 
 
 def _scaled_conv(m: Match) -> Op | None:
-    conv = m.producer("conv")
+    conv, attrs, rank, axis, channels = _conv_channels(m)
     x, w, *bias = conv.inputs
-    attrs = m.attrs("conv")
-    rank = len(m.shape("conv"))
-    axis = 1 if attrs["layout"] == "NCHW" else rank - 1
-    channels = m.shape("conv")[axis]
     # the per-channel sums before the scale, inner first, with their signs
     terms = [(m.producer(step).op_type == "ADD", m[term]) for step, term in (("p1", "t1"), ("p2", "t2")) if term in m]
     terms += [(False, m["mean"])] if "mean" in m else []
