@@ -179,6 +179,8 @@ MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
 
 # ---- export ---------------------------------------------------------------------------------
 
+STACK_TRACE = "pkg.torch.onnx.stack_trace"
+
 
 def export(model: Model, dynamo: bool, path: Path, full: bool) -> None:
     names = list(model.inputs)
@@ -194,6 +196,18 @@ def export(model: Model, dynamo: bool, path: Path, full: bool) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(model.module, args, str(path), dynamo=dynamo, **options)
+    without_stack_traces(path)
+
+
+def without_stack_traces(path: Path) -> None:
+    """Drop the Python stack traces the dynamo exporter keeps on each node: they name files of the
+    machine that exported the model, and nothing reads them."""
+    model = onnx.load(str(path), load_external_data=False)
+    for node in model.graph.node:
+        kept = [p for p in node.metadata_props if p.key != STACK_TRACE]
+        del node.metadata_props[:]
+        node.metadata_props.extend(kept)
+    onnx.save(model, str(path))
 
 
 def write(name: str, exporter: str, full: bool, out: Path) -> dict:
