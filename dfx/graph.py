@@ -31,6 +31,10 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: str
     role: str = "intermediate"  # input | constant | output | intermediate
+    # where it lives between kernels: None, external memory; "L3", a region of L3 the loader
+    # reserves for it from the kernel that writes it to the last that reads it (an intermediate
+    # the compiler found room for on its target), so it never crosses the external memory link
+    home: str | None = None
 
     @property
     def size(self) -> int:

@@ -35,6 +35,8 @@ def validate_program(program: Program, where: str) -> None:
         problem = shape_problem(t.shape)
         if problem:
             fail(f"tensor '{t.name}'", problem)
+        if t.home is not None and t.role != "intermediate":
+            fail(f"tensor '{t.name}'", f"has its home in {t.home}, but a graph {t.role} lives in external memory")
     # with no graph op there is no kernel either (each op must have one, checked last)
     if not g.ops:
         fail("graph", "has no ops: the program computes nothing")
@@ -798,6 +800,12 @@ def _move_problem(op: DataMove, g: Graph) -> str | None:
         return f"moves '{src.tensor}' ({ts.dtype}) into '{dst.tensor}' ({td.dtype}); a move does not convert"
     if dst.table is not None or (src.table is not None and src.level != "EXTERNAL"):
         return "indexes a tile through a table; only a source in external memory may be"
+    # a home in L3 is not external memory: no view names its bytes, no table reads through it
+    index = src.table.tensor if isinstance(src.table, IndexTensor) else None
+    kept = [t for t in (src.tensor, dst.tensor, index) if t is not None and g.tensors[t].home is not None]
+    if kept and (op.move_type == "VIEW" or src.table is not None):
+        return (f"{'views' if op.move_type == 'VIEW' else 'reads through a table'} '{kept[0]}', whose home is in "
+                f"{g.tensors[kept[0]].home}; only a tensor in external memory may be")
     if op.move_type == "VIEW":
         whole = all(r.tile_shape == [max(d, 1) for d in t.shape] and r.offset is None and r.table is None
                     for r, t in ((src, ts), (dst, td)))

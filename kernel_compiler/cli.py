@@ -31,14 +31,18 @@ def compile(
                               help="Apply chains of map ops (bias, activation) to a kernel's result tile on chip, "
                                    "and make one op of a chain that spells softmax, layer norm or GELU; "
                                    "--no-fusion: every graph op its own kernel"),
+    keep: bool = typer.Option(True, "--keep-on-chip/--no-keep-on-chip",
+                              help="Keep an intermediate in L3 from the kernel writing it to the last reading it "
+                                   "where the target has room; --no-keep-on-chip: every one crosses external memory"),
 ) -> None:
     """Compile a graph into a hardware-agnostic, tiled DFX object file."""
     from dfx import ObjectFileError, OutputError, OutputFiles, encode, fail, read_back
 
     from .compile import compile_graph, graph_passes, lower_kernels
-    from .dump import dump_graph, dump_kernel, dump_objective
+    from .dump import dump_graph, dump_homes, dump_kernel, dump_objective
     from .errors import CompileError
     from .frontends import load_graph
+    from .residency import keep_on_chip
     from .synchronise import synchronise
     from .target import OBJECTIVES, load_target
 
@@ -65,11 +69,14 @@ def compile(
                 print(dump_graph(graph))
                 print(dump_objective(tgt.objective))
                 kernels = list(lower_kernels(graph, tgt, dataflow, fuse))
-                synchronise([k for k in kernels if not isinstance(k, CompileError)])
+                lowered = [k for k in kernels if not isinstance(k, CompileError)]
+                if keep:
+                    print(dump_homes(keep_on_chip(lowered, graph, tgt)))
+                synchronise(lowered)
                 for k in kernels:
                     print(f"  (no kernel) {k}" if isinstance(k, CompileError) else dump_kernel(k))
                 return
-            program = compile_graph(graph, input, tgt, dataflow, fuse, warnings)
+            program = compile_graph(graph, input, tgt, dataflow, fuse, warnings, keep)
             warn(warnings)
             encoded = encode(program)
             read_back(encoded, program, out)  # as the loader reads it: an object it would refuse is never written

@@ -16,6 +16,7 @@ from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
 from .lower_window import lower_window
 from .passes import canonicalise, split_long_rows
+from .residency import keep_on_chip
 from .synchronise import synchronise
 from .target import Target
 
@@ -89,8 +90,8 @@ def lower_kernels(graph: Graph, target: Target, dataflow: str, fuse: bool) -> It
 
 
 def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto", fuse: bool = True,
-                  warnings: list[str] | None = None) -> Program:
-    """The whole pipeline on a frontend's graph: passes, fusion, lowering, barriers."""
+                  warnings: list[str] | None = None, keep: bool = True) -> Program:
+    """The whole pipeline on a frontend's graph: passes, fusion, lowering, homes in L3, barriers."""
     # an empty program would "run" and report nothing: refuse it here, as the object reader does
     if not graph.ops:
         raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
@@ -108,5 +109,7 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         for t in kernel.outputs:
             producer[t] = kernel.name
         kernels.append(kernel)
+    if keep:  # intermediates that fit stay in L3
+        graph = keep_on_chip(kernels, graph, target)
     synchronise(kernels)
     return Program(graph.name, Path(source).name, target.name, graph, kernels, target.objective)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dfx import Compute, DataMove, Graph, Kernel, TileRef
+from dfx import Compute, DataMove, Graph, Kernel, TileRef, itemsize
 
 
 def _shape(shape) -> str:
@@ -25,6 +25,12 @@ def dump_graph(graph: Graph) -> str:
 def dump_objective(objective: str) -> str:
     """What the tiles were chosen for (`--objective`)."""
     return f"objective {objective}"
+
+
+def dump_homes(graph: Graph) -> str:
+    """The intermediates kept in L3 between kernels (`--keep-on-chip`)."""
+    kept = [f"{t.name} ({t.size * itemsize(t.dtype):,} B)" for t in graph.tensors.values() if t.home == "L3"]
+    return f"kept in L3: {', '.join(kept) if kept else 'none'}"
 
 
 def _ref(r: TileRef) -> str:

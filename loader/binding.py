@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from collections.abc import Callable
 
+from dfx import Home
 from hardware import Machine, move_timer
 
 from .buffers import Buffer, StreamReq, level_banks
@@ -40,6 +41,9 @@ class Binding:
     makespan_estimate: int = 0  # the most-loaded engine's or bank port's estimated cycles
     bind_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    # the tensors kept in L3 while the kernel runs (`buffers.home_layout`): its L3 buffers lie
+    # below all of them
+    homes: list[Home] = field(default_factory=list)
 
 
 # one bank of each level, and several; L3's tiles are one address space (buffers.level_banks)

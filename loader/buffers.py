@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import Barrier, DataMove, Kernel, Program, itemsize
+from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, itemsize, pack_homes
 from hardware import Machine
+
+from .schedule import workers_for
 
 ON_CHIP = ("L3", "L2", "L1")
 
@@ -20,9 +22,38 @@ def engine_kind(src: str, dst: str) -> str:
     pair = {src, dst}
     if "EXTERNAL" in pair:
         return "dma"
-    if pair == {"L3", "L2"}:
+    if pair <= {"L3", "L2"}:  # and within L3: a tensor's home into a padded band
         return "block_mover"
     return "streamer"  # L2 <-> L1, and the array's drain/fill REGISTER <-> L2
+
+
+IN_PLACE, COPY = "in place", "copy"
+
+
+def home_move(op: DataMove, homes: frozenset[str]) -> str | None:
+    """How a move between external memory and L3 of a tensor kept in L3 (`homes`) runs: IN_PLACE
+    where its L3 tile is plain, that region of the home (no task, no buffer of its own); COPY
+    where it is a padded band, which a BlockMover fills from the home, writing the padding.
+    None for any other move."""
+    src, dst = op.source, op.destination
+    if op.move_type == "VIEW" or not ((src.level == "EXTERNAL" and src.tensor in homes)
+                                      or (dst.level == "EXTERNAL" and dst.tensor in homes)):
+        return None
+    l3 = dst if dst.level == "L3" else src
+    return COPY if l3.padding is not None else IN_PLACE
+
+
+def move_levels(op: DataMove, homes: frozenset[str]) -> tuple[str, str]:
+    """The levels a move runs between: a home in L3 stands for external memory."""
+    src, dst = op.source.level, op.destination.level
+    if home_move(op, homes) is not None:
+        return ("L3" if src == "EXTERNAL" else src), ("L3" if dst == "EXTERNAL" else dst)
+    return src, dst
+
+
+def in_home(ref, homes: frozenset[str]) -> bool:
+    """Whether an L3 tile of a tensor kept in L3 is its home's region rather than a buffer."""
+    return ref.level == "L3" and ref.tensor in homes and ref.padding is None
 
 
 @dataclass(frozen=True)
@@ -97,7 +128,9 @@ def op_runs(kernel: Kernel, op) -> int:
     return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
 
 
-def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list[Buffer], list[StreamReq]]:
+def kernel_demands(kernel: Kernel, program: Program, workers: int,
+                   homes: frozenset[str] = frozenset()) -> tuple[list[Buffer], list[StreamReq]]:
+    """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3."""
     g = program.graph
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
@@ -105,6 +138,9 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
     for op in kernel.body:
         # a view names bytes already in external memory: no buffer, no engine
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
+            continue
+        # a move in place between a home and its region holds nothing and runs on no engine
+        if isinstance(op, DataMove) and home_move(op, homes) == IN_PLACE:
             continue
         # a move fills its destination; a compute whose result stays on chip (the vector unit's
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
@@ -115,10 +151,31 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int) -> tuple[list
         # a shared move is worker 0's, its one buffer read by every worker
         copies = 1 if op.op_id in shared else workers
         for w in range(copies):
-            if dst.level in ON_CHIP:
+            if dst.level in ON_CHIP and not in_home(dst, homes):
                 buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, depth, 0, len(kernel.body)))
             if isinstance(op, DataMove):
-                streams.append(StreamReq(op.op_id, w, engine_kind(op.source.level, dst.level), dst.tensor,
-                                         op.source.level, dst.level, tile_bytes, max(1, runs // copies),
-                                         l2_port_op(op)))
+                src_level, dst_level = move_levels(op, homes)
+                streams.append(StreamReq(op.op_id, w, engine_kind(src_level, dst_level), dst.tensor,
+                                         src_level, dst_level, tile_bytes, max(1, runs // copies), l2_port_op(op)))
     return buffers, streams
+
+
+def home_layout(program: Program, machine: Machine) -> list[Home]:
+    """Where in L3 the tensors the object keeps there live (`dfx.pack_homes`), each kernel
+    needing the L3 bytes of its buffers on all the compute tiles it can use; a tensor the
+    machine has no room for is left out: it stays in external memory, the moves naming its home
+    running as the DMA's."""
+    kernels = program.kernels
+    wanted = []
+    for t in program.graph.tensors.values():
+        if t.home == "L3":
+            first = next(i for i, k in enumerate(kernels) if t.name in k.outputs)
+            last = max(i for i, k in enumerate(kernels) if t.name in k.inputs)
+            wanted.append((first, Resident(t.name, t.size * itemsize(t.dtype), first, last)))
+    if not wanted:
+        return []
+    count, capacity = level_banks(machine, "L3")
+    line = machine.line_bytes
+    demands = [sum(-(-b.bytes // line) * line for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
+                   if b.level == "L3") for k in kernels]
+    return pack_homes([r for _, r in sorted(wanted, key=lambda w: w[0])], demands, capacity, line)

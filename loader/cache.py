@@ -45,13 +45,13 @@ from typing import Any
 
 import orjson
 
-from dfx import InputFileError, Program, read_input_file
+from dfx import InputFileError, Program, l3_limit, read_input_file
 from dfx.input_files import MB
 from dfx.objfile import MAX_OBJECT_BYTES
 from hardware import Machine
 
 from .binding import Binding, engine_count
-from .buffers import kernel_demands, level_banks
+from .buffers import home_layout, kernel_demands, level_banks
 from .schedule import workers_for
 
 FORMAT = "kpu-binding-cache"
@@ -276,13 +276,20 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
     buffers live at once sharing a byte; an engine of the machine for every stream."""
     if len(bindings) != len(program.kernels):
         raise EntryError(f"{len(bindings)} bindings for {len(program.kernels)} kernels")
-    for kernel, b in zip(program.kernels, bindings):
+    homes = home_layout(program, machine)
+    kept = frozenset(h.tensor for h in homes)
+    for i, (kernel, b) in enumerate(zip(program.kernels, bindings)):
         where = f"kernel '{kernel.name}'"
         if b.kernel != kernel.name:
             raise EntryError(f"{where}: the binding is of '{b.kernel}'")
         if not 1 <= b.workers <= workers_for(kernel, machine.compute.tiles):
             raise EntryError(f"{where}: {b.workers} compute tiles")
-        buffers, streams = kernel_demands(kernel, program, b.workers)
+        if b.homes != [h for h in homes if h.live(i)]:
+            raise EntryError(f"{where}: the homes in L3 are not the program's")
+        limit = l3_limit(homes, i, level_banks(machine, "L3")[1])
+        if any(bb.buffer.level == "L3" and bb.end > limit for bb in b.buffers):
+            raise EntryError(f"{where}: an L3 buffer reaches into a home")
+        buffers, streams = kernel_demands(kernel, program, b.workers, kept)
         # each once, in the kernel's order, as every binder keeps them (see estimate_makespan)
         if [bb.buffer for bb in b.buffers] != buffers:
             raise EntryError(f"{where}: the bound buffers are not the kernel's")

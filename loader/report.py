@@ -14,7 +14,7 @@ from hardware import (UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, S
 from hardware.units.bandwidth import Bandwidth
 
 from .binding import Binding
-from .buffers import engine_kind
+from .buffers import engine_kind, move_levels
 from .run import LARGEST, RunResult
 
 if TYPE_CHECKING:
@@ -198,6 +198,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     out["bindings"] = {b.kernel: {"method": b.method, "compute_tiles": b.workers,
                                   "makespan_estimate": b.makespan_estimate, "notes": b.notes}
                        for b in result.bindings}
+    out["homes"] = homes_view(program, result.bindings)
     if output_paths:
         out["outputs"] = output_paths
     if result.checks is not None:
@@ -371,11 +372,13 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
                             "end": bb.end, "bytes": buf.bytes, "depth": buf.depth, "op_id": buf.op_id})
     engines = []
     for b, k in zip(bindings, program.kernels):
+        kept = frozenset(h.tensor for h in b.homes)
         for (op_id, worker), engine in sorted(b.engines.items()):
             op = k.body_op(op_id)
+            src, dst = move_levels(op, kept)
             engines.append({"kernel": b.kernel, "op_id": op_id, "compute_tile": worker,
-                            "stream": f"{op.destination.tensor} {op.source.level}->{op.destination.level}",
-                            "engine": f"{UNIT_PREFIX[engine_kind(op.source.level, op.destination.level)]}{engine}"})
+                            "stream": f"{op.destination.tensor} {src}->{dst}",
+                            "engine": f"{UNIT_PREFIX[engine_kind(src, dst)]}{engine}"})
     schedule = [{"task": t.id, "unit": unit, "label": t.label, "tile": t.args or {}, "start": start, "end": end}
                 for t, start, end, unit in sim.first_tasks[:ops]]
     barriers = [{"kernel": k.name, "op_id": op.op_id, "waits_for_kernel": op.kernel or k.name, "wait_for": op.wait_for}
@@ -384,7 +387,16 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
             "bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
                           "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4),
                           "notes": b.notes} for b in bindings],
+            "homes": homes_view(program, bindings),
             "buffers": buffers, "engines": engines, "barriers": barriers, "schedule": schedule}
+
+
+def homes_view(program: Program, bindings: list[Binding]) -> dict[str, dict[str, Any]]:
+    """Each intermediate kept in L3 between kernels: its region and the kernels it lives across."""
+    names = [k.name for k in program.kernels]
+    homes = {h.tensor: h for b in bindings for h in b.homes}
+    return {t: {"address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
+                "written_by": names[h.first], "last_read_by": names[h.last]} for t, h in homes.items()}
 
 
 def print_dry_run(view: dict[str, Any], console: Console) -> None:
@@ -402,6 +414,14 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
         t.add_row(b["kernel"], shown(b["tensor"]), b["level"], str(b["compute_tile"]), str(b["bank"]),
                   f"0x{b['address']:06x}-0x{b['end']:06x}", f"{b['bytes']:,}", str(b["depth"]))
     console.print(t)
+    if view["homes"]:
+        t = Table(title="kept in L3 between kernels", title_justify="left")
+        for col in ("tensor", "address range", "bytes", "written by", "last read by"):
+            t.add_column(col)
+        for name, h in view["homes"].items():
+            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}", h["written_by"],
+                      h["last_read_by"])
+        console.print(t)
     t = Table(title="engine assignment", title_justify="left")
     for col in ("kernel", "op", "tile", "stream", "engine"):
         t.add_column(col)

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
 
-from dfx import Compute, Program, accumulation_dtype, lookup, numpy_dtype, tolerance
+from dfx import Compute, Home, Program, accumulation_dtype, l3_limit, lookup, numpy_dtype, tolerance
 from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
-from .buffers import kernel_demands
+from .buffers import home_layout, kernel_demands, level_banks
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import workers_for
@@ -71,22 +71,36 @@ def check_fits(program: Program, machine: Machine, where: str) -> None:
                             f"config '{machine.name}' has {machine.compute.rows}x{machine.compute.cols}")
 
 
+def below_homes(machine: Machine, homes: list[Home], kernel: int) -> Machine:
+    """The machine as a kernel's binding sees it: L3 up to the homes live while it runs."""
+    capacity = level_banks(machine, "L3")[1]
+    limit = l3_limit(homes, kernel, capacity)
+    return machine if limit == capacity else replace(machine, l3=replace(machine.l3, count=1, bytes=limit))
+
+
 def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
     """Bind each kernel, with as many compute tiles as its memory needs allow, placed away from
-    the memory the kernels before it last used."""
+    the memory the kernels before it last used and below the homes in L3 live while it runs."""
     bindings = []
     taken = Occupancy()
-    for k in program.kernels:
+    homes = home_layout(program, machine)
+    kept = frozenset(h.tensor for h in homes)
+    for i, k in enumerate(program.kernels):
         error: BindError | None = None
+        room = below_homes(machine, homes, i)
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
-            buffers, streams = kernel_demands(k, program, workers)
+            buffers, streams = kernel_demands(k, program, workers, kept)
             start = time.perf_counter()
             try:
-                binding = relocate(binder(k.name, workers, buffers, streams, machine, where), taken, machine)
+                binding = relocate(binder(k.name, workers, buffers, streams, room, where), taken, room)
             except BindError as e:
                 error = error or e
                 continue
             binding.bind_seconds = time.perf_counter() - start
+            binding.homes = [h for h in homes if h.live(i)]
+            binding.notes.extend(f"'{t}' stays in external memory: L3 has no room for it beside the kernels "
+                                 f"it lives across" for t in k.outputs
+                                 if program.graph.tensors[t].home == "L3" and t not in kept)
             for bb in binding.buffers:
                 taken.claim(bb, len(bindings))
             if workers < workers_for(k, machine.compute.tiles):

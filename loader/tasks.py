@@ -27,12 +27,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Kernel, Program, TileRef, itemsize
+from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize
 from hardware import Task
 
-from .binding import Binding
+from .binding import Binding, BoundBuffer
 from .execution import compute_ops
-from .buffers import engine_kind, l2_port_op
+from .buffers import IN_PLACE, Buffer, engine_kind, home_move, l2_port_op, move_levels
 from .relocate import Occupancy, place_of
 from .schedule import (accumulate_rule, expand, loop_ranges, move_slices, readers, region_elements, table_values,
                        tile_slices, unchecked_bounds, whole_move_bounds, whole_tile_bounds, within_bounds)
@@ -55,7 +55,7 @@ class TaskStream:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
         shared = kernel.shared_moves()  # worker 0's, read by every worker
         plans = _plans(_KernelFacts(kernel, self.program.graph, binding, shared, phase,
-                                    self._previous_users(binding)))
+                                    self._previous_users(kernel, binding, phase)))
         for worker, op, env in expand(kernel, binding.workers):
             plan = plans[worker][op.op_id]
             tid = self.next_id
@@ -97,12 +97,24 @@ class TaskStream:
         self.finished[kernel.name] = _ends(plans)
         last = {p.key: p.last for by_op in plans for p in by_op.values() if p.last is not None}
         self._occupy(kernel, binding, last, shared)
+        for home in binding.homes:  # in use up to this kernel's end, for what comes after
+            self.occupied.claim(_region(home), self.next_id - 1)
 
-    def _previous_users(self, binding: Binding) -> dict[tuple[int, int], set[int]]:
-        """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes."""
-        return {(bb.buffer.worker, bb.buffer.op_id):
-                {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
-                for bb in binding.buffers}
+    def _previous_users(self, kernel: Kernel, binding: Binding, phase: int) -> dict[tuple[int, int], set[int]]:
+        """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes; of
+        each move that first writes a home in L3, those under the home's region."""
+        users = {(bb.buffer.worker, bb.buffer.op_id):
+                 {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
+                 for bb in binding.buffers}
+        for home in binding.homes:
+            if home.first == phase:
+                region = _region(home)
+                under = {user for _, _, user in self.occupied.under(place_of(region), region.address, region.end)}
+                for op in kernel.body:
+                    if isinstance(op, DataMove) and op.destination.level == "L3" and op.destination.tensor == home.tensor:
+                        for w in range(binding.workers):
+                            users.setdefault((w, op.op_id), set()).update(under)
+        return users
 
     def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int], shared: set[int]) -> None:
         """This kernel's buffers hide the earlier ones they overlap: their last use is later. A
@@ -115,6 +127,11 @@ class TaskStream:
             uses = [last[u, o] for u in users for o in (op_id, *consumers[op_id]) if (u, o) in last]
             if uses:
                 self.occupied.claim(bb, max(uses))
+
+
+def _region(home: Home) -> BoundBuffer:
+    """A home's bytes of L3, as a buffer there would hold them."""
+    return BoundBuffer(Buffer(-1, 0, home.tensor, "L3", home.bytes, 1), 0, home.address)
 
 
 def _ends(plans: list[dict[int, _Plan]]) -> dict[tuple[int, int], frozenset[int]]:
@@ -147,12 +164,14 @@ class _KernelFacts:
     shared: set[int]
     phase: int
     previous_users: dict[tuple[int, int], set[int]]  # (worker, op_id) -> ids its first fills wait for
+    homes: frozenset[str] = field(init=False)  # the tensors kept in L3 while it runs
     ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
     last_step: dict[str, int] = field(init=False)  # each loop's last step
     computes: dict = field(init=False)  # `compute_ops`
     l2_banks: dict[tuple[int, int], int] = field(init=False)  # `_l2_banks`
 
     def __post_init__(self):
+        self.homes = frozenset(h.tensor for h in self.binding.homes)
         self.ranges = loop_ranges(self.kernel)
         self.last_step = {l.induction_var: l.end - 1 for l in self.kernel.tile_loops}
         self.computes = compute_ops(self.kernel, self.g)
@@ -237,18 +256,20 @@ class _ViewPlan(_Plan):
 
 class _MovePlan(_Plan):
     __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "transpose", "args", "bytes", "src_shape",
-                 "dst_shape", "table", "itemsize")
+                 "dst_shape", "table", "itemsize", "in_place")
 
     def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts)
         g = facts.g
         src, dst = op.source, op.destination
-        self.unit = engine_kind(src.level, dst.level)
-        self.src_level, self.dst_level = src.level, dst.level
-        self.engine = facts.binding.engines[op.op_id, worker]
+        # between a home in L3 and its region: no task (a padded band is a BlockMover's copy)
+        self.in_place = home_move(op, facts.homes) == IN_PLACE
+        self.src_level, self.dst_level = move_levels(op, facts.homes)
+        self.unit = engine_kind(self.src_level, self.dst_level)
+        self.engine = None if self.in_place else facts.binding.engines[op.op_id, worker]
         self.l2_bank = facts.l2_banks.get((op.op_id, worker))
         self.transpose = op.transpose or op.permutation is not None
-        self.label = f"{dst.tensor} {src.level}->{dst.level}"
+        self.label = f"{dst.tensor} {self.src_level}->{self.dst_level}"
         running = _running(facts.kernel, op)
         self.args = tuple(v for v in dst.tile_indices if v in running)
         self.src_shape, self.dst_shape = g.tensors[src.tensor].shape, g.tensors[dst.tensor].shape
@@ -259,6 +280,8 @@ class _MovePlan(_Plan):
         self.whole = None if bounds is None else unchecked_bounds(bounds, facts.ranges)
 
     def task(self, tid, deps, env):
+        if self.in_place:
+            return None
         if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):
             nbytes = self.bytes
         else:

@@ -93,21 +93,24 @@ def test_barriers_show_in_the_dry_run_and_the_trace(tmp_path):
 
 def test_no_read_of_an_intermediate_starts_before_its_writer_is_done(tmp_path):
     """Timed by the simulator, whatever the barriers say: every move that reads a kernel's
-    result from external memory starts after the last task writing that result ended."""
+    result, from external memory or from its home in L3, starts after the last task of the
+    kernel writing that result ended."""
     from hardware import load_machine
     from loader import bind_greedy, bind_program, simulate
 
     program, machine = read(compiled(tmp_path)), load_machine(STANDARD)
     bindings = bind_program(program, machine, "chain", bind_greedy)
     result = simulate(program, machine, bindings, record_first=1 << 20)
+    writer = {t: i for i, k in enumerate(program.kernels) for t in k.outputs}
     writes, reads = {}, {}
     for task, start, end, _ in result.first_tasks:
         tensor, path = task.label.split(" ", 1)
-        if path == "L3->EXTERNAL":
+        if task.phase == writer.get(tensor):
             writes[tensor] = max(writes.get(tensor, 0), end)
-        elif path == "EXTERNAL->L3":
+        elif path.startswith(("EXTERNAL->", "L3->")):
             reads.setdefault(tensor, []).append(start)
     intermediates = [k.outputs[0] for k in program.kernels[:-1]]
+    assert any(program.graph.tensors[t].home == "L3" for t in intermediates)  # both kinds are met
     assert intermediates and all(min(reads[t]) >= writes[t] for t in intermediates)
     # and kernels do overlap where they may: a kernel's A (a graph input) loads before the
     # accumulator it reads (the kernel before's result) is written
