@@ -4,7 +4,7 @@ configs built in code):
 
     pip install -e '.[zoo]'
     python examples/make_zoo.py -o examples/zoo               # the test set (small, in the repo)
-    python examples/make_zoo.py --full -o build/zoo-full      # full-size models for benchmarks/
+    python examples/make_zoo.py --full -o build/zoo-full      # full-size models for benchmarks/ (and resnet18_96)
     python examples/make_zoo.py gpt2 bert -o examples/zoo     # some of them
 
 Every model is exported twice, `torch.onnx.export` with its default exporter (`dynamo=True`)
@@ -96,6 +96,11 @@ def resnet18(full: bool) -> Model:
     return Model(model, _image(64), "64x64, widths 16-128 (a quarter), 10 classes")
 
 
+def resnet18_96(full: bool) -> Model:
+    """torchvision's resnet18 whole, at 96x96: the whole-network benchmark's (`--full` only)."""
+    return Model(torchvision.models.resnet18(weights=None), _image(96), "96x96, 1000 classes")
+
+
 def mobilenet_v2(full: bool) -> Model:
     if full:
         return Model(torchvision.models.mobilenet_v2(weights=None), _image(224), "224x224, 1000 classes")
@@ -174,7 +179,8 @@ def mlp(full: bool) -> Model:
 
 
 MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
-    resnet18, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, mlp)}
+    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, mlp)}
+FULL_ONLY = {"resnet18_96"}  # no smaller form: its 47 MB of weights stay out of the repository
 
 
 # ---- export ---------------------------------------------------------------------------------
@@ -246,11 +252,13 @@ def main() -> None:
     unknown = sorted(set(options.models) - set(MODELS))
     if unknown:
         parser.error(f"no model {', '.join(unknown)}; there are {', '.join(MODELS)}")
+    if not options.full and FULL_ONLY & set(options.models):
+        parser.error(f"{', '.join(sorted(FULL_ONLY & set(options.models)))}: only with --full")
     options.output_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = options.output_dir / "manifest.json"
     manifest = {(e["model"], e["exporter"]): e for e in
                 (json.loads(manifest_path.read_text()) if manifest_path.exists() else [])}
-    for name in options.models or MODELS:
+    for name in options.models or [m for m in MODELS if options.full or m not in FULL_ONLY]:
         for exporter in options.exporter or EXPORTERS:
             manifest[(name, exporter)] = write(name, exporter, options.full, options.output_dir)
             manifest_path.write_text(json.dumps([manifest[k] for k in sorted(manifest)], indent=1) + "\n")
