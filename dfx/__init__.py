@@ -8,7 +8,7 @@ _EXPORTS = {
     **dict.fromkeys(["DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "numpy_dtype",
                      "tolerance"], "dtypes"),
     **dict.fromkeys(["Graph", "Op", "Tensor"], "graph"),
-    **dict.fromkeys(["Home", "Resident", "l3_limit", "pack_homes"], "homes"),
+    **dict.fromkeys(["Home", "Resident", "home_bytes", "l3_limit", "pack_homes"], "homes"),
     **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),
     **dict.fromkeys(["cli_console", "fail", "run_command"], "command_line"),
     "ObjectFileError": "errors",

@@ -35,6 +35,10 @@ class Tensor:
     # reserves for it from the kernel that writes it to the last that reads it (an intermediate
     # the compiler found room for on its target), so it never crosses the external memory link
     home: str | None = None
+    # with a home in L3, how many rows along dim 1 (H of an NHWC activation) it holds: row r in
+    # slot r mod ring, written while the kernels of a chain read the rows before (Program.chains);
+    # None, all of them
+    ring: int | None = None
 
     @property
     def size(self) -> int:

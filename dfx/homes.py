@@ -5,18 +5,24 @@ last kernel that reads it. Its region sits at the top of L3, below those of the 
 the same time, and every kernel while it lives binds its own L3 buffers below all the regions
 live during it. Both sides run this one packing on their own figures of what each kernel needs
 (the compiler per its target, the loader per the concrete machine), so where a machine has the
-room the compiler counted on, the loader keeps what the compiler planned.
+room the compiler counted on, the loader keeps what the compiler planned. The kernels of a chain
+(`Program.chains`) run at once: a home live during one of them is live during all, and each
+needs room for all their buffers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import itemsize
+from .graph import Tensor
+
 
 @dataclass(frozen=True)
 class Home:
     """A tensor's region of L3: `bytes` at `address`, held from kernel `first` (its writer) to
-    kernel `last` (its last reader), both positions in the program's kernel list."""
+    kernel `last` (its last reader), both positions in the program's kernel list (widened to the
+    whole chain of either, whose kernels run at once)."""
 
     tensor: str
     address: int
@@ -36,6 +42,14 @@ class Resident:
     bytes: int
     first: int
     last: int
+
+
+def home_bytes(t: Tensor) -> int:
+    """The bytes of a tensor's home: all of it, or with a ring, `ring` rows along dim 1."""
+    whole = t.size * itemsize(t.dtype)
+    if t.ring is None:
+        return whole
+    return whole // max(t.shape[1], 1) * min(t.ring, t.shape[1])
 
 
 def l3_limit(homes: list[Home], kernel: int, capacity: int) -> int:

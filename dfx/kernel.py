@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def condition(expr: str) -> tuple[str, int]:
+    """A condition "<loop> > <int>" (a compute's `accumulate`, a move's `when`) as (loop, int)."""
+    var, _, bound = expr.partition(">")
+    return var.strip(), int(bound.strip() or 0)
+
+
 @dataclass
 class TileLoop:
     induction_var: str
@@ -99,6 +105,11 @@ class DataMove:
     destination: TileRef
     at: str | None = None
     after: str | None = None
+    # "<loop> > <int>": it runs only at the steps of that loop where this holds, where it runs at
+    # all. A K split's moves of partial sums: into the accumulators before every K block but the
+    # first (reading what the drain of the block before left on chip), out of the chip after the
+    # last block alone
+    when: str | None = None
     depth: int = 1  # buffers of this stream at the destination level (2 = double buffering)
     # the destination holds the same region of the same tensor, its last two axes swapped in the
     # buffer (MATMUL's B given transposed)
@@ -189,6 +200,14 @@ class Kernel:
                 if anchor is None or order.index(anchor) < parallel:
                     out.add(op.op_id)
         return out
+
+    def carried_reads(self) -> dict[int, int]:
+        """The moves that read what a later op of the body wrote on an earlier step of their
+        `when` loop (a K split's reload of partial sums) -> that op, the first they depend on."""
+        position = {op.op_id: i for i, op in enumerate(self.body)}
+        return {op.op_id: op.depends_on[0] for i, op in enumerate(self.body)
+                if isinstance(op, DataMove) and op.when is not None and op.depends_on
+                and position.get(op.depends_on[0], -1) > i}
 
     def body_op(self, op_id: int) -> BodyOp:
         for o in self.body:

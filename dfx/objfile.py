@@ -86,6 +86,8 @@ def program_body(program: Program) -> dict[str, Any]:
         },
         "constants": _marks(sorted(g.constants), quote=b'"'),
         "kernels": [_plain(k) for k in program.kernels],
+        # left out when there are none, so an object without chains is as it was before them
+        **({"chains": program.chains} if program.chains else {}),
     }
 
 
@@ -435,7 +437,7 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
                         depth=d.get("depth", 1), transpose=d.get("transpose", False),
                         broadcast=d.get("broadcast", False),
                         permutation=list(d["permutation"]) if "permutation" in d else None,
-                        fill=NON_FINITE.get(d.get("fill"), d.get("fill")), **place)
+                        fill=NON_FINITE.get(d.get("fill"), d.get("fill")), when=d.get("when"), **place)
     if d["type"] == "COMPUTE":
         return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
                        _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)
@@ -447,7 +449,8 @@ def _program(body: dict[str, Any], constants: dict[str, bytes], where: str) -> P
     for t in body["graph"]["tensors"]:
         if t["name"] in g.tensors:  # the graph holds one tensor per name: a second would replace the first
             raise ObjectFileError(f"{where}: tensor '{t['name']}': listed twice in the graph")
-        g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"], t.get("home"))
+        g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"], t.get("home"),
+                                      t.get("ring"))
     for o in body["graph"]["ops"]:
         g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),
                         {k: _numbers(v) for k, v in o.get("attrs", {}).items()}, o.get("source", "")))
@@ -465,6 +468,7 @@ def _program(body: dict[str, Any], constants: dict[str, bytes], where: str) -> P
         )
         for k in body["kernels"]
     ]
-    program = Program(body["name"], body["source"], body["target"], g, kernels, body.get("objective", "latency"))
+    program = Program(body["name"], body["source"], body["target"], g, kernels, body.get("objective", "latency"),
+                      [list(chain) for chain in body.get("chains", [])])
     validate_program(program, where)
     return program

@@ -16,3 +16,18 @@ class Program:
     graph: Graph
     kernels: list[Kernel] = field(default_factory=list)
     objective: str = "latency"  # what the tiler ranked by (`kpu-kernel-compiler --objective`)
+    # groups of consecutive kernels (by name, at least two) that run at once, band by band: each
+    # member after the first reads rows of the one before's result as they are written (a link
+    # tensor, kept in L3), so the loader interleaves their tile ops by rows
+    chains: list[list[str]] = field(default_factory=list)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each kernel (by position) -> the first and last position of the kernels running while
+        it runs: its chain's, or its own."""
+        out = [(i, i) for i in range(len(self.kernels))]
+        position = {k.name: i for i, k in enumerate(self.kernels)}
+        for chain in self.chains:
+            members = [position[name] for name in chain]
+            for i in members:
+                out[i] = (min(members), max(members))
+        return out

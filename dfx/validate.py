@@ -7,8 +7,11 @@ says, so an edited body must not make it do less work than the graph, or other w
 the dataflow names where the computes run, one loop at most is parallel and never the one a
 compute accumulates over, only ops that can accumulate do, from the loop's first step, each op
 sits where its tile indices run, each on-chip read is of the tile its writer made there before
-it, a compute's operand tiles are the ones its result tile needs, every result is stored, and a
-move's fill and index table are the ones its graph op gives."""
+it (or, a K split's reload of partial sums, of the tile the last drain wrote a K block before),
+no partial sum leaves the chip before its last accumulation, a compute's operand tiles are the
+ones its result tile needs, every result is stored, and a move's fill and index table are the
+ones its graph op gives. And the chains (`_chain_links`, `_rows_problem`): kernels the loader
+runs at once, band by band, whose links need no barrier."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import re
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import Graph, Op, shape_problem
-from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef
+from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef, condition
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
 from .ops.reduction import ACCUMULATING
 from .program import Program
@@ -37,6 +40,8 @@ def validate_program(program: Program, where: str) -> None:
             fail(f"tensor '{t.name}'", problem)
         if t.home is not None and t.role != "intermediate":
             fail(f"tensor '{t.name}'", f"has its home in {t.home}, but a graph {t.role} lives in external memory")
+        if t.ring is not None and t.home != "L3":
+            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} rows but no home in L3 to hold them")
     # with no graph op there is no kernel either (each op must have one, checked last)
     if not g.ops:
         fail("graph", "has no ops: the program computes nothing")
@@ -92,6 +97,7 @@ def validate_program(program: Program, where: str) -> None:
         if len(raw) != t.size * itemsize(t.dtype):
             fail(f"constants/{name}", f"holds {len(raw)} bytes, tensor {list(t.shape)} {t.dtype} "
                  f"needs {t.size * itemsize(t.dtype)}")
+    links = _chain_links(program, fail)  # link tensor -> the names of its chain's kernels
     kernel_names: set[str] = set()
     body_ids: dict[str, set[int]] = {}  # kernel -> its op ids
     written: dict[str, tuple[str, set[int]]] = {}  # tensor -> (kernel, its ops writing it to EXTERNAL)
@@ -140,6 +146,7 @@ def validate_program(program: Program, where: str) -> None:
         indexing: set[str] = set()  # loop variables some tile index uses, bounded by its tensor
         stored: set[str] = set()  # tensors the kernel's moves write to external memory
         barriers: dict[int, Barrier] = {}
+        carried = k.carried_reads()
         for op in k.body:
             op_place = f"{place} op {op.op_id}"
             if op.op_id in ids:
@@ -155,7 +162,8 @@ def validate_program(program: Program, where: str) -> None:
             # a read of what an earlier kernel wrote (a source, or the index tensor a source is
             # read through) must be ordered after it by a barrier
             for tensor in op.external_reads() if isinstance(op, DataMove) else []:
-                if tensor not in written:
+                # but a link within a chain: the loader orders its reads after its writes by rows
+                if tensor not in written or k.name in links.get(tensor, ()):
                     continue
                 producer, stores = written[tensor]
                 if not any(d in barriers and barriers[d].kernel == producer and stores <= set(barriers[d].wait_for)
@@ -163,7 +171,8 @@ def validate_program(program: Program, where: str) -> None:
                     fail(op_place, f"reads intermediate '{tensor}' with no BARRIER ordering it after "
                          f"kernel '{producer}' wrote it")
             for dep in op.depends_on:
-                if dep not in ids:
+                # but a K split's reload, on what a later op wrote a step before (`_split_problem`)
+                if dep not in ids and carried.get(op.op_id) != dep:
                     fail(op_place, f"depends on op {dep}, which is not an earlier op of the kernel")
             ids.add(op.op_id)
             for anchor in (op.at, op.after):
@@ -187,6 +196,9 @@ def validate_program(program: Program, where: str) -> None:
                 computed.add(source.name)
             if isinstance(op, Compute) and not _accumulate_ok(op.accumulate, loop_vars):
                 fail(op_place, f"accumulate '{op.accumulate}' is not 'true', 'false' or '<loop> > <int>'")
+            if isinstance(op, DataMove) and op.when is not None and (
+                    op.when in ("true", "false") or not _accumulate_ok(op.when, loop_vars)):
+                fail(op_place, f"when '{op.when}' is not '<loop> > <int>'")
             refs: list[TileRef] = []
             if isinstance(op, DataMove):
                 refs = [op.source, op.destination]
@@ -250,6 +262,74 @@ def validate_program(program: Program, where: str) -> None:
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")
+    problem = _rows_problem(program, links)
+    if problem:
+        fail(*problem)
+
+
+def _chain_links(program: Program, fail) -> dict[str, set[str]]:
+    """Each link tensor (written by a kernel of a chain, read by a later one) -> the names of its
+    chain's kernels, once the chains are as the loader runs them: consecutive kernels, each after
+    the first reading a result of the one before it, their links kept in L3 for them alone, one
+    image along dim 0, and a ring only on a link."""
+    position = {k.name: i for i, k in enumerate(program.kernels)}
+    chain_of: dict[str, str] = {}
+    links: dict[str, set[str]] = {}
+    for chain in program.chains:
+        place = f"chain [{', '.join(chain)}]"
+        for name in chain:
+            if name not in position:
+                fail(place, f"'{name}' is no kernel of the program")
+            if name in chain_of:
+                fail(place, f"kernel '{name}' is in chain {chain_of[name]} too")
+            chain_of[name] = place.removeprefix("chain ")
+        first = position[chain[0]]
+        if [position[name] for name in chain] != list(range(first, first + len(chain))):
+            fail(place, "its kernels are not consecutive in program order")
+        members = [program.kernels[position[name]] for name in chain]
+        for before, k in zip(members, members[1:]):
+            if not set(before.outputs) & set(k.inputs):
+                fail(place, f"kernel '{k.name}' reads no result of kernel '{before.name}', the one before it")
+        made = {t for k in members[:-1] for t in k.outputs}
+        for t in sorted(made & {t for k in members[1:] for t in k.inputs}):
+            tensor = program.graph.tensors[t]
+            if tensor.home != "L3":
+                fail(place, f"link '{t}' has no home in L3: a chain's kernels pass their links on chip")
+            outside = [k.name for k in program.kernels if t in k.inputs and k.name not in chain]
+            if outside:
+                fail(place, f"link '{t}' is read by kernel '{outside[0]}', which is not in the chain")
+            if len(tensor.shape) < 2 or tensor.shape[0] != 1:
+                fail(place, f"link '{t}' has shape {list(tensor.shape)}; a link holds one image (dim 0 of 1) "
+                     f"whose rows (dim 1) the kernels go by")
+            links[t] = set(chain)
+    for t in program.graph.tensors.values():
+        if t.ring is not None and t.name not in links:
+            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} rows but links no chain's kernels: only a chain "
+                 f"reads rows while they are written")
+    return links
+
+
+def _rows_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, str] | None:
+    """Why a chain's kernels would not go by rows (None if they do): each move that reads or
+    writes a link at its home (its EXTERNAL side, or its plain L3 tile) indexes dim 1 by the
+    outermost loop of more than one trip, so each compute tile visits the rows in order, band
+    by band (loops step upward)."""
+    chained = {name for chain in program.chains for name in chain}
+    for k in (k for k in program.kernels if k.name in chained):
+        rows = next((l.induction_var for l in k.tile_loops if l.trip_count > 1), None)
+        for op in k.body:
+            if not isinstance(op, DataMove) or op.move_type == "VIEW":
+                continue
+            for ref in (op.source, op.destination):
+                at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
+                if ref.tensor in links and k.name in links[ref.tensor] and at_home \
+                        and ref.tile_indices[1] != rows:
+                    chain = next(c for c in program.chains if k.name in c)
+                    outer = f"'{rows}'" if rows is not None else "none: it has no loop of more than one trip"
+                    return (f"chain [{', '.join(chain)}]", f"kernel '{k.name}' op {op.op_id} moves link "
+                            f"'{ref.tensor}' at {ref.level} by '{ref.tile_indices[1]}' along dim 1; a chain's "
+                            f"kernels go by rows, the outermost loop of more than one trip ({outer})")
+    return None
 
 
 ARRAY_DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
@@ -440,6 +520,11 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     # need, whatever the loops step (`_band_problem` checks them against the result tile), and their
     # padding holds the op's value (zero unless the registry says otherwise)
     bands = {op.inputs[0].tensor: opdef[op.op_id] for op in computes if opdef[op.op_id].windows is not None}
+    carried = k.carried_reads()  # reload -> the later op whose tile of a step before it reads
+    problem = _split_problem(k, order, loops, computes, carried)
+    if problem:
+        return problem
+    fills = {f.op_id for f in _fills(k, loops, computes).values()}
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
         scope, _ = _position(op, order)
@@ -458,7 +543,8 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                             f"tiles of {first[0]} of '{first[1]}'")
         deps = list(op.depends_on) + (list(op.wait_for) if isinstance(op, Barrier) and op.kernel is None else [])
         for d in deps:
-            if not _runs_before(_position(by_id[d], order), (scope, _position(op, order)[1])):
+            if carried.get(op.op_id) != d and not _runs_before(_position(by_id[d], order),
+                                                               (scope, _position(op, order)[1])):
                 return (op_place, f"is placed {_shown(op)} but depends on op {d}, placed {_shown(by_id[d])}, which "
                         f"runs only after it there")
         if isinstance(op, DataMove):
@@ -494,12 +580,22 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     # (`OpDef.operand_order`: MATMUL's B given transposed, CONV2D's weights in another layout)
     # arrives so through the moves that reorder it, every other tile is held as laid out
     held_as: dict[int, list[int] | None] = {}
+    last_writer = {(made.tensor, made.level): op for op in k.body if (made := _written(op)) is not None}
+    read_from: dict[tuple[str, str], list[tuple[BodyOp, BodyOp]]] = {}  # (tensor, level) -> (reader, writer)s
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
         held: list[list[int] | None] = []
         for ref in _reads(op):
             key = (ref.tensor, ref.level)
             readers.setdefault(key, []).append(op)
+            if op.op_id in carried:  # a reload of what the last writer in the body left a step before
+                w = last_writer.get(key)
+                if w is None or w.op_id != carried[op.op_id] or _geometry(_written(w)) != _geometry(ref):
+                    return (op_place, f"reloads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, which op "
+                            f"{carried[op.op_id]} does not write last ({ref.tensor} at {ref.level} is reloaded "
+                            f"as the tile the last drain wrote)")
+                held.append(None)
+                continue
             if not writers.get(key):
                 return op_place, f"reads {ref.tensor} at {ref.level}, which no earlier op of the kernel writes"
             w = writers[key][-1]
@@ -516,6 +612,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 return (op_place, f"reads tiles {_tile(ref)} of {ref.tensor} at {ref.level}, op {w.op_id} writes "
                         f"tiles {_tile(made)}")
             held.append(held_as[w.op_id])
+            read_from.setdefault(key, []).append((op, w))
         if isinstance(op, DataMove):
             made_as = _reordered(op, held[0] if held else None, len(g.tensors[op.destination.tensor].shape))
             if made_as is not None and op.destination.level == "EXTERNAL":
@@ -536,13 +633,18 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
         if made is not None:
             writers.setdefault((made.tensor, made.level), []).append(op)
     # several writers of one (tensor, level): each reader gets the tile of the last one before it
-    # in body order only if they all sit at one place with their readers, or if they are copies
-    # of one move (an operand two ops of a fusion group read, loaded for each)
+    # in body order only if they all sit at one place with their readers, or each reader at the
+    # place of the writer it reads (nothing runs between them there), or if they are copies of
+    # one move (an operand two ops of a fusion group read, loaded for each). A reload of the
+    # accumulators is the partial sum their compute adds to (`_split_problem`)
     for (tensor, level), ops in writers.items():
+        ops = [o for o in ops if o.op_id not in fills]
         if len(ops) > 1:
             spots = {(o.at, o.after) for o in ops + readers.get((tensor, level), [])}
             copies = len({_move_made(o) for o in ops}) == 1
-            if not (len(spots) == 1 or copies) or any(isinstance(o, Compute) and o.accumulate != "false" for o in ops):
+            paired = all((r.at, r.after) == (w.at, w.after) for r, w in read_from.get((tensor, level), []))
+            if not (len(spots) == 1 or copies or paired) or \
+                    any(isinstance(o, Compute) and o.accumulate != "false" for o in ops):
                 return (f"{place} op {ops[1].op_id}", f"writes {tensor} at {level} as op {ops[0].op_id} does; ops may "
                         f"share a tile only as copies of one move, or at one place with its readers, and never "
                         f"with an accumulation")
@@ -580,9 +682,10 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
             if loop.parallel:
                 return (op_place, f"accumulates over loop '{acc}', which is parallel: each compute tile would add up "
                         f"only its share of the tiles")
-            if loop.within is not None:
-                return (op_place, f"accumulates over loop '{acc}', which runs within blocks: its partial result "
-                        f"would leave the registers between blocks")
+            if loop.within is not None and op.op_id not in _fills(k, loops, computes):
+                return (op_place, f"accumulates over loop '{acc}', which runs within blocks, and no move reloads "
+                        f"its accumulators from the partial sums on chip when loop '{loop.within}' advances "
+                        f"('when': '{loop.within} > {loops[loop.within].start}'): they would be lost between blocks")
             if int(bound) != loop.start:
                 return (op_place, f"accumulate '{expr}' must start afresh on the loop's first step only "
                         f"('{acc} > {loop.start}'), or it drops the tiles before")
@@ -590,13 +693,85 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
                 return op_place, f"accumulates over loop '{acc}', which indexes its result tile"
             if not any(acc in r.tile_indices for r in op.inputs):
                 return op_place, f"accumulates over loop '{acc}', which indexes none of its operand tiles"
+        # a K split's loop over K blocks: the compute adds each block to the partial sums reloaded
+        blocks = loops[acc].within if acc is not None else None
         for v in live:
-            if v not in made and v != acc:
+            if v not in made and v != acc and v != blocks:
                 return (op_place, f"sits in loop '{v}', which neither indexes its result tile nor is accumulated "
                         f"over: each step would overwrite the last")
         if acc is not None and live[-1] != acc:
             return (op_place, f"accumulates over loop '{acc}' inside loop '{live[-1]}', which changes its result "
                     f"tile between the steps it adds up")
+    return None
+
+
+def _fills(k: Kernel, loops: dict[str, TileLoop], computes: list[Compute]) -> dict[int, DataMove]:
+    """Each compute that accumulates over a loop within blocks (K in blocks, a K split) -> the move
+    that reloads its accumulators with the partial sums on chip: a move into its result there,
+    run `when` its condition holds."""
+    out = {}
+    for op in computes:
+        if op.accumulate.strip() in ("true", "false") or loops[condition(op.accumulate)[0]].within is None:
+            continue
+        fill = next((m for m in k.body if isinstance(m, DataMove) and m.when is not None
+                     and (m.destination.tensor, m.destination.level) == (op.output.tensor, op.output.level)), None)
+        if fill is not None:
+            out[op.op_id] = fill
+    return out
+
+
+def _split_problem(k: Kernel, order: list[str], loops: dict[str, TileLoop], computes: list[Compute],
+                   carried: dict[int, int]) -> tuple[str, str] | None:
+    """Why a K split would lose or leak partial sums (None if it would not): a compute that adds
+    up its result over K blocks gets its accumulators reloaded before every block but the first,
+    by a move of its result tile at the loop outside its K tiles that it depends on; a move runs
+    `when` only as such a reload (into the chip's inner levels) or as a store after the last
+    block alone; a reload of what a later op wrote reads it from a step before, inside that loop;
+    and no store to external memory inside the loop runs before the last block."""
+    place = f"kernel '{k.name}'"
+    splits: dict[str, Compute] = {}  # loop over K blocks -> the compute adding up its result across them
+    for op_id, fill in _fills(k, loops, computes).items():
+        op = next(c for c in computes if c.op_id == op_id)
+        acc = condition(op.accumulate)[0]
+        blocks = loops[acc].within
+        splits[blocks] = op
+        at = order[order.index(acc) - 1]
+        if condition(fill.when) != (blocks, loops[blocks].start) or _position(fill, order) != (order.index(acc), 0) \
+                or _geometry(fill.destination) != _geometry(op.output) or fill.op_id not in op.depends_on:
+            return (f"{place} op {fill.op_id}", f"reloads the accumulators of op {op.op_id} otherwise than with its "
+                    f"result tile at '{at}', when '{blocks} > {loops[blocks].start}', before op {op.op_id} (which "
+                    f"depends on it)")
+    for m in k.body:
+        if not isinstance(m, DataMove) or m.when is None:
+            continue
+        op_place = f"{place} op {m.op_id}"
+        var, bound = condition(m.when)
+        if var not in order[:_position(m, order)[0]]:
+            return op_place, f"runs when '{m.when}', but loop '{var}' does not run where it is placed ({_shown(m)})"
+        compute = splits.get(var)
+        if compute is None:
+            return (op_place, f"runs when '{m.when}', but no compute adds up partial sums over the K blocks of loop "
+                    f"'{var}' (reloading its accumulators): only a K split's moves run on some steps of a loop")
+        loop, levels = loops[var], ("EXTERNAL", *ON_CHIP)
+        inward = m.source.level != "EXTERNAL" and m.destination.tensor == compute.output.tensor \
+            and levels.index(m.destination.level) > levels.index(m.source.level)
+        reload, last = bound == loop.start and inward, bound == loop.end - 2 and m.move_type == "STORE"
+        if not (reload or last):
+            return (op_place, f"runs when '{m.when}', neither as a reload of the partial sums of "
+                    f"'{compute.output.tensor}' into the chip's inner levels before every K block but the first "
+                    f"('{var} > {loop.start}') nor as a store after the last alone ('{var} > {loop.end - 2}')")
+        writer = k.body_op(carried[m.op_id]) if m.op_id in carried else None
+        if writer is not None and (not reload or var not in order[:_position(writer, order)[0]]):
+            return (op_place, f"reads what op {writer.op_id}, later in the body, writes; only a reload reads so, "
+                    f"what that op wrote a step of loop '{var}' before")
+    for blocks, compute in splits.items():
+        last = (blocks, loops[blocks].end - 2)
+        for m in k.body:
+            if isinstance(m, DataMove) and m.destination.level == "EXTERNAL" \
+                    and blocks in order[:_position(m, order)[0]] and (m.when is None or condition(m.when) != last):
+                return (f"{place} op {m.op_id}", f"stores '{m.destination.tensor}' to external memory before the "
+                        f"last K block adds to the partial sums of '{compute.output.tensor}': inside loop "
+                        f"'{blocks}' a store runs after its last block alone (when '{blocks} > {last[1]}')")
     return None
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dfx import Graph, Kernel, Op, Program, lookup
 from dfx.graph import INT64_MAX
 
+from .chains import form_chains
 from .errors import CompileError
 from .fuse import fusion_groups
 from .lower_conv import lower_conv
@@ -90,8 +92,8 @@ def lower_kernels(graph: Graph, target: Target, dataflow: str, fuse: bool) -> It
 
 
 def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "auto", fuse: bool = True,
-                  warnings: list[str] | None = None, keep: bool = True) -> Program:
-    """The whole pipeline on a frontend's graph: passes, fusion, lowering, homes in L3, barriers."""
+                  warnings: list[str] | None = None, keep: bool = True, chain: bool = True) -> Program:
+    """The whole pipeline on a frontend's graph: passes, fusion, lowering, chains, homes in L3, barriers."""
     # an empty program would "run" and report nothing: refuse it here, as the object reader does
     if not graph.ops:
         raise CompileError(f"{source}: graph '{graph.name}': has no ops, there is nothing to compile")
@@ -109,7 +111,10 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         for t in kernel.outputs:
             producer[t] = kernel.name
         kernels.append(kernel)
+    chains, links = [], frozenset()
+    if fuse and keep and chain:  # window kernels that pay run band by band at once, their links in L3
+        graph, chains, links = form_chains(kernels, graph, target, functools.partial(lower_group, dataflow=dataflow))
     if keep:  # intermediates that fit stay in L3
-        graph = keep_on_chip(kernels, graph, target)
-    synchronise(kernels)
-    return Program(graph.name, Path(source).name, target.name, graph, kernels, target.objective)
+        graph = keep_on_chip(kernels, graph, target, chains)
+    synchronise(kernels, links)  # a chain's reads of its links wait for their rows, not for a barrier
+    return Program(graph.name, Path(source).name, target.name, graph, kernels, target.objective, chains)

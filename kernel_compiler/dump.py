@@ -55,7 +55,8 @@ def dump_kernel(k: Kernel) -> str:
     for op in k.body:
         place = f"after {op.after}" if op.after else f"at {op.at or '-'}"
         if isinstance(op, DataMove):
-            what = f"{op.move_type} {_ref(op.source)} -> {_ref(op.destination)} depth {op.depth}"
+            what = f"{op.move_type} {_ref(op.source)} -> {_ref(op.destination)} depth {op.depth}" \
+                   f"{f' when {op.when}' if op.when else ''}"
         elif isinstance(op, Compute):
             what = f"{op.compute_type} {', '.join(_ref(i) for i in op.inputs)} -> {_ref(op.output)} " \
                    f"accumulate={op.accumulate}"

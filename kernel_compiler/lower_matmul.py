@@ -7,7 +7,11 @@ loaded once per ti and stays while tj advances.
 
 The result tile lives at the REGISTER level (the compute tile's accumulators) while the K loop
 runs: each output block's K chunks stream through the array back to back, so the array's fill
-and drain are paid once per block, and the tile leaves once, after the K loop.
+and drain are paid once per block, and the tile leaves once, after the K loop. With K split
+(`tiling.KSplit`) the K loop runs in blocks outside the result tiles: after each block the
+accumulators drain to the tile's place in a ring on chip, before the next the array reloads
+them from there (moves that run only `when` the block is not the first), and the result
+leaves after the last block.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from .errors import CompileError
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import MatmulProblem, Stream, choose_tiling, first_fit, streams, tiled_cycles, trips_of
+from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, first_fit, streams, tiled_cycles, tiling_trips
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -39,6 +43,46 @@ def choose_dataflow(requested: str, cycles, target: Target, where: str) -> str:
             raise CompileError(f"{where}: dataflow '{dataflow}' is not supported by target '{target.name}'")
         return dataflow
     return min(target.dataflows, key=lambda d: (cycles(d), d))
+
+
+def _resident_hint(tiling: MatmulTiling, Bi: int, Bj: int, K: int, k_block: int | None, depth: int) -> str:
+    """What stays in L3 while the other tiles stream past (the hint `l3_resident`)."""
+    if tiling.split:
+        return f"A block of {Bi} x {k_block} and B block of {k_block} x {Bj} per K block, {depth} deep"
+    if tiling.resident is None:
+        return "none"
+    return (f"{tiling.resident} panel of {f'{Bi} x {K}' if tiling.resident == 'A' else f'{K} x {Bj}'}, "
+            f"{tiling.panel_depth} deep{', the other in K tiles' if tiling.streamed_tiles else ''}")
+
+
+def _reload(body: list, c_ref, level: str, order: tuple[str, ...]) -> int:
+    """Append the moves that fill the accumulators with a result tile's partial sums before every
+    K block but the first, from its place in the ring at `level` (L3: through L2), where the
+    drain after the last block put it (`_drain` appends that move: it comes later in the body, an
+    earlier step of the K block loop); the id of the last."""
+    place = order[order.index("tk") - 1]  # the result tile's loop: every K block, before its K tiles
+    first = len(body)
+    ring = first + (4 if level == "L3" else 2)  # the drain's move into the ring, `_drain`'s
+    hops = (("L3", "L2"), ("L2", "REGISTER")) if level == "L3" else (("L2", "REGISTER"),)
+    for i, (src, dst) in enumerate(hops):
+        body.append(DataMove(first + i, "LOAD", c_ref(src), c_ref(dst), at=place, when="kb > 0",
+                             depends_on=[ring if i == 0 else first + i - 1]))
+    return len(body) - 1
+
+
+def _drain(body: list, c_ref, tiling: MatmulTiling, k_blocks: int) -> None:
+    """Append the moves that take a result tile from the accumulators after each K block into its
+    place in the ring at the split's level, and out to external memory after the last block only
+    (`when` that block), through the levels between."""
+    level, last = tiling.split.level, f"kb > {k_blocks - 2}"
+    hops = [("REGISTER", "L2", None), ("L2", "L3", None), ("L3", "EXTERNAL", last)] if level == "L3" else \
+        [("REGISTER", "L2", None), ("L2", "L3", last), ("L3", "EXTERNAL", last)]
+    prev = len(body) - 1  # the compute
+    for src, dst, when in hops:
+        ring = dst == level
+        body.append(DataMove(len(body), "STORE", c_ref(src), c_ref(dst), after="tk", when=when, depends_on=[prev],
+                             depth=tiling.split.ring if ring else 1))
+        prev = len(body) - 1
 
 
 def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
@@ -83,12 +127,15 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         raise CompileError(f"{where}: no tiling of MATMUL {M}x{N}x{K} fits target '{target.name}'")
     problem, tiling = found
     Ti, Tj, Tk = tiling.Ti, tiling.Tj, tiling.Tk
-    dataflow = choose_dataflow(dataflow, lambda d: tiled_cycles(M, N, K, Ti, Tj, Tk, target, d), target, where)
+    split = tiling.split
+    k_block = min(K, Tk * split.depth) if split else None
+    dataflow = choose_dataflow(dataflow, lambda d: tiled_cycles(M, N, K, Ti, Tj, Tk, target, d, k_block), target,
+                               where)
     order = tiling.loop_order
-    trips = trips_of(problem, Ti, Tj, Tk, tiling.per_block)
+    trips = tiling_trips(problem, tiling)
     within = tiling.within
     tile_loops = [TileLoop(v, 0, trips[v], parallel=v == tiling.parallel.loop, within=within.get(v),
-                           per_block=tiling.per_block if v in within else None) for v in order]
+                           per_block=tiling.blocks.get(v)) for v in order]
 
     def ref(tensor, level, batch_idx, inner_idx, inner_shape):
         # Dimensions without a loop in the nest are taken whole ("0").
@@ -98,11 +145,12 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     # each operand's tile at each level: (loop, extent) along M or N, and along K. In L3 a panel
     # (all of K) when one operand is resident: its block of tiles, the other's single tiles (a
     # panel, or its K tiles with `streamed_tiles`)
-    Bi, Bj = min(M, Ti * tiling.per_block), min(N, Tj * tiling.per_block)
-    l3_rows = ("bi", Bi) if tiling.resident == "A" else ("ti", min(Ti, M))
-    l3_cols = ("bj", Bj) if tiling.resident == "B" else ("tj", min(Tj, N))
+    Bi = min(M, Ti * (split.rows if split else tiling.per_block))
+    Bj = min(N, Tj * (split.cols if split else tiling.per_block))
+    l3_rows = ("bi", Bi) if tiling.resident == "A" or split else ("ti", min(Ti, M))
+    l3_cols = ("bj", Bj) if tiling.resident == "B" or split else ("tj", min(Tj, N))
     k = ("tk", min(Tk, K))
-    l3_k = {name: ("0", K) if tiling.whole_k(name) else k for name in "AB"}
+    l3_k = {name: ("kb", k_block) if split else ("0", K) if tiling.whole_k(name) else k for name in "AB"}
 
     # a move copies its destination's tile: the L3 -> L2 move reads an L2 tile out of the L3 panel
     def a_ref(lvl, tile_level):
@@ -147,6 +195,8 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         l1_ops.append(prev[0])
     inner_loop = order[-1] if order else None
     c_ref = lambda lvl: ref(c, lvl, [f"b{i}" for i in range(len(out_batch))], ["ti", "tj"], [min(Ti, M), min(Tj, N)])
+    if split:  # the accumulators reloaded from the partial sums on chip, before every K block but the first
+        l1_ops.append(_reload(body, c_ref, split.level, order))
     compute_id = len(body)
     body.append(Compute(compute_id, "MATMUL_TILE", [make(*["REGISTER" if key == "Cin" else "L1"] * 2)
                                                     for key, (_, make) in operand_refs.items()],
@@ -154,7 +204,9 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
                         accumulate="tk > 0" if "tk" in order else "false", depends_on=l1_ops))
     store_place = {"after": "tk"} if "tk" in order else {"at": inner_loop}
     extra: list[Stream] = []
-    if epi:
+    if split:
+        _drain(body, c_ref, tiling, trips["kb"])
+    elif epi:
         # the result space, for the epilogue's operands: C's dims, tiled by the loops that run
         loops = tuple(v if v in order else None for v in (*batch_vars, "ti", "tj"))
         space = Space(c.shape, (1,) * len(out_batch) + (min(Ti, M), min(Tj, N)), loops)
@@ -175,20 +227,21 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     macs = math.prod(out_batch) * M * N * K
     per_stream = traffic([*stream_list.values(), *extra], order, trips, within)
     dram = sum(per_stream.values())
-    compute_cycles = math.prod(out_batch) * tiled_cycles(M, N, K, Ti, Tj, Tk, target, dataflow)
+    compute_cycles = math.prod(out_batch) * tiled_cycles(M, N, K, Ti, Tj, Tk, target, dataflow, k_block)
+    blocks = {"L3_Bi": Bi, "L3_Bj": Bj, "K_block": k_block} if split else \
+        {"L3_Bi": Bi} if tiling.resident == "A" else {"L3_Bj": Bj} if tiling.resident == "B" else {}
     return Kernel(
         name=name, op="MATMUL", graph_op=op.name, dataflow=dataflow,
         tiling={"Ti": Ti, "Tj": Tj, "Tk": Tk, "L1_Ki": tiling.L1_Ki,
-                "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"],
-                **({"L3_Bi": Bi} if tiling.resident == "A" else {"L3_Bj": Bj} if tiling.resident == "B" else {})},
+                "num_tiles_m": trips["ti"], "num_tiles_n": trips["tj"], "num_tiles_k": trips["tk"], **blocks},
         tile_loops=tile_loops,
         body=body,
         requirements=requirements(body_buffers(body, graph)),
         hints={
             "macs": macs,
-            "l3_resident": f"{tiling.resident} panel of {f'{Bi} x {K}' if tiling.resident == 'A' else f'{K} x {Bj}'}, "
-                           f"{tiling.panel_depth} deep{', the other in K tiles' if tiling.streamed_tiles else ''}"
-                           if tiling.resident else "none",
+            "l3_resident": _resident_hint(tiling, Bi, Bj, K, k_block, problem.depth),
+            **({"partial_sums": f"{split.level}, a ring of {split.ring} result tile(s) per compute tile, over "
+                                f"{trips['kb']} K blocks"} if split else {}),
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),

@@ -7,117 +7,87 @@ SCALE-Sim maps it: one column of the array busy, 1-3% of its MACs. The vector un
 kh * kw multiply-adds per output element on all its lanes at once, and a pool's maxima and sums
 are not products at all. Its utilization is reported as the vector unit's.
 
-Tiles are NHWC like a convolution's (lower_conv): loops b0 (images), th and tw (output tiles of R
-rows by C columns), tc (Tc channels; all of them when a channel has several results, so that a
-loop steps input and result channels alike). The input comes in bands with their halo and
-their share of the padding (the registry's fill: zero, or the lowest value for a max), brought
-to L3 once and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy
-for every compute tile. The result tile is written to L1 (with an epilogue, to the registers,
-the epilogue's last result to L1) and stored from there. The tiling taken balances the compute tiles, then moves the fewest external-memory
-bytes, then has the largest tiles.
+Tiled by bands as a convolution is (bands.py): loops b0, th, tw, then tc (Tc channels; all of
+them when a channel has several results, so that a loop steps input and result channels alike).
+Each band (padded with the registry's fill: zero, or the lowest value for a max) comes to L3 once
+and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy for every
+compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
+epilogue's last result to L1) and stored from there. The tiling taken balances the compute
+tiles, then moves the fewest external-memory bytes, then has the largest tiles.
 """
 
 from __future__ import annotations
 
-import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from dfx import Compute, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
+from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
+from .bands import (
+    POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, epilogue_buffers, layer, load_depth,
+    output_ref, tallest,
+)
 from .errors import CompileError
-from .bands import Body, band_elements, band_ref, channel_splits, padding_fill, widths
-from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
-from .requirements import Buffer, body_buffers, fits, requirements
+from .lower_vector import epilogue_work
+from .requirements import Buffer, fits
 from .target import Target
-from .tiling import Parallel, Stream, first_fit, parallel_loop, placement
-
-ORDER = ("b0", "th", "tw", "tc")
+from .tiling import first_fit, parallel_loop
 
 
 @dataclass(frozen=True)
-class WindowProblem:
-    N: int
-    H: int
-    W: int
-    Ci: int
-    OH: int
-    OW: int
-    multiplier: int  # results per input channel
-    hw: tuple  # the H and W windows
-    weights: tuple[int, ...] | None  # HWCM, or None for a pool
-    x_bytes: int
-    w_bytes: int
-    bias_bytes: int  # 0: none
-    bias_along: bool  # one bias per result channel (else one for all)
-    out_bytes: int
-    epilogue_operands: tuple[tuple[int, bool], ...]  # (bytes per element, varies along positions)
-    depth: int
+class WindowProblem(Layer):  # its weights, if any, HWCM
+    @property
+    def multiplier(self) -> int:  # results per input channel
+        return self.Co // self.Ci
 
 
 @dataclass(frozen=True)
-class WindowTiling:
-    R: int
-    C: int
+class WindowTiling(BandTiling):
+    CHANNEL = "tc"
     Tc: int
     weights_whole: bool  # the weights (and bias) sit in L3 whole, loaded once
 
-    def trips(self, p: WindowProblem) -> dict[str, int]:
-        return {"b0": p.N, "th": -(-p.OH // self.R), "tw": -(-p.OW // self.C), "tc": -(-p.Ci // self.Tc)}
+    def channel_trips(self, p: WindowProblem) -> dict[str, int]:
+        return {"tc": -(-p.Ci // self.Tc)}
 
-    def loop_order(self, p: WindowProblem) -> tuple[str, ...]:
-        trips = self.trips(p)
-        return tuple(v for v in ORDER if trips[v] > 1)
+    def nest(self) -> tuple[str, ...]:
+        return POSITIONS + ("tc",)
 
-
-def window_streams(p: WindowProblem, t: WindowTiling) -> list[Stream]:
-    halo = band_elements(p.hw[0], p.OH, t.R, p.H) * band_elements(p.hw[1], p.OW, t.C, p.W)
-    positions = ("b0", "th", "tw", "tc")
-    channels = () if t.weights_whole else ("tc",)
-    out = [Stream("x", positions, p.N * halo * p.Ci * p.x_bytes),
-           Stream("y", positions, p.N * p.OH * p.OW * p.Ci * p.multiplier * p.out_bytes)]
-    if p.weights is not None:
-        out.append(Stream("w", channels, math.prod(p.weights) * p.w_bytes))
-    if p.bias_bytes:
-        out.append(Stream("bias", channels if p.bias_along else (),
-                          (p.Ci * p.multiplier if p.bias_along else 1) * p.bias_bytes))
-    for i, (size, along) in enumerate(p.epilogue_operands):
-        out.append(Stream(f"epilogue{i}", positions if along else ("tc",),
-                          (p.N * p.OH * p.OW if along else 1) * p.Ci * p.multiplier * size))
-    return out
+    def stream_loops(self, p: WindowProblem) -> dict[str, tuple[str, ...]]:
+        channels = () if self.weights_whole else ("tc",)
+        loops = {"x": self.nest(), "y": self.nest()}
+        if p.weights is not None:
+            loops["w"] = channels
+        if p.bias_bytes:
+            loops["bias"] = channels if p.bias_along else ()
+        return loops
 
 
 def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[list[Buffer], list[int]]:
     """One compute tile's buffers, as `_kernel` makes them, and the shared L3 ones."""
-    order = t.loop_order(p)
-    band_h, band_w = p.hw[0].band(t.R)[0], p.hw[1].band(t.C)[0]
-    out_tile = t.R * t.C * t.Tc * p.multiplier
+    runs = {v for v, n in t.trips(p).items() if n > 1}
+    band_h, band_w = p.band(t.R, t.C)
+    channels = t.Tc * p.multiplier
+    out_tile = t.R * t.C * channels
     tiles = {"x": band_h * band_w * t.Tc * p.x_bytes,
-             "w": (p.weights[0] * p.weights[1] * t.Tc * p.multiplier if p.weights else 0) * p.w_bytes,
-             "bias": (t.Tc * p.multiplier if p.bias_along else 1) * p.bias_bytes}
+             "w": (p.weights[0] * p.weights[1] * channels if p.weights else 0) * p.w_bytes,
+             "bias": (channels if p.bias_along else 1) * p.bias_bytes}
     whole = {"w": math.prod(p.weights) * p.w_bytes if p.weights else 0,
-             "bias": (p.Ci * p.multiplier if p.bias_along else 1) * p.bias_bytes}
-    buffers: list[Buffer] = [("L1", out_tile * p.out_bytes), ("L2", out_tile * p.out_bytes),
-                             ("L3", out_tile * p.out_bytes)]
+             "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
+    buffers: list[Buffer] = []
+    for level in ("L1", "L2", "L3"):
+        buffers += [(level, out_tile * p.out_bytes)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
     shared: list[int] = []
-    def depth(loops: tuple[str, ...]) -> int:  # a load that repeats is double-buffered
-        return p.depth if placement(Stream("", loops, 0), order) >= 0 else 1
-
-    for s in window_streams(p, t):
-        if s.name == "y":
+    for name, loops in t.stream_loops(p).items():
+        if name not in tiles:
             continue
-        if s.name.startswith("epilogue"):
-            size, along = p.epilogue_operands[int(s.name[len("epilogue"):])]
-            tile = (out_tile if along else t.Tc * p.multiplier) * size * depth(s.loop_vars)
-            buffers += [(level, tile) for level in ("L3", "L2", "L1")]
-            continue
-        if s.name in whole and t.weights_whole:
-            shared.append(whole[s.name])
+        if name in whole and t.weights_whole:
+            shared.append(whole[name])
         else:
-            buffers.append(("L3", tiles[s.name] * depth(s.loop_vars)))
+            buffers.append(("L3", tiles[name] * load_depth(p.depth, runs, loops)))
         # below L3, a weight or bias tile is the one of this tile of channels
-        below = s.loop_vars if s.name == "x" else ("tc",) if s.name == "w" or p.bias_along else ()
-        buffers += [("L2", tiles[s.name] * depth(below)), ("L1", tiles[s.name] * depth(below))]
+        below = loops if name == "x" else ("tc",) if name == "w" or p.bias_along else ()
+        buffers += [(level, tiles[name] * load_depth(p.depth, runs, below)) for level in ("L2", "L1")]
     return buffers, shared
 
 
@@ -129,18 +99,10 @@ def _fits(p: WindowProblem, t: WindowTiling, target: Target) -> bool:
 def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
     """For each channel tiling and way of holding the weights, the tallest output tiles that fit,
     as wide as fit."""
-    out = []
+    holdings = (True, False) if p.weights is not None or p.bias_bytes else (False,)
     channel_tiles = [p.Ci] if p.multiplier > 1 else channel_splits(p.Ci)
-    for weights_whole in (True, False) if p.weights is not None or p.bias_bytes else (False,):
-        for Tc in channel_tiles:
-            for C in widths(p.OW):
-                def tiling(R: int) -> WindowTiling:
-                    return WindowTiling(R, C, Tc, weights_whole)
-                R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda r: not _fits(p, tiling(r), target))
-                if R:
-                    out.append(tiling(R))
-                    break
-    return out
+    return [WindowTiling(*found, Tc, whole) for whole in holdings for Tc in channel_tiles
+            if (found := tallest(p, lambda R, C: _fits(p, WindowTiling(R, C, Tc, whole), target)))]
 
 
 def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
@@ -156,8 +118,7 @@ def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
 def choose_window_tiling(p: WindowProblem, target: Target) -> WindowTiling:
     scored = []
     for t in _candidates(p, target):
-        dram = sum(traffic(window_streams(p, t), t.loop_order(p), t.trips(p)).values())
-        scored.append((round(_balance(p, t, target), 2), dram, -t.R * t.C * t.Tc, t))
+        scored.append((round(_balance(p, t, target), 2), dram_bytes(p, t), -t.R * t.C * t.Tc, t))
     if not scored:
         raise ValueError("no tiling fits")
     return min(scored, key=lambda s: s[:3])[3]
@@ -167,54 +128,30 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     """A window op and its epilogue, on the vector unit."""
     op = ops[0]
     where = op.source or op.name
-    opdef = lookup(op.op_type)
-    attrs = opdef.normalize_attrs(op.attrs)
-    x = graph.tensors[op.inputs[0]]
-    w = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
-    bias = graph.tensors[op.inputs[2]] if len(op.inputs) > 2 else None
-    y = graph.tensors[op.outputs[0]]
-    final = graph.tensors[ops[-1].outputs[0]]
+    x, y = graph.tensors[op.inputs[0]], graph.tensors[op.outputs[0]]
     if 0 in x.shape or 0 in y.shape:
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
-    epi_operands = [graph.tensors[n] for n in kernel_reads(ops)[len(op.inputs):]]
-    N, H, W, Ci = x.shape
-    found = first_fit((WindowProblem(N, H, W, Ci, y.shape[1], y.shape[2], y.shape[3] // Ci,
-                                     opdef.windows(attrs, [x.shape] + ([w.shape] if w else [])),
-                                     w.shape if w else None, itemsize(x.dtype), itemsize(w.dtype) if w else 0,
-                                     itemsize(bias.dtype) if bias else 0,
-                                     bias is not None and bias.shape == (y.shape[3],) and y.shape[3] > 1,
-                                     itemsize(final.dtype),
-                                     tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epi_operands),
-                                     depth) for depth in (2, 1)),
-                      lambda problem: choose_window_tiling(problem, target))
+    p = layer(WindowProblem, graph, ops, 2)
+    found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target))
     if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")
     return _kernel(graph, ops, name, target, *found)
 
 
 def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowProblem, t: WindowTiling) -> Kernel:
-    op, epi = ops[0], ops[1:]
-    x = graph.tensors[op.inputs[0]]
+    op = ops[0]
     w = graph.tensors[op.inputs[1]] if len(op.inputs) > 1 else None
     bias = graph.tensors[op.inputs[2]] if len(op.inputs) > 2 else None
-    y = graph.tensors[op.outputs[0]]
-    order, trips = t.loop_order(p), t.trips(p)
-    parallel: Parallel = parallel_loop(order, trips, target.compute_tiles)
-    M = p.multiplier
-
+    order = t.loop_order(p)
     builder = Body(order, p.depth)
-    body, idx = builder.ops, builder.index
+    body = builder.ops
 
-    def x_ref(level: str) -> TileRef:
-        return band_ref(x.name, level, idx("b0", "th", "tw", "tc"), p.hw, t.R, t.C, t.Tc)
-
-    inputs = [x_ref("L1")]
-    deps = [builder.loads([(x_ref("EXTERNAL"), x_ref("L3")), (x_ref("L3"), x_ref("L2")), (x_ref("L2"), x_ref("L1"))],
-                          padding_fill(op, x.dtype, p.hw))]
+    x_l1, x_tile = builder.input_bands(graph, op, p, t, "tc", t.Tc)
+    inputs, deps = [x_tile], [x_l1]
     for tensor, channel_axis in ((w, 2), (bias, 0)):
         if tensor is None:
             continue
-        per_tile = t.Tc * (1 if tensor is w else M)
+        per_tile = t.Tc * (1 if tensor is w else p.multiplier)
         along = tensor is w or p.bias_along  # a bias of one value is taken whole
 
         def ref(level: str, tile: bool) -> TileRef:
@@ -222,7 +159,7 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
             indices = ["0"] * len(shape)
             if tile and along:
                 shape[channel_axis] = per_tile
-                indices[channel_axis] = idx("tc")[0]
+                indices[channel_axis] = builder.index("tc")[0]
             return TileRef(tensor.name, level, indices, shape)
 
         whole = t.weights_whole
@@ -230,31 +167,11 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
                                    (ref("L3", True), ref("L2", True)), (ref("L2", True), ref("L1", True))]))
         inputs.append(ref("L1", True))
     inner = order[-1] if order else None
-    space = Space(y.shape, (1, t.R, t.C, t.Tc * M), tuple(v if v in order else None for v in ("b0", "th", "tw", "tc")))
-    y_ref = TileRef(y.name, "REGISTER" if epi else "L1", idx("b0", "th", "tw", "tc"), [1, t.R, t.C, t.Tc * M])
-    body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs, y_ref, at=inner, depends_on=deps))
-    place = {"at": inner}
-    final, last, extra = epilogue(body, graph, epi, y.name, y_ref.level, len(body) - 1, space, order, p.depth, place)
-    store(body, final, list(range(4)), space, last, place)
-
-    streams = window_streams(p, t)
-    named = {"x": x.name, "y": final, "w": w.name if w else "", "bias": bias.name if bias else ""}
-    per_stream = traffic([Stream(named[s.name], s.loop_vars, s.bytes) for s in streams
-                          if not s.name.startswith("epilogue")] + extra, order, trips)
-    work = epilogue_work(graph, ops)
-    compulsory = sum(graph.tensors[n].size * itemsize(graph.tensors[n].dtype) for n in kernel_reads(ops)) \
-        + graph.tensors[final].size * itemsize(graph.tensors[final].dtype)
-    return Kernel(
-        name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
-        tiling={"R": t.R, "C": t.C, "Tc": t.Tc, "band_rows": p.hw[0].band(t.R)[0], "band_cols": p.hw[1].band(t.C)[0],
-                **{f"num_tiles_{v}": n for v, n in trips.items()}},
-        tile_loops=[TileLoop(v, 0, trips[v], parallel=v == parallel.loop) for v in order],
-        body=body,
-        requirements=requirements(body_buffers(body, graph)),
-        hints={"vector_elements": dict(sorted(work.items())),
-               **dram_hints(per_stream, compulsory, target, parallel.workers)},
-        epilogue=[o.name for o in epi],
-        inputs=kernel_reads(ops),
-        outputs=list(ops[-1].outputs),
-    )
-
+    space = builder.output_space(p, t, t.Tc * p.multiplier)
+    # the vector unit keeps the result in its registers for an epilogue, else writes it to L1
+    level = "REGISTER" if ops[1:] else "L1"
+    body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs, output_ref(op.outputs[0], level, space),
+                        at=inner, depends_on=deps))
+    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1")
+    return band_kernel(graph, ops, name, target, p, t, body, extra, "vector", {"Tc": t.Tc},
+                       lambda dram: {"vector_elements": dict(sorted(epilogue_work(graph, ops).items()))})

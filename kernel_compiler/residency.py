@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dfx import DataMove, Graph, Kernel, Resident, itemsize, pack_homes
+from dfx import DataMove, Graph, Kernel, Resident, home_bytes, itemsize, pack_homes
 from dfx.kernel import IndexTensor
 
 from .target import Target
 
 
-def _workers(kernel: Kernel, compute_tiles: int) -> int:
+def workers(kernel: Kernel, compute_tiles: int) -> int:
     """Compute tiles the kernel runs on (as the loader deals them): one per parallel step at most."""
     for loop in kernel.tile_loops:
         if loop.parallel:
@@ -32,13 +32,13 @@ def _workers(kernel: Kernel, compute_tiles: int) -> int:
 def l3_demand(kernel: Kernel, graph: Graph, target: Target) -> int:
     """The bytes of L3 the kernel's buffers take, in whole lines, on all its compute tiles: a
     shared load once, every other buffer once per compute tile."""
-    shared, workers, line = kernel.shared_moves(), _workers(kernel, target.compute_tiles), target.line_bytes
+    shared, tiles, line = kernel.shared_moves(), workers(kernel, target.compute_tiles), target.line_bytes
     total = 0
     for op in kernel.body:
         if not isinstance(op, DataMove) or op.move_type == "VIEW" or op.destination.level != "L3":
             continue
         tile = math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype)
-        total += -(-tile * op.depth // line) * line * (1 if op.op_id in shared else workers)
+        total += -(-tile * op.depth // line) * line * (1 if op.op_id in shared else tiles)
     return total
 
 
@@ -73,9 +73,26 @@ def _without(kernel: Kernel, tensors: dict[str, int]) -> dict:
     return out
 
 
-def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target) -> Graph:
+def spans(kernels: list[Kernel], chains: list[list[str]]) -> list[tuple[int, int]]:
+    """Each kernel (by position) -> the first and last position of the kernels running while it
+    runs: its chain's (`Program.chains`: they run at once), or its own."""
+    out = [(i, i) for i in range(len(kernels))]
+    position = {k.name: i for i, k in enumerate(kernels)}
+    for chain in chains:
+        members = [position[name] for name in chain]
+        for i in members:
+            out[i] = (min(members), max(members))
+    return out
+
+
+def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: list[list[str]] | None = None) -> Graph:
     """The graph with a home in L3 for each intermediate that fits there across its kernels, in
-    the order they are written; each kernel's DRAM hints without them. Kernels in execution order."""
+    the order they are written; each kernel's DRAM hints without them. Kernels in execution order.
+    A tensor with a home already (a chain's link, `chains.form_chains`) is packed in its turn
+    and kept as it is: no other home is taken that would leave it out. The kernels of a chain
+    run at once: a home live during one is live during all, and each needs room for all their
+    buffers."""
+    span = spans(kernels, chains or [])
     writer: dict[str, int] = {}
     last_reader: dict[str, int] = {}
     for i, k in enumerate(kernels):
@@ -84,17 +101,30 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target) -> Graph:
         for t in k.outputs:
             writer[t] = i
     movable = _movable(kernels)
-    wanted = [Resident(t, graph.tensors[t].size * itemsize(graph.tensors[t].dtype), i, last_reader[t])
-              for t, i in writer.items()
-              if t in movable and graph.tensors[t].role == "intermediate" and last_reader.get(t, -1) > i]
-    demands = [l3_demand(k, graph, target) for k in kernels]
-    homes = pack_homes(wanted, demands, target.l3.bank_bytes * target.compute_tiles, target.line_bytes)
-    if not homes:
+    fixed = [t for t in writer if graph.tensors[t].home == "L3"]
+    wanted = [t for t in writer if t in movable and t not in fixed
+              and graph.tensors[t].role == "intermediate" and last_reader.get(t, -1) > writer[t]]
+    own = [l3_demand(k, graph, target) for k in kernels]
+    demands = [sum(own[first:last + 1]) for first, last in span]
+    # as the loader packs them: every tensor with a home, in the order of the kernels writing them
+    rank = {t: i for i, t in enumerate(graph.tensors)}
+
+    def packed(tensors: list[str]) -> list:
+        ordered = sorted(tensors, key=lambda t: (writer[t], rank[t]))
+        residents = [Resident(t, home_bytes(graph.tensors[t]), span[writer[t]][0], span[last_reader[t]][1])
+                     for t in ordered]
+        return pack_homes(residents, demands, target.l3.bank_bytes * target.compute_tiles, target.line_bytes)
+
+    held = list(fixed)
+    for t in wanted:
+        if len(packed(held + [t])) == len(held) + 1:
+            held.append(t)
+    if not held:
         return graph
-    held = {h.tensor: h.bytes for h in homes}
+    kept = {t: graph.tensors[t].size * itemsize(graph.tensors[t].dtype) for t in held}
     for k in kernels:
-        mine = {t: b for t, b in held.items() if t in k.inputs or t in k.outputs}
+        mine = {t: b for t, b in kept.items() if t in k.inputs or t in k.outputs}
         if mine:
             k.hints = _without(k, mine)
-    tensors = {name: dataclasses.replace(t, home="L3") if name in held else t for name, t in graph.tensors.items()}
+    tensors = {name: dataclasses.replace(t, home="L3") if name in kept else t for name, t in graph.tensors.items()}
     return Graph(graph.name, tensors, graph.ops, graph.constants)

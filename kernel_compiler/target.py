@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware import ConfigError, EnergyModel, Machine, load_machine
+from hardware import ConfigError, EnergyModel, Machine, VectorUnit, load_machine
 
 from .errors import CompileError
 
@@ -36,7 +36,9 @@ class Costs:
     dma_engine_bytes_per_cycle: float  # one DMA's rate: its engine's or a channel's, the lesser
     l3_l2_bytes_per_cycle: float  # the BlockMovers'
     l2_l1_bytes_per_cycle: float  # the Streamers'
+    streamer_bytes_per_cycle: float  # one Streamer's: an accumulator tile drains or reloads through one
     energy: EnergyModel
+    vector: VectorUnit  # each compute tile's: its lanes and cycles per element by op class
 
 
 @dataclass(frozen=True)
@@ -84,5 +86,5 @@ def target_from_machine(m: Machine, objective: str = "latency") -> Target:
         costs=Costs(min(x.channels * x.channel_bytes_per_cycle, e.dma * e.dma_bytes_per_cycle), e.dma,
                     x.latency_cycles, min(e.dma_bytes_per_cycle, x.channel_bytes_per_cycle),
                     e.block_mover * e.block_mover_bytes_per_cycle, e.streamer * e.streamer_bytes_per_cycle,
-                    m.energy),
+                    e.streamer_bytes_per_cycle, m.energy, m.vector),
     )

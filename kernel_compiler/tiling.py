@@ -13,6 +13,7 @@ from the bytes each pair of levels moves, and cycles by the array's model agains
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterable
@@ -35,6 +36,25 @@ class Stream:
     name: str  # "A", "B", "Cin", "C"
     loop_vars: tuple[str, ...]  # the loops its tile index depends on
     bytes: int  # the whole tensor
+    # a loop on whose last step alone it moves, so that loop repeats none of it: the result of a
+    # K split, stored once its last K block has added up (`KSplit`)
+    final_over: str | None = None
+
+
+@dataclass(frozen=True)
+class KSplit:
+    """K advancing in blocks outside the result tiles, loops bi, bj, kb, ti, tj, tk: A's block of
+    `rows` row tiles and B's block of `cols` column tiles, one K block of `depth` K tiles deep
+    each, stay in L3 while every result tile of the panel they make takes that K block. A result
+    tile's partial sums drain from the accumulators after each K block and wait at `level` (L2 or
+    L3), in a ring of `ring` tiles (those one compute tile makes per K block), until the array
+    reloads them for the next; the result leaves the chip after the last."""
+
+    rows: int
+    cols: int
+    depth: int
+    level: str
+    ring: int
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,7 @@ class MatmulTiling:
     # resident operand whole in one tile, whose panel leaves too little room for the other's
     # panels; the other passes it once either way
     streamed_tiles: bool = False
+    split: KSplit | None = None  # K in blocks, the partial sums on chip between them
 
     def whole_k(self, operand: str) -> bool:
         """Whether the operand's L3 tile holds all of K (a panel)."""
@@ -63,8 +84,19 @@ class MatmulTiling:
     @property
     def within(self) -> dict[str, str]:
         """The loop over tiles in each block -> its loop over blocks (those that run)."""
-        pair = {"A": ("ti", "bi"), "B": ("tj", "bj")}.get(self.resident)
-        return {pair[0]: pair[1]} if pair and pair[1] in self.loop_order else {}
+        return {loop: BLOCK_LOOPS[loop] for loop in self.blocks}
+
+    @property
+    def blocks(self) -> dict[str, int]:
+        """The loops over tiles in blocks whose loop over blocks runs -> their tiles per block."""
+        if self.split is not None:
+            sizes = {"ti": self.split.rows, "tj": self.split.cols, "tk": self.split.depth}
+        else:
+            sizes = {{"A": "ti", "B": "tj"}[self.resident]: self.per_block} if self.resident else {}
+        return {loop: n for loop, n in sizes.items() if BLOCK_LOOPS[loop] in self.loop_order}
+
+
+BLOCK_LOOPS = {"ti": "bi", "tj": "bj", "tk": "kb"}  # a loop over tiles -> its loop over blocks
 
 
 def placement(stream: Stream, loop_order: tuple[str, ...]) -> int:
@@ -108,7 +140,7 @@ def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str,
     blocks = {(within or {}).get(v) for v in live}
     repeats = 1
     for var in live:
-        if var not in stream.loop_vars and var not in blocks:
+        if var not in stream.loop_vars and var not in blocks and var != stream.final_over:
             repeats *= trips[var]
     return stream.bytes * repeats
 
@@ -181,9 +213,13 @@ def streams(p: MatmulProblem, t: MatmulTiling) -> list[Stream]:
     batch_size = math.prod(p.batch_trips)
     a_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.a_batch)
     b_b = math.prod(t for v, t in zip(p.batch, p.batch_trips) if v in p.b_batch)
-    # a resident operand's L3 tiles are indexed by its blocks, and a panel's by no K tile
-    a_loops = ("bi" if t.resident == "A" else "ti", *(() if t.whole_k("A") else ("tk",)))
-    b_loops = ("bj" if t.resident == "B" else "tj", *(() if t.whole_k("B") else ("tk",)))
+    # a resident operand's L3 tiles are indexed by its blocks, and a panel's by no K tile; with K
+    # split, both are blocks of tiles one K block deep
+    if t.split is not None:
+        a_loops, b_loops = ("bi", "kb"), ("bj", "kb")
+    else:
+        a_loops = ("bi" if t.resident == "A" else "ti", *(() if t.whole_k("A") else ("tk",)))
+        b_loops = ("bj" if t.resident == "B" else "tj", *(() if t.whole_k("B") else ("tk",)))
     out = [
         Stream("A", (*p.a_batch, *a_loops), a_b * p.M * p.K * p.elem_a),
         Stream("B", (*p.b_batch, *b_loops), b_b * p.K * p.N * p.elem_b),
@@ -194,15 +230,23 @@ def streams(p: MatmulProblem, t: MatmulTiling) -> list[Stream]:
         cols = p.N if p.cin_cols else 1
         out.append(Stream("Cin", (*p.cin_batch, *(["ti"] if p.cin_rows else []), *(["tj"] if p.cin_cols else [])),
                           c_b * rows * cols * p.elem_cin))
-    out.append(Stream("C", (*p.batch, "ti", "tj"), batch_size * p.M * p.N * p.elem_c))
+    out.append(Stream("C", (*p.batch, "ti", "tj"), batch_size * p.M * p.N * p.elem_c,
+                      final_over="kb" if t.split is not None else None))
     return out
 
 
-def trips_of(p: MatmulProblem, Ti: int, Tj: int, Tk: int, per_block: int = 1) -> dict[str, int]:
+def trips_of(p: MatmulProblem, Ti: int, Tj: int, Tk: int, per_block: int = 1,
+             split: KSplit | None = None) -> dict[str, int]:
     trips = dict(zip(p.batch, p.batch_trips))
     trips.update(ti=math.ceil(p.M / Ti), tj=math.ceil(p.N / Tj), tk=math.ceil(p.K / Tk))
-    trips.update(bi=math.ceil(trips["ti"] / per_block), bj=math.ceil(trips["tj"] / per_block))
+    rows, cols, depth = (split.rows, split.cols, split.depth) if split is not None else (per_block, per_block, 1)
+    trips.update(bi=math.ceil(trips["ti"] / rows), bj=math.ceil(trips["tj"] / cols), kb=math.ceil(trips["tk"] / depth))
     return trips
+
+
+def tiling_trips(p: MatmulProblem, t: MatmulTiling) -> dict[str, int]:
+    """The trips of every loop a tiling may run."""
+    return trips_of(p, t.Ti, t.Tj, t.Tk, t.per_block, t.split)
 
 
 ORDERS = {  # outermost first, after the batch loops; K innermost, so partial sums never leave the array
@@ -210,6 +254,8 @@ ORDERS = {  # outermost first, after the batch loops; K innermost, so partial su
     "A": [("bi", "tj", "ti", "tk")],
     "B": [("bj", "ti", "tj", "tk")],
 }
+# but with K split: its blocks outside the result tiles of a panel, partial sums on chip between them
+SPLIT_ORDER = ("bi", "bj", "kb", "ti", "tj", "tk")
 
 
 def _outside_parallel(stream: Stream, t: MatmulTiling) -> bool:
@@ -221,6 +267,10 @@ def _outside_parallel(stream: Stream, t: MatmulTiling) -> bool:
 def l3_tiles(p: MatmulProblem, t: MatmulTiling) -> dict[str, int]:
     """Bytes of one L3 tile of A and of B: the resident block's rows or columns, the others' one
     tile's, all of K for a panel, else Tk."""
+    if t.split is not None:
+        rows, cols = min(p.M, t.Ti * t.split.rows), min(p.N, t.Tj * t.split.cols)
+        depth = dict.fromkeys("AB", min(p.K, t.Tk * t.split.depth))
+        return {"A": rows * depth["A"] * p.elem_a, "B": depth["B"] * cols * p.elem_b}
     rows = min(p.M, t.Ti * (t.per_block if t.resident == "A" else 1))
     cols = min(p.N, t.Tj * (t.per_block if t.resident == "B" else 1))
     depth = {name: p.K if t.whole_k(name) else min(p.K, t.Tk) for name in "AB"}
@@ -235,14 +285,17 @@ def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[
     panels (or K tiles) `depth` deep. L2 and L1 hold A and B tiles `depth` deep; L3 and L2 a
     whole tile of Cin; the accumulators' tile drains to L2 and, unless an epilogue takes it
     there, on to L3; each epilogue operand's tile (a bias row one row high) sits `depth` deep at
-    L3 and L2, and the final result's at both. The body double-buffers only loads that repeat and holds C in its own
-    dtype, never wider than the accumulators', so it needs no more than this; the kernel's
-    requirements are its buffers exactly (`requirements.body_buffers`)."""
+    L3 and L2, and the final result's at both. With K split (`KSplit`), L3 holds A's and B's
+    blocks `depth` deep, and the result's drain and reload each a tile of L2 beside the ring of
+    partial tiles in L3, or the ring is the drain's buffer in L2 and the result passes L3 once.
+    The body double-buffers only loads that repeat and holds C in its own dtype, never wider
+    than the accumulators', so it needs no more than this; the kernel's requirements are its
+    buffers exactly (`requirements.body_buffers`)."""
     Ti, Tj, Tk = t.Ti, t.Tj, t.Tk
     a, b = Ti * Tk * p.elem_a * p.depth, Tk * Tj * p.elem_b * p.depth
     out = [(level, tile) for level in ("L2", "L1") for tile in (a, b)]
     shared: list[int] = []
-    if t.resident is None:
+    if t.resident is None and t.split is None:
         out += [("L3", a), ("L3", b)]
     else:
         l3 = l3_tiles(p, t)
@@ -253,7 +306,11 @@ def tile_buffers(p: MatmulProblem, t: MatmulTiling) -> tuple[list[Buffer], list[
             else:
                 out.append(("L3", size))
     acc = Ti * Tj * p.elem_acc
-    out += [("L2", acc)] if p.epilogue is not None else [("L3", acc), ("L2", acc)]
+    if t.split is not None:
+        ring = acc * t.split.ring
+        out += [("L2", acc), ("L2", acc), ("L3", ring)] if t.split.level == "L3" else [("L2", ring), ("L3", acc)]
+    else:
+        out += [("L2", acc)] if p.epilogue is not None else [("L3", acc), ("L2", acc)]
     if p.cin_batch is not None:
         out += [("L3", Ti * Tj * p.elem_cin), ("L2", Ti * Tj * p.elem_cin)]
     if p.epilogue is not None:
@@ -315,6 +372,60 @@ def _tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
             whole = _resident_tiling(p, target, Ti, Tj, Tk, resident, 1, outer, 1, streamed_tiles=True)
             if _acceptable(p, target, *whole):
                 yield whole
+
+
+def _split_tilings(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int):
+    """The K splits with these tiles that fit, as (tiling, trips): for each level the partial
+    sums wait at, result loop the compute tiles deal out and K block depth (powers of two of K
+    tiles, at least two blocks), the panel that moves the fewest DRAM bytes of those with the
+    widest panel that fits for each count of rows (a wider panel reads A fewer times; the bytes
+    moved on chip are the same for every panel). Not for a MATMUL with Cin or an epilogue (they
+    belong to the first K block and to the last), nor one whose result is narrower than its
+    partial sums (they would be rounded between blocks)."""
+    if p.cin_batch is not None or p.epilogue is not None or p.elem_c != p.elem_acc:
+        return
+    tiles = trips_of(p, Ti, Tj, Tk)
+    depths = [1 << e for e in range(max(0, tiles["tk"] - 1).bit_length()) if 1 << e < tiles["tk"]]
+    for level in ("L3", "L2"):
+        for parallel_on in [v for v in ("ti", "tj") if tiles[v] > 1] or [None]:
+            workers = min(target.compute_tiles, tiles[parallel_on]) if parallel_on else 1
+            rows = _panel_blocks(tiles["ti"], workers if parallel_on == "ti" else 1)
+            cols = _panel_blocks(tiles["tj"], workers if parallel_on == "tj" else 1)
+            for depth in depths:
+                widest, n = [], len(cols)
+                for r in rows:
+                    make = functools.partial(split_tiling, p, target, Ti, Tj, Tk, level, parallel_on, depth, r)
+                    # more rows fit no more columns
+                    n = bisect.bisect_left(cols, True, hi=n, key=lambda c: not _ring_fits(p, target, *make(c)))
+                    if not n:
+                        break  # more rows only take more room
+                    widest.append(make(cols[n - 1]))
+                if not widest:
+                    break  # deeper blocks only take more room
+                yield min(widest, key=lambda found: dram_traffic(streams(p, found[0]), found[0].loop_order, found[1],
+                                                                 found[0].within))
+
+
+RING_LIMIT = 8  # the largest buffering depth the object format takes
+
+
+def _ring_fits(p: MatmulProblem, target: Target, t: MatmulTiling, trips: dict[str, int]) -> bool:
+    return t.split.ring <= RING_LIMIT and _fitting(p, target, t, trips)
+
+
+def split_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int, level: str, parallel_on: str | None,
+                  depth: int, rows: int, cols: int) -> tuple[MatmulTiling, dict[str, int]]:
+    """The K split with panels of `rows` x `cols` tiles and K blocks of `depth` K tiles, the compute
+    tiles dealing out the steps of loop `parallel_on` in each panel, and its trips. The ring holds
+    the result tiles the busiest compute tile makes per K block."""
+    trips = trips_of(p, Ti, Tj, Tk, split=KSplit(rows, cols, depth, level, ring=0))  # the ring moves no loop
+    loops = tuple(v for v in (*p.batch, *SPLIT_ORDER) if trips[v] > 1)
+    panel = {"ti": min(rows, trips["ti"]), "tj": min(cols, trips["tj"])}
+    workers = min(target.compute_tiles, panel[parallel_on]) if parallel_on in loops else 1
+    ring = math.prod(-(-n // workers) if v == parallel_on else n for v, n in panel.items())
+    split = KSplit(rows, cols, depth, level, ring)
+    return MatmulTiling(Ti, Tj, Tk, Tk, loops, Parallel(parallel_on if workers > 1 else None, workers),
+                        split=split), trips
 
 
 def _resident_tiling(p: MatmulProblem, target: Target, Ti: int, Tj: int, Tk: int, resident: str, panel_depth: int,
@@ -452,9 +563,15 @@ def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]],
     return total
 
 
-def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str) -> int:
-    """The array's cycles for one matrix product in tiles."""
-    return array_cycles(tile_sizes(M, Ti), tile_sizes(N, Tj), tile_sizes(K, Tk), target, dataflow)
+def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target, dataflow: str,
+                 k_block: int | None = None) -> int:
+    """The array's cycles for one matrix product in tiles; with `k_block` (a multiple of Tk), K in
+    blocks of that many elements, each result tile's accumulators drained after each block."""
+    m, n = tile_sizes(M, Ti), tile_sizes(N, Tj)
+    if k_block is None:
+        return array_cycles(m, n, tile_sizes(K, Tk), target, dataflow)
+    return sum(count * array_cycles(m, n, tile_sizes(block, Tk), target, dataflow)
+               for block, count in tile_sizes(K, k_block))
 
 
 @dataclass(frozen=True)
@@ -477,9 +594,23 @@ def hops(p: MatmulProblem, t: MatmulTiling) -> dict[tuple[str, str], list[Stream
     epilogue = [Stream("E", (*(["ti"] if rows else []), *(["tj"] if cols else [])),
                        math.prod(p.batch_trips) * (p.M if rows else 1) * (p.N if cols else 1) * elem)
                 for elem, rows, cols in p.epilogue or ()]
+    # with K split the result's on-chip moves repeat per K block (`partial_bytes`); it leaves once
+    on_chip = [] if t.split is not None else [c]
     return {("EXTERNAL", "L3"): dram[:-1] + epilogue, ("L3", "L2"): l2[:-1] + epilogue,
             ("L2", "L1"): l2[:2], ("L2", "REGISTER"): l2[2:-1],
-            ("REGISTER", "L2"): [c], ("L2", "L3"): [c], ("L3", "EXTERNAL"): [c]}
+            ("REGISTER", "L2"): on_chip, ("L2", "L3"): on_chip, ("L3", "EXTERNAL"): [c]}
+
+
+def partial_bytes(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> dict[tuple[str, str], int]:
+    """The bytes a K split's result moves on chip, by pair of levels: each tile drained after
+    every K block and reloaded before every one but the first, through L2 to its ring in L3 and
+    back, or to its ring in L2 and back, then once to L3."""
+    c = math.prod(p.batch_trips) * p.M * p.N * p.elem_c
+    blocks = trips["kb"]
+    if t.split.level == "L3":
+        return {("REGISTER", "L2"): c * blocks, ("L2", "L3"): c * blocks,
+                ("L3", "L2"): c * (blocks - 1), ("L2", "REGISTER"): c * (blocks - 1)}
+    return {("REGISTER", "L2"): c * blocks, ("L2", "REGISTER"): c * (blocks - 1), ("L2", "L3"): c}
 
 
 def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: Target) -> Estimate:
@@ -495,14 +626,31 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
     by_hop = hops(p, t)
     moved = {hop: sum(stream_traffic(s, t.loop_order, trips, t.within) for s in hop_streams)
              for hop, hop_streams in by_hop.items()}
+    if t.split is not None:
+        for hop, n in partial_bytes(p, t, trips).items():
+            moved[hop] += n
     macs = math.prod(p.batch_trips) * p.M * p.N * p.K
     # the same for every tiling: without a figure for the dtype, energy x cycles counts the moves alone
     mac_pj = costs.energy.mac_pj.get(p.dtype, 0.0)
     energy = (sum(n * (pj[src.lower()] + pj[dst.lower()]) for (src, dst), n in moved.items())
               + moved["L2", "L1"] * pj["l1"] + macs * (mac_pj + 2 * p.elem_a * pj["register"]))
     steps = trips[t.parallel.loop] if t.parallel.loop else 1
-    array = math.prod(p.batch_trips) * _fewest_array_cycles(p.M, p.N, p.K, t.Ti, t.Tj, t.Tk, target) \
-        * -(-steps // t.parallel.workers) / steps
+    busiest = -(-steps // t.parallel.workers)
+    k_block = None
+    if t.split is not None:
+        k_block = t.Tk * t.split.depth
+        # the compute tiles deal out the steps of each block: the busiest takes its share of each
+        per = t.blocks.get(t.parallel.loop)
+        if per is not None:
+            busiest = sum(count * -(-size // t.parallel.workers) for size, count in tile_sizes(steps, per))
+    array = math.prod(p.batch_trips) * _fewest_array_cycles(p.M, p.N, p.K, t.Ti, t.Tj, t.Tk, target, k_block) \
+        * busiest / steps
+    if t.split is not None:
+        # every K block but the first takes each result tile into the accumulators anew: the array
+        # waits for the last tile's drain, or this one's reload, through a Streamer
+        tile = min(t.Ti, p.M) * min(t.Tj, p.N) * p.elem_c
+        array += math.prod(p.batch_trips) * (trips["kb"] - 1) * trips["ti"] * trips["tj"] * busiest / steps \
+            * tile / costs.streamer_bytes_per_cycle
     dram = moved["EXTERNAL", "L3"] + moved["L3", "EXTERNAL"]
     # a stream moves all its tiles (one per value of the loops indexing it) each time it moves its tensor
     dma_moves = sum(stream_traffic(s, t.loop_order, trips, t.within) // s.bytes
@@ -517,27 +665,65 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
 
 
 @functools.lru_cache(maxsize=4096)
-def _fewest_array_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target) -> int:
+def _fewest_array_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Target,
+                         k_block: int | None = None) -> int:
     """The array's cycles for the product in these tiles with the dataflow `auto` would take."""
-    return min(tiled_cycles(M, N, K, Ti, Tj, Tk, target, d) for d in target.dataflows)
+    return min(tiled_cycles(M, N, K, Ti, Tj, Tk, target, d, k_block) for d in target.dataflows)
 
 
 def _cheapest(p: MatmulProblem, target: Target) -> MatmulTiling | None:
     """The feasible tiling with least energy (`energy`) or energy x cycles (`edp`) by `estimate`;
     ties go to fewer DRAM bytes, then as the latency objective breaks them, then to fewer cycles.
     Tk moves no bytes, it only takes room: for each Ti x Tj the largest Tk that fits, as the
-    latency objective takes it, and the smallest, which leaves a resident panel most room."""
+    latency objective takes it, and the smallest, which leaves a resident panel most room. Then
+    K splits, with the largest Tk (their blocks are powers of two of it deep): the tiles whose
+    least possible figure (`_split_floor`) is lowest first, while that is below the best found."""
     best: tuple[tuple, MatmulTiling] | None = None
+
+    def rank(found: Iterable[tuple[MatmulTiling, dict[str, int]]]) -> None:
+        nonlocal best
+        for t, trips in found:
+            e = estimate(p, t, trips, target)
+            figure = e.pj * e.cycles if target.objective == "edp" else e.pj
+            tiles = trips["ti"] * trips["tj"] * trips["tk"]
+            key = (figure, e.dram, tiles, -t.Ti * t.Tj, -t.panel_depth, -t.per_block, e.cycles, t.loop_order,
+                   dataclasses.astuple(t.split) if t.split else ())
+            if best is None or key < best[0]:
+                best = (key, t)
+
+    splits = []  # (least figure, Ti, Tj, Tk) of the tiles a K split may take
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             depths = _candidates(p.K, min(target.rows, target.cols))
             largest = next((Tk for Tk in reversed(depths) if next(_tilings(p, target, Ti, Tj, Tk), None)), None)
             for Tk in sorted({largest, depths[0]} - {None}):
-                for t, trips in _tilings(p, target, Ti, Tj, Tk):
-                    e = estimate(p, t, trips, target)
-                    figure = e.pj * e.cycles if target.objective == "edp" else e.pj
-                    tiles = trips["ti"] * trips["tj"] * trips["tk"]
-                    key = (figure, e.dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, e.cycles, t.loop_order)
-                    if best is None or key < best[0]:
-                        best = (key, t)
+                rank(_tilings(p, target, Ti, Tj, Tk))
+            if largest is not None:
+                splits.append((_split_floor(p, Ti, Tj, largest, target), Ti, Tj, largest))
+    for floor, Ti, Tj, Tk in sorted(splits):
+        if best is not None and floor >= best[0][0]:
+            break
+        rank(_split_tilings(p, target, Ti, Tj, Tk))
     return None if best is None else best[1]
+
+
+def _split_floor(p: MatmulProblem, Ti: int, Tj: int, Tk: int, target: Target) -> float:
+    """The least figure any K split with these tiles could have: pJ of its MACs, of every operand
+    and the result crossing DRAM once, of the L2 tiles of A and B these tiles read (on to L1 and
+    the array), and of the result drained twice, reloaded once and passing L3; for `edp` times
+    the cycles of the arrays at their peak."""
+    costs = target.costs
+    pj = costs.energy.access_pj_per_byte
+    trips = trips_of(p, Ti, Tj, Tk)
+    order = tuple(v for v in (*p.batch, "ti", "tj", "tk") if trips[v] > 1)
+    tiles = streams(p, MatmulTiling(Ti, Tj, Tk, Tk, order, Parallel(None, 1)))
+    l2 = dram_traffic(tiles[:2], order, trips)
+    once = sum(s.bytes for s in tiles)
+    macs = math.prod(p.batch_trips) * p.M * p.N * p.K
+    c = tiles[-1].bytes
+    energy = (macs * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.elem_a * pj["register"])
+              + once * (pj["external"] + pj["l3"]) + l2 * (pj["l3"] + 2 * pj["l2"] + 2 * pj["l1"])
+              + c * (3 * (pj["register"] + pj["l2"]) + pj["l2"] + pj["l3"]))
+    if target.objective == "edp":
+        return energy * macs / (target.rows * target.cols * target.compute_tiles)
+    return energy

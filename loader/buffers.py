@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, itemsize, pack_homes
+from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, home_bytes, itemsize, pack_homes
 from hardware import Machine
 
 from .schedule import workers_for
@@ -164,18 +164,22 @@ def home_layout(program: Program, machine: Machine) -> list[Home]:
     """Where in L3 the tensors the object keeps there live (`dfx.pack_homes`), each kernel
     needing the L3 bytes of its buffers on all the compute tiles it can use; a tensor the
     machine has no room for is left out: it stays in external memory, the moves naming its home
-    running as the DMA's."""
+    running as the DMA's. A ring takes its rows' bytes (`dfx.home_bytes`). The kernels of a chain
+    run at once: a home is held across the whole chain of its writer and of its last reader, and
+    each of them needs room for the buffers of all."""
     kernels = program.kernels
+    spans = program.spans()
     wanted = []
     for t in program.graph.tensors.values():
         if t.home == "L3":
             first = next(i for i, k in enumerate(kernels) if t.name in k.outputs)
             last = max(i for i, k in enumerate(kernels) if t.name in k.inputs)
-            wanted.append((first, Resident(t.name, t.size * itemsize(t.dtype), first, last)))
+            wanted.append((first, Resident(t.name, home_bytes(t), spans[first][0], spans[last][1])))
     if not wanted:
         return []
     count, capacity = level_banks(machine, "L3")
     line = machine.line_bytes
-    demands = [sum(-(-b.bytes // line) * line for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
-                   if b.level == "L3") for k in kernels]
+    own = [sum(-(-b.bytes // line) * line for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
+               if b.level == "L3") for k in kernels]
+    demands = [sum(own[first:last + 1]) for first, last in spans]
     return pack_homes([r for _, r in sorted(wanted, key=lambda w: w[0])], demands, capacity, line)

@@ -52,6 +52,7 @@ from hardware import Machine
 
 from .binding import Binding, engine_count
 from .buffers import home_layout, kernel_demands, level_banks
+from .chains import chains_overlap
 from .schedule import workers_for
 
 FORMAT = "kpu-binding-cache"
@@ -273,7 +274,8 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
     """EntryError unless each binding is one the simulator can run as bound: one per kernel, in
     order, with a worker count the kernel allows; every buffer the kernel demands for that count
     bound exactly once, in the kernel's order, inside a bank of its level (L1: of its worker's compute tile), no two
-    buffers live at once sharing a byte; an engine of the machine for every stream."""
+    buffers live at once sharing a byte (a chain's kernels all live at once); an engine of the machine for every
+    stream."""
     if len(bindings) != len(program.kernels):
         raise EntryError(f"{len(bindings)} bindings for {len(program.kernels)} kernels")
     homes = home_layout(program, machine)
@@ -312,6 +314,9 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
         for s in streams:
             if not 0 <= b.engines[s.op_id, s.worker] < engine_count(s.kind, machine):
                 raise EntryError(f"{where}: op {s.op_id} on a {s.kind} the machine lacks")
+    problem = chains_overlap(program, bindings)
+    if problem is not None:
+        raise EntryError(problem)
 
 
 # --- reading and writing

@@ -1,16 +1,20 @@
 """Functional execution: every tile op of the schedule computed in numpy.
 
 Each (tensor, level) holds the tile last moved there, so a schedule that loads the wrong
-tile, or forgets one, computes wrong numbers and `--check` catches it.
+tile, or forgets one, computes wrong numbers and `--check` catches it. But a ring of partial
+sums (a K split's): a move that reads back what a later op wrote on an earlier step of a loop
+finds its tile among the last `depth` that op wrote, or the run stops.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dfx import REGISTRY, Compute, DataMove, Kernel, OpDef, Program, accumulation_dtype, convert, lookup, numpy_dtype
+from dfx import (REGISTRY, Compute, DataMove, Kernel, OpDef, Program, TileRef, accumulation_dtype, convert, lookup,
+                 numpy_dtype)
 from dfx.kernel import IndexTensor
 
 from .schedule import accumulating, expand, move_slices, region_elements, table_values, tile_slices, viewed
@@ -42,12 +46,13 @@ def run_kernel(kernel: Kernel, program: Program, memory: dict[str, np.ndarray], 
     shared = {(op.destination.tensor, op.destination.level) for op in kernel.body if op.op_id in shared_moves}
     tables = {op.op_id: _table(op, kernel, program, memory) for op in kernel.body
               if isinstance(op, DataMove) and op.source.table is not None}
+    rings = Rings(kernel)
     for worker, op, env in expand(kernel, workers):
         done += 1
         if progress is not None and done % PROGRESS_EVERY == 0:
             progress(done)
         try:
-            _run_op(op, env, worker, tiles, regions, memory, g, accs, computes, shared, tables.get(op.op_id))
+            _run_op(op, env, worker, tiles, regions, memory, g, accs, computes, shared, tables.get(op.op_id), rings)
         except KeyError as e:  # a well-formed object whose ops do not fit together
             key = e.args[0]  # (worker, tensor, level) of a tile, or a tensor in external memory
             what = f"{key[1]} at {key[2]}" if isinstance(key, tuple) else f"{key} at EXTERNAL"
@@ -78,18 +83,44 @@ def _table(op: DataMove, kernel: Kernel, program: Program, memory: dict[str, np.
     return entries
 
 
+class Rings:
+    """The rings of partial sums a kernel keeps on chip: each (worker, tensor, level) a move that
+    `Kernel.carried_reads` reads back holds the last `depth` tiles its writer put there."""
+
+    def __init__(self, kernel: Kernel):
+        carried = kernel.carried_reads()
+        self.readers = set(carried)
+        self.depth = {}
+        for writer in carried.values():
+            made = kernel.body_op(writer).destination
+            self.depth[made.tensor, made.level] = kernel.body_op(writer).depth
+        self.held: dict[tuple[int, str, str], deque] = {}  # (worker, tensor, level) -> (region, tile)s
+
+    def keep(self, worker: int, ref: TileRef, region: tuple[slice, ...], tile: np.ndarray) -> None:
+        depth = self.depth.get((ref.tensor, ref.level))
+        if depth is not None:
+            self.held.setdefault((worker, ref.tensor, ref.level), deque(maxlen=depth)).append((region, tile))
+
+    def read(self, worker: int, ref: TileRef, region: tuple[slice, ...]) -> np.ndarray:
+        for held, tile in reversed(self.held.get((worker, ref.tensor, ref.level), ())):  # the newest of the tile
+            if held == region:
+                return tile
+        raise ValueError(f"reads the partial sums of {ref.tensor} at {ref.level} for its tile at "
+                         f"{[s.start for s in region]}, which the ring there no longer holds")
+
+
 def _run_op(op, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
             accs: dict[int, np.dtype], computes: dict, shared: set[tuple[str, str]],
-            table: Sequence[int] | None) -> None:
+            table: Sequence[int] | None, rings: Rings) -> None:
     if isinstance(op, DataMove):
-        _move(op, env, worker, tiles, regions, memory, g, shared, table)
+        _move(op, env, worker, tiles, regions, memory, g, shared, table, rings)
     elif isinstance(op, Compute):
         regions.pop((worker, op.output.tensor, op.output.level), None)
         _compute(op, env, worker, tiles, accs[op.op_id], computes[op.op_id])
 
 
 def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memory: dict[str, np.ndarray], g,
-          shared: set[tuple[str, str]], table: Sequence[int] | None) -> None:
+          shared: set[tuple[str, str]], table: Sequence[int] | None, rings: Rings) -> None:
     """Copy the positions of the tile inside both tensors (kernel.py), the source's read through
     `table` where it has one. An on-chip tile is held whole: what the source does not cover
     there is the move's fill."""
@@ -101,6 +132,8 @@ def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memo
     src_part, dst_part = move_slices(op, src_shape, dst_shape, env, table)
     if src.level == "EXTERNAL":
         tile = memory[src.tensor][src_part]
+    elif op.op_id in rings.readers:  # a tile a later op wrote on an earlier step, in its ring
+        tile = rings.read(worker, src, tile_slices(src, src_shape, env))
     else:
         key = (0 if (src.tensor, src.level) in shared else worker, src.tensor, src.level)
         tile = tiles[key]
@@ -122,6 +155,7 @@ def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memo
         tile = full
     tiles[worker, dst.tensor, dst.level] = np.swapaxes(tile, -1, -2) if op.transpose else tile
     regions[worker, dst.tensor, dst.level] = whole
+    rings.keep(worker, dst, whole, tiles[worker, dst.tensor, dst.level])
 
 
 def _within(part: tuple[slice, ...], region: tuple[slice, ...]) -> tuple[slice, ...]:

@@ -199,6 +199,8 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
                                   "makespan_estimate": b.makespan_estimate, "notes": b.notes}
                        for b in result.bindings}
     out["homes"] = homes_view(program, result.bindings)
+    if program.chains:
+        out["chains"] = program.chains
     if output_paths:
         out["outputs"] = output_paths
     if result.checks is not None:
@@ -387,16 +389,22 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
             "bindings": [{"kernel": b.kernel, "method": b.method, "compute_tiles": b.workers,
                           "makespan_estimate": b.makespan_estimate, "bind_seconds": round(b.bind_seconds, 4),
                           "notes": b.notes} for b in bindings],
-            "homes": homes_view(program, bindings),
+            "homes": homes_view(program, bindings), "chains": program.chains,
             "buffers": buffers, "engines": engines, "barriers": barriers, "schedule": schedule}
 
 
 def homes_view(program: Program, bindings: list[Binding]) -> dict[str, dict[str, Any]]:
-    """Each intermediate kept in L3 between kernels: its region and the kernels it lives across."""
-    names = [k.name for k in program.kernels]
+    """Each intermediate kept in L3 between kernels: its region, the kernels that write it and
+    last read it, and the rows it holds where it is a ring (`ring_rows`)."""
     homes = {h.tensor: h for b in bindings for h in b.homes}
-    return {t: {"address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
-                "written_by": names[h.first], "last_read_by": names[h.last]} for t, h in homes.items()}
+    out = {}
+    for t, h in homes.items():
+        ring = program.graph.tensors[t].ring
+        out[t] = {"address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
+                  "written_by": next(k.name for k in program.kernels if t in k.outputs),
+                  "last_read_by": [k.name for k in program.kernels if t in k.inputs][-1],
+                  **({"ring_rows": ring} if ring is not None else {})}
+    return out
 
 
 def print_dry_run(view: dict[str, Any], console: Console) -> None:
@@ -416,12 +424,14 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
     console.print(t)
     if view["homes"]:
         t = Table(title="kept in L3 between kernels", title_justify="left")
-        for col in ("tensor", "address range", "bytes", "written by", "last read by"):
+        for col in ("tensor", "address range", "bytes", "rows", "written by", "last read by"):
             t.add_column(col)
         for name, h in view["homes"].items():
-            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}", h["written_by"],
-                      h["last_read_by"])
+            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}",
+                      f"ring of {h['ring_rows']}" if "ring_rows" in h else "all", h["written_by"], h["last_read_by"])
         console.print(t)
+    for chain in view["chains"]:
+        console.print(f"chain {', '.join(chain)}: run at once, band by band (their buffers disjoint)")
     t = Table(title="engine assignment", title_justify="left")
     for col in ("kernel", "op", "tile", "stream", "engine"):
         t.add_column(col)

@@ -13,9 +13,10 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import home_layout, kernel_demands, level_banks
+from .chains import away_from_chain, chain_names, chain_tasks
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
-from .schedule import workers_for
+from .schedule import ring_shortfall, workers_for
 from .tasks import DEP_WINDOW, TaskStream
 
 
@@ -80,19 +81,28 @@ def below_homes(machine: Machine, homes: list[Home], kernel: int) -> Machine:
 
 def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
     """Bind each kernel, with as many compute tiles as its memory needs allow, placed away from
-    the memory the kernels before it last used and below the homes in L3 live while it runs."""
+    the memory the kernels before it last used and below the homes in L3 live while it runs; a
+    kernel of a chain away from the chain's kernels before it, which run at the same time."""
     bindings = []
     taken = Occupancy()
     homes = home_layout(program, machine)
     kept = frozenset(h.tensor for h in homes)
+    spans = program.spans()
     for i, k in enumerate(program.kernels):
         error: BindError | None = None
         room = below_homes(machine, homes, i)
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
+            short = ring_shortfall(k, workers)  # fewer compute tiles each write more partial sums
+            if short is not None:
+                error = error or BindError(f"{where}: kernel '{k.name}': {short}")
+                continue
             buffers, streams = kernel_demands(k, program, workers, kept)
             start = time.perf_counter()
             try:
-                binding = relocate(binder(k.name, workers, buffers, streams, room, where), taken, room)
+                binding = binder(k.name, workers, buffers, streams, room, where)
+                chained = bindings[spans[i][0]:]  # the chain's kernels before it
+                binding = away_from_chain(binding, chained, room, where, chain_names(program, i)) if chained \
+                    else relocate(binding, taken, room)
             except BindError as e:
                 error = error or e
                 continue
@@ -117,8 +127,11 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
 
 def program_tasks(program: Program, bindings: list[Binding]) -> Iterator[Task]:
     stream = TaskStream(program)
-    for phase, (kernel, binding) in enumerate(zip(program.kernels, bindings)):
-        yield from stream.kernel_tasks(kernel, binding, phase)
+    for first, last in sorted(set(program.spans())):  # a kernel, or a chain's, run at once
+        if first == last:
+            yield from stream.kernel_tasks(program.kernels[first], bindings[first], first)
+        else:
+            yield from chain_tasks(stream, program, list(range(first, last + 1)), bindings)
 
 
 def simulate(program: Program, machine: Machine, bindings: list[Binding], trace: bool = False,

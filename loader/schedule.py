@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
-from dfx import BodyOp, Compute, DataMove, Graph, Kernel, Program, TileRef
-from dfx.kernel import IndexTable, IndexTensor
+from dfx import BodyOp, Compute, DataMove, Graph, Kernel, Program, TileLoop, TileRef
+from dfx.kernel import IndexTable, IndexTensor, condition
 
 
 @dataclass(frozen=True)
@@ -55,8 +55,17 @@ def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) 
     env: dict[str, int] = {}
     step = {op.op_id: (worker, op, env) for op in kernel.body}
     names = [loop.induction_var for loop in loops]
-    ops_at = [tuple(step[op.op_id] for op in place.at[var]) for var in names]
-    ops_after = [tuple(step[op.op_id] for op in place.after[var]) for var in names]
+    # the moves that run only `when` their condition holds (a K split's partial sums)
+    gates = {op.op_id: condition(op.when) for op in kernel.body if isinstance(op, DataMove) and op.when is not None}
+
+    def placed(ops: tuple[BodyOp, ...]) -> tuple | _Gated:
+        steps_here = tuple(step[op.op_id] for op in ops)
+        if not any(op.op_id in gates for op in ops):
+            return steps_here
+        return _Gated(steps_here, gates, env)
+
+    ops_at = [placed(place.at[var]) for var in names]
+    ops_after = [placed(place.after[var]) for var in names]
 
     def steps(d: int) -> Iterator[int]:
         values = loops[d].steps(env)
@@ -77,6 +86,21 @@ def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) 
         yield from ops_at[d]
         if d + 1 < len(loops):
             running.append(steps(d + 1))
+
+
+class _Gated:
+    """The ops at one place, those with a `when` only where it holds at the loop values `env`."""
+
+    __slots__ = ("steps", "gates", "env")
+
+    def __init__(self, steps: tuple, gates: dict[int, tuple[str, int]], env: dict[str, int]):
+        self.steps, self.gates, self.env = steps, gates, env
+
+    def __iter__(self) -> Iterator:
+        for s in self.steps:
+            gate = self.gates.get(s[1].op_id)
+            if gate is None or self.env.get(gate[0], 0) > gate[1]:
+                yield s
 
 
 def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
@@ -260,8 +284,44 @@ def accumulate_rule(op: Compute) -> bool | tuple[str, int]:
     expr = op.accumulate.strip()
     if expr in ("false", "true"):
         return expr == "true"
-    var, _, rest = expr.partition(">")
-    return var.strip(), int(rest.strip() or 0)
+    return condition(expr)
+
+
+def first_of_block(loop: TileLoop, env: dict[str, int]) -> bool:
+    """Whether a loop within blocks is at the first step of its block."""
+    return env[loop.induction_var] == env[loop.within] * loop.per_block
+
+
+def last_of_block(loop: TileLoop, env: dict[str, int]) -> int:
+    """The last step of a loop where the enclosing loops have the values `env`: of its block, for
+    a loop within blocks."""
+    if loop.within is None:
+        return loop.end - 1
+    return min(loop.end, (env[loop.within] + 1) * loop.per_block) - 1
+
+
+def ring_shortfall(kernel: Kernel, workers: int) -> str | None:
+    """Why, on `workers` compute tiles, a ring of partial sums would not hold every tile one of
+    them writes there per step of the loop its reload waits on (None if it would): the reload
+    would find its tile overwritten. Each compute tile takes its share of the parallel loop's
+    steps in that loop (of a block, for a loop within blocks)."""
+    order = [l.induction_var for l in kernel.tile_loops]
+    loops = {l.induction_var: l for l in kernel.tile_loops}
+    for reader, writer_id in kernel.carried_reads().items():
+        var, _ = condition(kernel.body_op(reader).when)
+        writer = kernel.body_op(writer_id)
+        anchor = writer.after or writer.at
+        inside = order[order.index(var) + 1: order.index(anchor) + (writer.after is None)]
+        tiles = 1
+        for v in inside:
+            loop = loops[v]
+            block = loop.within
+            steps = loop.per_block if block is not None and order.index(block) < order.index(var) else loop.trip_count
+            tiles *= -(-steps // workers) if loop.parallel else steps
+        if tiles > writer.depth:
+            return (f"op {writer_id} keeps partial sums in a ring of {writer.depth} tile(s), but each of {workers} "
+                    f"compute tile(s) writes {tiles} there per step of loop '{var}' before reading them back")
+    return None
 
 
 def accumulating(op: Compute, env: dict[str, int]) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize
 from hardware import Task
@@ -34,8 +34,9 @@ from .binding import Binding, BoundBuffer
 from .execution import compute_ops
 from .buffers import IN_PLACE, Buffer, engine_kind, home_move, l2_port_op, move_levels
 from .relocate import Occupancy, place_of
-from .schedule import (accumulate_rule, expand, loop_ranges, move_slices, readers, region_elements, table_values,
-                       tile_slices, unchecked_bounds, whole_move_bounds, whole_tile_bounds, within_bounds)
+from .schedule import (accumulate_rule, expand, first_of_block, last_of_block, loop_ranges, move_slices, readers,
+                       region_elements, table_values, tile_slices, unchecked_bounds, whole_move_bounds,
+                       whole_tile_bounds, within_bounds)
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
 
@@ -53,61 +54,89 @@ class TaskStream:
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
+        running = self.start(kernel, binding, phase)
+        for worker, op, env in expand(kernel, binding.workers):
+            task = self.instance(running, worker, op, env)[1]
+            if task is not None:
+                yield task
+        self.finish(running)
+
+    def start(self, kernel: Kernel, binding: Binding, phase: int, streams: int = 0) -> Running:
+        """Set up the plans of a kernel about to run (several at once, for a chain, each with
+        `streams` of its own: `_KernelFacts`)."""
         shared = kernel.shared_moves()  # worker 0's, read by every worker
         plans = _plans(_KernelFacts(kernel, self.program.graph, binding, shared, phase,
-                                    self._previous_users(kernel, binding, phase)))
-        for worker, op, env in expand(kernel, binding.workers):
-            plan = plans[worker][op.op_id]
-            tid = self.next_id
-            self.next_id += 1
-            deps = set()
-            for dep in plan.deps:
-                if dep.last is not None:
-                    deps.add(dep.last)
-                    # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
-                    dep.readers[worker][dep.instances] = tid
-                elif dep.skipped is not None:  # an op that ran no task: what it waited on
-                    deps.update(dep.skipped[1])
-            if plan.fresh_while is None:
-                fresh = plan.fresh
-            else:  # a compute that adds into its last instance's result once `var > n`
-                var, n = plan.fresh_while
-                fresh = env.get(var, 0) <= n
-            # a new instance of a buffer waits for the readers of the one `depth` back
-            if fresh:
-                plan.instances += 1
-                for by_instance in plan.readers.values():
-                    old = by_instance.pop(plan.instances - plan.depth, None)
-                    if old is not None:
-                        deps.add(old)
-                if plan.instances <= plan.depth:  # a first fill of each slot of the buffer
-                    deps.update(plan.first_fill_waits)
-            if isinstance(op, Barrier):
-                done = self.finished[op.kernel] if op.kernel is not None else _ends(plans)
-                deps.update(_waited_for(op, done))
-            window = sorted(deps)
-            if window and tid - window[0] >= DEP_WINDOW:  # the oldest is beyond the simulator's read-ahead
-                window = [d for d in window if tid - d < DEP_WINDOW]
-            task = plan.task(tid, tuple(window), env)
-            if task is None:  # the op ran no task: who waits on it waits on what it waited on
-                plan.skipped = (tid, frozenset(deps))
-                continue
-            plan.last = tid
-            yield task
+                                    self._previous_users(kernel, binding), streams))
+        return Running(kernel, binding, shared, plans)
+
+    def instance(self, running: Running, worker: int, op: BodyOp, env: dict[str, int],
+                 waits: Iterable[int] = ()) -> tuple[int, Task | None]:
+        """The id of one instance of a body op, and its task (None where it runs none); `waits`:
+        ids it waits for beyond what its kernel says (a chain's rows)."""
+        plan = running.plans[worker][op.op_id]
+        tid = self.next_id
+        self.next_id += 1
+        deps = set(waits)
+        for dep in plan.deps:
+            if dep is plan.carried:  # a reload: what that op wrote of this tile a step before, in its ring
+                written = dep.by_tile.get(tuple(env.get(v, 0) for v in plan.tile))
+                if written is not None:
+                    deps.add(written[0])
+                    dep.readers[worker][written[1]] = tid
+            elif dep.last is not None:
+                deps.add(dep.last)
+                # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
+                dep.readers[worker][dep.instances] = tid
+            elif dep.skipped is not None:  # an op that ran no task: what it waited on
+                deps.update(dep.skipped[1])
+        if plan.fresh_while is None:
+            fresh = plan.fresh
+        else:  # a compute that adds into its last instance's result once `var > n`
+            var, n = plan.fresh_while
+            # over K blocks, each block's first step takes a new tile into the accumulators
+            # (reloaded beside the last one's drain): it waits for that drain as a new instance
+            fresh = env.get(var, 0) <= n or (plan.blocks is not None and first_of_block(plan.blocks, env))
+        # a new instance of a buffer waits for the readers of the one `depth` back
+        if fresh:
+            plan.instances += 1
+            for by_instance in plan.readers.values():
+                old = by_instance.pop(plan.instances - plan.depth, None)
+                if old is not None:
+                    deps.add(old)
+            if plan.instances <= plan.depth:  # a first fill of each slot of the buffer
+                deps.update(plan.first_fill_waits)
+        if isinstance(op, Barrier):
+            done = self.finished[op.kernel] if op.kernel is not None else _ends(running.plans)
+            deps.update(_waited_for(op, done))
+        window = sorted(deps)
+        if window and tid - window[0] >= DEP_WINDOW:  # the oldest is beyond the simulator's read-ahead
+            window = [d for d in window if tid - d < DEP_WINDOW]
+        task = plan.task(tid, tuple(window), env)
+        if task is None:  # the op ran no task: who waits on it waits on what it waited on
+            plan.skipped = (tid, frozenset(deps))
+            return tid, None
+        plan.last = tid
+        if plan.by_tile is not None:
+            plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
+        return tid, task
+
+    def finish(self, running: Running) -> None:
+        """What a kernel that has made its last task leaves for the kernels after it."""
+        kernel, binding, plans = running.kernel, running.binding, running.plans
         self.finished[kernel.name] = _ends(plans)
         last = {p.key: p.last for by_op in plans for p in by_op.values() if p.last is not None}
-        self._occupy(kernel, binding, last, shared)
+        self._occupy(kernel, binding, last, running.shared)
         for home in binding.homes:  # in use up to this kernel's end, for what comes after
             self.occupied.claim(_region(home), self.next_id - 1)
 
-    def _previous_users(self, kernel: Kernel, binding: Binding, phase: int) -> dict[tuple[int, int], set[int]]:
+    def _previous_users(self, kernel: Kernel, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes; of
         each move that first writes a home in L3, those under the home's region."""
         users = {(bb.buffer.worker, bb.buffer.op_id):
                  {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
                  for bb in binding.buffers}
         for home in binding.homes:
-            if home.first == phase:
+            if home.tensor in kernel.outputs:  # its writer (a home's span may start before, in its chain)
                 region = _region(home)
                 under = {user for _, _, user in self.occupied.under(place_of(region), region.address, region.end)}
                 for op in kernel.body:
@@ -127,6 +156,16 @@ class TaskStream:
             uses = [last[u, o] for u in users for o in (op_id, *consumers[op_id]) if (u, o) in last]
             if uses:
                 self.occupied.claim(bb, max(uses))
+
+
+@dataclass
+class Running:
+    """A kernel while its tasks are made: its plans (`_plans`) and what `finish` needs."""
+
+    kernel: Kernel
+    binding: Binding
+    shared: set[int]  # its shared moves (`Kernel.shared_moves`)
+    plans: list[dict[int, _Plan]]
 
 
 def _region(home: Home) -> BoundBuffer:
@@ -164,6 +203,9 @@ class _KernelFacts:
     shared: set[int]
     phase: int
     previous_users: dict[tuple[int, int], set[int]]  # (worker, op_id) -> ids its first fills wait for
+    # added to an op id to name its moves' queue on their engine (`Task.stream`): 0 but for the
+    # kernels of a chain, which run at once, each with queues of its own
+    streams: int = 0
     homes: frozenset[str] = field(init=False)  # the tensors kept in L3 while it runs
     ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
     last_step: dict[str, int] = field(init=False)  # each loop's last step
@@ -199,7 +241,17 @@ def _plans(facts: _KernelFacts) -> list[dict[int, _Plan]]:
         for op in facts.kernel.body:
             if op.op_id in plans:  # a shared move is worker 0's: every worker reads its instances
                 plans[op.op_id].deps = tuple(out[0 if d in facts.shared else worker][d] for d in op.depends_on)
+    _link_partial_sums(facts.kernel, out)
     return out
+
+
+def _link_partial_sums(kernel: Kernel, plans: list[dict[int, _Plan]]) -> None:
+    """A K split's reload of partial sums waits for what its ring's writer wrote of the same tile a
+    step before, not for that writer's latest tile."""
+    for by_op in plans:
+        for reader, writer in kernel.carried_reads().items():
+            by_op[reader].carried, by_op[reader].tile = by_op[writer], tuple(kernel.body_op(reader).source.tile_indices)
+            by_op[writer].by_tile, by_op[writer].tile = {}, tuple(kernel.body_op(writer).destination.tile_indices)
 
 
 def _running(kernel: Kernel, op: BodyOp) -> set[str]:
@@ -217,7 +269,8 @@ class _Plan:
     instance runs none."""
 
     __slots__ = ("op", "op_id", "worker", "key", "deps", "depth", "first_fill_waits", "fresh", "fresh_while",
-                 "phase", "label", "whole", "last", "skipped", "instances", "readers")
+                 "phase", "label", "whole", "last", "skipped", "instances", "readers", "carried", "tile", "by_tile",
+                 "blocks")
 
     def __init__(self, op: BodyOp, worker: int, facts: _KernelFacts):
         self.op, self.op_id, self.worker = op, op.op_id, worker
@@ -240,6 +293,15 @@ class _Plan:
         # worker -> instance -> id of its latest reader there (a shared move's: on every worker)
         workers = range(facts.binding.workers) if op.op_id in facts.shared else (worker,)
         self.readers: dict[int, dict[int, int]] = {w: {} for w in workers}
+        # a K split's partial sums (`_link_partial_sums`): the writer of the ring a reload reads, the
+        # loop variables naming the tile read or written there, and the writer's (task, instance) of
+        # each tile so far
+        self.carried: _Plan | None = None
+        self.tile: tuple[str, ...] = ()
+        self.by_tile: dict[tuple[int, ...], tuple[int, int]] | None = None
+        # the loop within blocks a compute accumulates over (a K split's), each block a new tile
+        self.blocks = next((l for l in facts.kernel.tile_loops if l.within and l.induction_var == self.fresh_while[0]),
+                           None) if self.fresh_while else None
 
     def task(self, tid: int, deps: tuple[int, ...], env: dict[str, int]) -> Task | None:
         raise NotImplementedError
@@ -256,7 +318,7 @@ class _ViewPlan(_Plan):
 
 class _MovePlan(_Plan):
     __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "transpose", "args", "bytes", "src_shape",
-                 "dst_shape", "table", "itemsize", "in_place")
+                 "dst_shape", "table", "itemsize", "in_place", "stream")
 
     def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts)
@@ -267,6 +329,7 @@ class _MovePlan(_Plan):
         self.src_level, self.dst_level = move_levels(op, facts.homes)
         self.unit = engine_kind(self.src_level, self.dst_level)
         self.engine = None if self.in_place else facts.binding.engines[op.op_id, worker]
+        self.stream = facts.streams + op.op_id
         self.l2_bank = facts.l2_banks.get((op.op_id, worker))
         self.transpose = op.transpose or op.permutation is not None
         self.label = f"{dst.tensor} {self.src_level}->{self.dst_level}"
@@ -294,8 +357,8 @@ class _MovePlan(_Plan):
             args[v] = env[v]
         # Task's fields in order: most tasks are moves, and keywords would cost more than the task.
         # Its stream is the op: one queue per op across kernels, a later kernel's move waits
-        # behind the earlier kernel's
-        return Task(tid, self.unit, self.engine, deps, self.op_id, self.phase, self.label, args,
+        # behind the earlier kernel's (but in a chain, whose kernels run at once)
+        return Task(tid, self.unit, self.engine, deps, self.stream, self.phase, self.label, args,
                     nbytes, self.src_level, self.dst_level, self.l2_bank, self.transpose)
 
 
@@ -337,7 +400,9 @@ class _ArrayPlan(_ComputePlan):
         else:
             m, n, k = self.opdef.tile_mnk([self.shape(r, env) for r in self.op.inputs], self.attrs)
         # the accumulators drain on the last step of that loop
-        drain = self.over is None or env[self.over] == self.over_last
+        # the accumulators drain on the last step of that loop, of each block (a K split's)
+        drain = self.over is None or env[self.over] == (
+            self.over_last if self.blocks is None else last_of_block(self.blocks, env))
         return Task(tid, "array", self.worker, deps, m=m, n=n, k=k, dataflow=self.dataflow, drain=drain,
                     phase=self.phase, label=self.label, args={v: env[v] for v in self.args})
 

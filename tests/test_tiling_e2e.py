@@ -56,6 +56,18 @@ def test_external_memory_bytes_are_pinned_and_counted_by_the_compiler(shape):
     assert moved == program.kernels[0].hints["estimated_dram_bytes"]
 
 
+def test_a_k_split_moves_every_operand_once_as_counted():
+    """256x256x8192 with `--objective energy`: K in blocks outside the four result tiles, their
+    partial sums on chip between blocks (tests/test_partial_sums.py), so A and B cross external
+    memory once each (the latency tiling reads each twice, 33,816,576 bytes), as counted."""
+    program = loads(dumps(compile_graph(gemm(256, 256, 8192), "gemm.dfg", load_target(STANDARD, None, "energy"))))
+    kernel = program.kernels[0]
+    assert "partial_sums" in kernel.hints
+    machine = load_machine(STANDARD)
+    sim = simulate(program, machine, bind_program(program, machine, "gemm.kpu", bind_greedy))
+    assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"] == (2 * 256 * 8192 + 256 * 256) * 4
+
+
 @pytest.mark.parametrize("M, N, K, batch, transpose_b, resident", [
     (200, 200, 40, (), False, "A"),
     (200, 412, 40, (), False, "B"),

@@ -1,0 +1,418 @@
+"""Chains: consecutive sliding-window kernels that the loader runs at once, band by band, so the
+intermediates between them (their links) never cross the external memory link.
+
+A convolution writes its result band of rows by band of rows, and the window op after it needs,
+for its next band of output rows, only those input rows and their halo. Run together and
+interleaved by rows (`Program.chains`), the two never need the whole intermediate: its home in
+L3 may hold a ring of rows (`Tensor.ring`, row r in slot r mod ring) that the writer refills as
+the reader moves down. This pass runs after lowering, before the homes and the barriers:
+
+- Which kernels may chain: consecutive fusion groups, each anchored on a sliding-window op
+  (`WINDOWED`, with its epilogue), each after the first taking as its window input the result of
+  the one before (its link), which nothing else reads, one image along dim 0.
+- The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
+  again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
+  shares cut member by member (the cut that frees the most room for the least cost first) until
+  all their buffers and the links' homes fit the target together. A member must go by rows: the
+  outermost loop of more than one trip indexes the rows of its links, stepping upward.
+- Each link's ring: the rows the reader's bands span on every compute tile at once, plus the
+  rows the writer's next bands write on every compute tile (so neither waits on the other for
+  room); the whole tensor where that is all of its rows.
+- Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
+  the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
+  bytes moved at each level), a chain's members as tiled for their shares and without their
+  links' external-memory bytes, each chain paying by more than `TIE`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from dfx import DataMove, Graph, Kernel, Op, itemsize
+
+from .errors import CompileError
+from .requirements import body_buffers, fits
+from .residency import l3_demand, workers
+from .target import Level, Target
+
+# the anchors whose kernels go by bands of rows of NHWC tensors (lower_conv, lower_window)
+WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D"})
+SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
+MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
+TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
+
+# lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
+Lower = Callable[[Graph, list[Op], str, Target], Kernel]
+
+
+@dataclass(frozen=True)
+class Rung:
+    """A member lowered for a share of the target, and what it holds while it runs."""
+
+    kernel: Kernel
+    buffers: tuple[tuple[str, int], ...]  # its L1 and L2 buffers on one compute tile
+    l3: int  # its L3 buffers on all its compute tiles (`residency.l3_demand`)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A chain as it would run: its members' shares of the target and each link's ring (None: the
+    whole tensor)."""
+
+    first: int  # its first kernel's position
+    shares: tuple[tuple[int, int], ...]  # each member's
+    rings: dict[str, int | None]
+    usage: Usage  # the members' (`together`)
+
+
+@dataclass(frozen=True)
+class Way:
+    """A way to run the kernels so far: its cycles and pJ, its chains."""
+
+    cycles: float
+    pj: float
+    chains: list[Plan]
+
+    def then(self, u: Usage, plan: Plan | None = None) -> Way:
+        """This way, then kernels costing `u` (a chain as `plan`)."""
+        return Way(self.cycles + u.cycles, self.pj + u.pj, self.chains + ([plan] if plan is not None else []))
+
+    def better(self, other: Way, objective: str) -> bool:
+        """A figure of the objective lower by more than `TIE`: a chain must pay by more than the
+        rounding of the estimates."""
+        return figure(self, objective) < figure(other, objective) * (1 - TIE)
+
+
+def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str | None:
+    """The tensor through which `after` may follow `before` in a chain, or None: both anchored on
+    a sliding-window op, `after`'s window input (its first operand) `before`'s one result, read by
+    `after` alone, an intermediate NHWC tensor of one image. `readers`: tensor -> kernels reading it."""
+    if before.op not in WINDOWED or after.op not in WINDOWED or len(before.outputs) != 1:
+        return None
+    t = graph.tensors[before.outputs[0]]
+    if (after.inputs[0] != t.name or readers[t.name] != 1 or after.inputs.count(t.name) != 1
+            or t.role != "intermediate" or len(t.shape) != 4 or t.shape[0] != 1):
+        return None
+    return t.name
+
+
+def share_of(target: Target, near: float, l3: float) -> Target:
+    """The target with `near` of every L1 and L2 bank's bytes and `l3` of L3's (in whole lines)."""
+    line = target.line_bytes
+
+    def part(level: Level, share: float) -> Level:
+        return Level(level.banks, int(level.bank_bytes * share) // line * line)
+
+    return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3))
+
+
+def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
+    """How often each op of the body runs, on all compute tiles: once per step of the loops
+    enclosing its place; a move outside the parallel loop on each compute tile but a shared one."""
+    names = [l.induction_var for l in kernel.tile_loops]
+    parallel = next((d for d, l in enumerate(kernel.tile_loops) if l.parallel), len(names))
+    shared, tiles = kernel.shared_moves(), workers(kernel, compute_tiles)
+    out = {}
+    for op in kernel.body:
+        anchor = op.at if op.at is not None else op.after
+        depth = 0 if anchor is None else names.index(anchor) + (op.at is not None)
+        out[op.op_id] = math.prod(l.trip_count for l in kernel.tile_loops[:depth]) \
+            * (tiles if depth <= parallel and op.op_id not in shared else 1)
+    return out
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What running kernels costs: cycles, and the pJ their moves take (as `hardware.energy`
+    charges them)."""
+
+    cycles: float
+    pj: float
+
+
+def together(usages: list[Usage]) -> Usage:
+    """A chain's members: their cycles and pJ add up. The loader interleaves their tile ops by
+    rows, but measured on MobileNet's layers, a chain takes no fewer cycles than its kernels one
+    after another (docs/DESIGN.md, "Chains chosen"), so it is counted so."""
+    return Usage(sum(u.cycles for u in usages), sum(u.pj for u in usages))
+
+
+def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = frozenset()) -> Usage:
+    """What the kernel costs. Its cycles: those of its busiest kind of engine (all of a kind
+    together, the kinds overlapping): the DMAs with its external-memory bytes and moves (each
+    holds its engine for the memory's latency), the BlockMovers and the Streamers with their
+    bytes, the array with its cycles on the busiest compute tile, the vector unit with its
+    elements (the kernel's, or its epilogue's) on each compute tile it runs on. A move of one of
+    `links` at its home is none of the DMAs': it runs in place, or as a BlockMover's copy where
+    it makes a padded band."""
+    c, runs = target.costs, _runs(kernel, target.compute_tiles)
+    pj = c.energy.access_pj_per_byte
+    tiles = workers(kernel, target.compute_tiles)
+    moves = movers = streamers = 0
+    energy = 0.0
+    for op in kernel.body:
+        if not isinstance(op, DataMove) or op.move_type == "VIEW":
+            continue
+        levels = {op.source.level, op.destination.level}
+        moved = runs[op.op_id] * math.prod(op.destination.tile_shape) \
+            * itemsize(graph.tensors[op.destination.tensor].dtype)
+        if "EXTERNAL" in levels:
+            if op.source.tensor not in links:
+                moves += runs[op.op_id]  # its bytes are the hints' exact count
+            elif op.destination.padding is not None:
+                movers += moved
+                energy += moved * 2 * pj["l3"]
+            continue
+        if levels <= {"L3", "L2"}:
+            movers += moved
+        else:
+            streamers += moved
+        energy += moved * (pj[op.source.level.lower()] + pj[op.destination.level.lower()])
+    dram = sum(b for t, b in kernel.hints["dram_bytes_per_stream"].items() if t not in links)
+    dma = max(dram / c.dram_bytes_per_cycle,
+              (moves * c.dma_cycles_per_move + dram / c.dma_engine_bytes_per_cycle) / c.dma_engines)
+    work = kernel.hints.get("vector_elements", {})
+    vector = sum(n * c.vector.cycles_per_element[kind] for kind, n in work.items()) / c.vector.lanes / tiles
+    busy = (dma, movers / c.l3_l2_bytes_per_cycle, streamers / c.l2_l1_bytes_per_cycle,
+            kernel.hints.get("estimated_compute_cycles", 0), vector)
+    return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]))
+
+
+def figure(u: Usage | Way, objective: str) -> float:
+    """What the target's objective ranks by: cycles, pJ, or their product."""
+    return {"latency": u.cycles, "energy": u.pj, "edp": u.pj * u.cycles}[objective]
+
+
+def _band(kernel: Kernel, tensor: str, written: bool) -> tuple[int, int]:
+    """(rows, rows between the starts of consecutive bands) of the kernel's tiles of `tensor`
+    where it meets external memory."""
+    for op in kernel.body:
+        if isinstance(op, DataMove) and op.move_type != "VIEW":
+            ref = op.destination if written else op.source
+            if ref.tensor == tensor and ref.level == "EXTERNAL":
+                return ref.tile_shape[1], (ref.step or ref.tile_shape)[1]
+    raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' at external memory")
+
+
+def goes_by_rows(kernel: Kernel, tensor: str) -> bool:
+    """Whether every move of the kernel that reads or writes `tensor` at its home (the external
+    side, or a plain L3 tile) indexes its rows by the outermost loop of more than one trip,
+    stepping upward: the order a chain's kernels visit the rows of a link in."""
+    rows = next((l for l in kernel.tile_loops if l.trip_count > 1), None)
+    if rows is None or rows.step <= 0:
+        return False
+    for op in kernel.body:
+        if not isinstance(op, DataMove) or op.move_type == "VIEW":
+            continue
+        for ref in (op.source, op.destination):
+            at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
+            if ref.tensor == tensor and at_home and ref.tile_indices[1] != rows.induction_var:
+                return False
+    return True
+
+
+def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:
+    """Rows of `tensor` the kernel's bands span at once: a band on each compute tile, the tiles
+    consecutive bands apart (the loader deals them the steps of the rows loop, or they go through
+    the rows alike and one may get a band ahead of another)."""
+    rows, step = _band(kernel, tensor, written)
+    return (workers(kernel, compute_tiles) - 1) * step + rows
+
+
+def ring_rows(writer: Kernel, reader: Kernel, height: int, compute_tiles: int) -> int | None:
+    """The rows of its `height` a link's home holds (the writer's one result, the reader's
+    window input): the reader's bands in flight and the writer's next ones on every compute
+    tile; None where that is every row."""
+    rows = (_rows_in_flight(reader, reader.inputs[0], False, compute_tiles)
+            + _rows_in_flight(writer, writer.outputs[0], True, compute_tiles))
+    return rows if rows < height else None
+
+
+def ring_bytes(tensor: str, ring: int | None, graph: Graph) -> int:
+    t = graph.tensors[tensor]
+    whole = t.size * itemsize(t.dtype)
+    return whole if ring is None else whole // t.shape[1] * ring
+
+
+def _overflow(rungs: list[Rung], homes: int, target: Target) -> float:
+    """How far the rungs' buffers and `homes` bytes of L3 are from fitting the target at once:
+    0 where they fit, else the fractions by which each level is over (a little where only the
+    packing of banks fails)."""
+    capacity = target.l3.banks * target.l3.bank_bytes * target.compute_tiles
+    over = max(0.0, (sum(r.l3 for r in rungs) + homes) / capacity - 1)
+    for name, level in (("L1", target.l1), ("L2", target.l2)):
+        buffers = [b for r in rungs for b in r.buffers if b[0] == name]
+        if not fits(buffers, target):
+            over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
+    return over
+
+
+def _signature(group: list[Op], graph: Graph) -> tuple:
+    """What a group's lowering depends on: its ops, how they wire their tensors, and those
+    tensors' shapes, dtypes and roles (networks repeat their layers: each is planned once)."""
+    names = list(dict.fromkeys(t for op in group for t in op.inputs + op.outputs))
+    return (tuple((op.op_type, repr(sorted(op.attrs.items())), tuple(names.index(t) for t in op.inputs),
+                   tuple(names.index(t) for t in op.outputs)) for op in group),
+            tuple((graph.tensors[t].shape, graph.tensors[t].dtype, graph.tensors[t].role) for t in names))
+
+
+class Planner:
+    """The chains of a program's kernels (in execution order): which, their tilings, their rings.
+    A member's share is a pair of indices into `SHARES`: its fraction of every L1 and L2 bank's
+    bytes, and of L3's. Kernels of one signature are planned on the first of them, their `proxy`:
+    its tiles, buffers and cycles are theirs; a member's links are its window input and its
+    result, the proxy's own."""
+
+    def __init__(self, kernels: list[Kernel], graph: Graph, target: Target, lower: Lower):
+        self.kernels, self.graph, self.target, self.lower = kernels, graph, target, lower
+        readers = Counter(t for k in kernels for t in set(k.inputs))
+        self.links = [link(a, b, graph, readers) for a, b in zip(kernels, kernels[1:])]
+        ops = {op.name: op for op in graph.ops}
+        self.groups = [[ops[k.graph_op]] + [ops[name] for name in k.epilogue] for k in kernels]
+        first: dict[tuple, int] = {}
+        self.proxy = [first.setdefault(_signature(g, graph), i) for i, g in enumerate(self.groups)]
+        self._rungs: dict[tuple[int, int, int], Rung | None] = {}
+        self._usage: dict[tuple, Usage] = {}
+
+    def lowered(self, i: int, share: tuple[int, int]) -> Kernel:
+        """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
+        whole target, its own lowering."""
+        if share == (0, 0):
+            return self.kernels[i]
+        return self.lower(self.graph, self.groups[i], self.kernels[i].name,
+                          share_of(self.target, *(SHARES[s] for s in share)))
+
+    def rung(self, i: int, share: tuple[int, int]) -> Rung | None:
+        """Kernel i's proxy lowered for `share` (None: no tiling fits it)."""
+        key = (self.proxy[i], *share)
+        if key not in self._rungs:
+            try:
+                m = self.lowered(self.proxy[i], share)
+                self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
+                                        l3_demand(m, self.graph, self.target))
+            except CompileError:
+                self._rungs[key] = None
+        return self._rungs[key]
+
+    def usage(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> Usage:
+        """`usage` of kernel i's proxy lowered for `share`, with its window input (ends[0]) and
+        its result (ends[1]) on chip where they are links."""
+        key = (self.proxy[i], *share, ends)
+        if key not in self._usage:
+            k = self.rung(i, share).kernel
+            links = frozenset(t for t, linked in zip((k.inputs[0], k.outputs[0]), ends) if linked)
+            self._usage[key] = usage(k, self.graph, self.target, links)
+        return self._usage[key]
+
+    def unshared(self, first: int, last: int) -> Usage:
+        """Kernels first .. last chained, each tiled for the whole target."""
+        return together([self.usage(i, (0, 0), (i > first, i < last)) for i in range(first, last + 1)])
+
+    def _usable(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> bool:
+        """Whether kernel i lowered for `share` goes by the rows of its links."""
+        r = self.rung(i, share)
+        return r is not None and all(goes_by_rows(r.kernel, t)
+                                     for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked)
+
+    def _first(self, i: int, ends: tuple[bool, bool]) -> tuple[int, int] | None:
+        """The largest equal shares of every level for which kernel i goes by the rows of its links."""
+        return next(((s, s) for s in range(len(SHARES)) if self._usable(i, (s, s), ends)), None)
+
+    def _cuts(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> list[tuple[int, int]]:
+        """The next smaller shares, of L1 and L2, of L3, or of both alike, for which kernel i goes
+        by the rows of its links."""
+        out = []
+        for step in ((1, 0), (0, 1), (1, 1)):
+            cut = share
+            while max(cut := (cut[0] + step[0], cut[1] + step[1])) < len(SHARES):
+                if self.rung(i, cut) is None:
+                    break  # no tiling fits: none fits less either
+                if self._usable(i, cut, ends):
+                    out.append(cut)
+                    break
+        return out
+
+    def plan(self, first: int, last: int) -> Plan | None:
+        """Kernels first .. last as one chain, or None where they do not fit the target at once
+        going by rows. From each member's largest usable share, cut a level of the member whose
+        cut frees the most room for the least it adds to the objective's figure, until everything
+        fits."""
+        members = range(first, last + 1)
+        ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
+        shares = [self._first(i, e) for i, e in zip(members, ends)]
+        if None in shares:
+            return None
+        line = self.target.line_bytes
+
+        def state(shares: list[tuple[int, int]]) -> tuple[list[int | None], float, Usage]:
+            """The rings, how far the members are from fitting, what they cost running at once."""
+            rungs = [self.rung(i, s) for i, s in zip(members, shares)]
+            rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],
+                               self.target.compute_tiles) for i, a, b in zip(members, rungs, rungs[1:])]
+            homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line for i, n in zip(members, rings))
+            took = together([self.usage(i, s, e) for i, s, e in zip(members, shares, ends)])
+            return rings, _overflow(rungs, homes, self.target), took
+
+        rings, over, took = state(shares)
+        objective = self.target.objective
+        while over > 0:
+            moves = []
+            for m, (i, e) in enumerate(zip(members, ends)):
+                for cut in self._cuts(i, shares[m], e):
+                    trial = shares[:m] + [cut] + shares[m + 1:]
+                    _, after, costs = state(trial)
+                    if after < over:
+                        added = figure(costs, objective) - figure(took, objective)
+                        moves.append((max(added, 0.0) / (over - after), after, trial))
+            if not moves:
+                return None
+            shares = min(moves, key=lambda move: move[:2])[2]
+            rings, over, took = state(shares)
+        return Plan(first, tuple(shares), {self.links[i]: n for i, n in zip(members, rings)}, took)
+
+    def chains(self) -> list[Plan]:
+        """The cut of the kernels into chains and single kernels with the lowest figure of the
+        target's objective, each chain paying by more than `TIE` (a shortest path over cut
+        points: best[j] is the best way to run the first j kernels)."""
+        objective = self.target.objective
+        best = [Way(0.0, 0.0, [])]
+        for j, kernel in enumerate(self.kernels, 1):
+            best.append(best[j - 1].then(usage(kernel, self.graph, self.target)))
+            first = j - 1
+            while first > 0 and j - first < MAX_MEMBERS and self.links[first - 1] is not None:
+                first -= 1
+                # no chain does better than its members tiled for the whole target: where even
+                # that is no better, plan none (most of the time it takes)
+                if not best[first].then(self.unshared(first, j - 1)).better(best[j], objective):
+                    continue
+                plan = self.plan(first, j - 1)
+                if plan is None:
+                    break  # these members do not fit at once: with one more, no more would
+                chained = best[first].then(plan.usage, plan)
+                if chained.better(best[j], objective):
+                    best[j] = chained
+        return best[-1].chains
+
+
+def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
+                lower: Lower) -> tuple[Graph, list[list[str]], frozenset[str]]:
+    """Chain what pays: each chain's members replace their kernels in `kernels` (in place),
+    lowered for their shares; its links get a home in L3 (a ring where it holds fewer rows than
+    the tensor). The graph so, the chains by kernel name, and their links."""
+    if target.costs is None:
+        return graph, [], frozenset()  # nothing to rank the ways to run them by
+    planner = Planner(kernels, graph, target, lower)
+    plans = planner.chains()
+    tensors = dict(graph.tensors)
+    for plan in plans:
+        for i, share in enumerate(plan.shares, plan.first):
+            kernels[i] = dataclasses.replace(planner.lowered(i, share), depends_on=kernels[i].depends_on)
+        for t, ring in plan.rings.items():
+            tensors[t] = dataclasses.replace(tensors[t], home="L3", ring=ring)
+    chains = [[k.name for k in kernels[plan.first:plan.first + len(plan.shares)]] for plan in plans]
+    links = frozenset(t for plan in plans for t in plan.rings)
+    return Graph(graph.name, tensors, graph.ops, graph.constants), chains, links

@@ -1,0 +1,417 @@
+"""Chains (`Program.chains`): consecutive kernels that run at once, band by band.
+
+Each member after the first reads rows of a result of the one before it (a link tensor) while
+they are written, from the link's home in L3: all of it, or a ring of `ring` rows (row r in slot
+r mod ring). The validator has made every move that reads or writes a link at its home go by
+rows: dim 1 indexed by the kernel's outermost loop, so each compute tile visits the rows in
+increasing order, band by band.
+
+Binding: each member is bound on its own, then its buffers are moved off those of the members
+before it (`away_from_chain`), since all of them live at once.
+
+Tasks: the members' op instances are merged into one stream (`chain_tasks`), taking each time
+the downstream-most member with a ready instance among the next ones of its compute tiles (each
+goes on in its own order, as `expand` deals them, so one waiting for rows holds up no other; a
+shared move goes once all have reached it):
+- an instance that neither reads nor writes a link at its home is ready;
+- a home read of rows [a, b) (the move from the link's EXTERNAL side, which runs in place, as a
+  copy or, where the machine had no room for the home, as the DMA's) is ready once the writer's
+  issued writes cover every element of those rows; it waits for the tasks that wrote them (a
+  move in place runs no task: the moves after it inherit what it waited for);
+- a write of rows [a, b) into a ring is ready once b - ring is at most the first row of the
+  oldest band a compute tile of a reader may still read: a band's reads are all issued before
+  the next band's home read, so rows below each compute tile's latest home read (or the one
+  that is its next instance) are done with. It waits for every task that read the rows it
+  replaces (the readers' moves out of the home).
+No member ready while some are not done: the ring is too small, a LoadError naming the link.
+Values are computed kernel by kernel as ever (`execution.run_kernel`): a ring changes where
+rows live, not what they hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef
+from hardware import Machine, Task
+
+from .binding import BindError, Binding, BoundBuffer, _align
+from .buffers import COPY, home_move, in_home, level_banks
+from .relocate import Occupancy, place_of, relocate
+from .schedule import _worker_stream, placement
+from .tasks import Running, TaskStream
+
+WRITE, READ, FETCH = "write", "read", "fetch"  # what an op does to a link's rows (`_roles`)
+# between the move queues (`Task.stream`: an op id, plus this times the kernel's place in its chain)
+# of a chain's kernels on one engine, more than the ops of a body: each kernel has its own queues,
+# so a move waiting for rows holds up no move of another kernel
+STREAMS_APART = 1 << 20
+
+
+def chain_names(program: Program, position: int) -> str:
+    """How messages name the chain of the kernel at `position`."""
+    first, last = program.spans()[position]
+    return f"chain [{', '.join(k.name for k in program.kernels[first:last + 1])}]"
+
+
+# ---- binding -------------------------------------------------------------------------------
+
+
+def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, where: str, chain: str) -> Binding:
+    """A chain member's `binding` moved off the buffers of the members bound before it
+    (`earlier`), which live at the same time (`relocate` against them alone, then, where its
+    whole banks find no free bank each, `_squeezed`); BindError naming the chain and the level
+    where some would still share bytes."""
+    taken = Occupancy()
+    for tag, b in enumerate(earlier):
+        for bb in b.buffers:
+            taken.claim(bb, tag)
+    moved = relocate(binding, taken, machine)
+    if shared_level([*earlier, moved]) is not None:
+        moved = _squeezed(moved, earlier, machine)
+    level = shared_level([*earlier, moved])
+    if level is not None:
+        raise BindError(f"{where}: {chain}: kernel '{binding.kernel}' finds no room in {level} beside the buffers "
+                        f"of the kernels before it in the chain, which run at the same time")
+    return moved
+
+
+def _squeezed(binding: Binding, earlier: list[Binding], machine: Machine) -> Binding:
+    """`binding` with each buffer that shares bytes with one of `earlier` moved, largest first, to
+    the first free bytes of a bank of its pool, beside its other buffers (several of its banks'
+    contents may so share one bank, which `relocate` never makes them do); where one finds no
+    room, as it was."""
+    taken = Occupancy()
+    for b in earlier:
+        for bb in b.buffers:
+            taken.claim(bb, 0)
+    clash = {i for i, bb in enumerate(binding.buffers) if taken.under(place_of(bb), bb.address, bb.end)}
+    out = list(binding.buffers)
+    for i, bb in enumerate(out):
+        if i not in clash:
+            taken.claim(bb, 0)
+    for i in sorted(clash, key=lambda i: -out[i].buffer.bytes):
+        buffer = out[i].buffer
+        count, size = level_banks(machine, buffer.level)
+        used = sorted({k for level, owner, k in taken.spans if (level, owner) == (buffer.level, buffer.owner)})
+        empty = next(k for k in range(count + 1) if k not in used)  # the lowest bank no buffer holds yet
+        spot = next(((k, start) for k in [*used, *([empty] if empty < count else [])]
+                     for start in [0, *(_align(e, machine.line_bytes) for _, e, _ in taken.spans.get(
+                         (buffer.level, buffer.owner, k), []))]
+                     if start + buffer.bytes <= size
+                     and not taken.under((buffer.level, buffer.owner, k), start, start + buffer.bytes)), None)
+        if spot is None:
+            return binding
+        out[i] = BoundBuffer(buffer, *spot)
+        taken.claim(out[i], 0)
+    return replace(binding, buffers=out)
+
+
+def shared_level(bindings: list[Binding]) -> str | None:
+    """The level where buffers of two of `bindings` share a byte (None: nowhere)."""
+    spans: dict[tuple, list[tuple[int, int, int]]] = {}
+    for i, b in enumerate(bindings):
+        for bb in b.buffers:
+            spans.setdefault(place_of(bb), []).append((bb.address, bb.end, i))
+    for (level, _, _), held in spans.items():
+        held.sort()
+        reach, owner = 0, -1  # the furthest end so far, and whose
+        for start, end, i in held:
+            if start < reach and i != owner:
+                return level
+            if end > reach:
+                reach, owner = end, i
+    return None
+
+
+def chains_overlap(program: Program, bindings: list[Binding]) -> str | None:
+    """Why the bindings of a chain's members are not disjoint (None if they are)."""
+    for chain in program.chains:
+        names = set(chain)
+        level = shared_level([b for b in bindings if b.kernel in names])
+        if level is not None:
+            return f"chain [{', '.join(chain)}]: buffers of two of its kernels share bytes of {level}"
+    return None
+
+
+# ---- tasks ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Link:
+    """A link tensor's rows as the merged stream has issued them."""
+
+    tensor: str
+    writer: str  # the member that writes it
+    ring: int | None  # rows its home holds; None: all (or it stays in external memory)
+    row_elements: int  # elements of one row along dim 1
+    covered: dict[int, int] = field(default_factory=dict)  # row -> elements the writer's issued moves wrote
+    writers: dict[int, set[int]] = field(default_factory=dict)  # row -> tasks that wrote it
+    readers: dict[int, set[int]] = field(default_factory=dict)  # row -> tasks that read it out of the ring
+    # (reader member, compute tile) -> the first row of its latest home read: rows below are done with
+    reading: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    def oldest(self, done: set[str]) -> float:
+        """The first row some compute tile of a reader still running may read."""
+        return min((row for (member, _), row in self.reading.items() if member not in done), default=float("inf"))
+
+
+@dataclass
+class _Instance:
+    """The next op instance of a compute tile: its loop values (the tile's own, which stay put
+    until it goes on) and what it does to links' rows, (link, role, first row, end row, elements)."""
+
+    worker: int
+    op: BodyOp
+    env: dict[str, int]
+    rows: list[tuple[Link, str, int, int, int]]
+
+
+class _Member:
+    """One kernel of the chain, each compute tile's instances in its own order (as `expand` deals
+    them, but one tile waiting for rows holds up no other), and what each op does to links. A
+    shared move goes once every compute tile still running has reached it, as compute tile 0's."""
+
+    def __init__(self, running: Running, roles: dict[int, list[_Span]]):
+        kernel, workers = running.kernel, running.binding.workers
+        self.running, self.roles = running, roles
+        place = placement(kernel)
+        self.streams = [_worker_stream(kernel, place, w, workers) for w in range(workers)]
+        self.next: dict[int, _Instance] = {}  # compute tile -> its next instance, while it has one
+        for w in range(workers):
+            self._advance(w)
+        self.turn = 0  # the compute tile looked at first: they take turns, as `expand` deals them
+        self.waiting: int | None = None  # `_Clock.now` when none of its next instances could go
+
+    @property
+    def name(self) -> str:
+        return self.running.kernel.name
+
+    def heads(self) -> Iterator[_Instance]:
+        """The instances that may go next, from compute tile `turn` on."""
+        tiles, shared = len(self.streams), 0
+        for w in range(self.turn, self.turn + tiles):
+            item = self.next.get(w % tiles)
+            if item is None:
+                continue
+            if item.op.op_id in self.running.shared:
+                shared += 1
+            else:
+                yield item
+        if shared and shared == len(self.next):  # every compute tile still running has reached it
+            yield self.next[min(self.next)]
+
+    def went(self, item: _Instance) -> None:
+        """`item` has gone: its compute tile (every one, for a shared move) goes on."""
+        tiles = list(self.next) if item.op.op_id in self.running.shared else [item.worker]
+        for w in tiles:
+            self._advance(w)
+        self.turn = item.worker + 1
+
+    def _advance(self, worker: int) -> None:
+        step = next(self.streams[worker], None)
+        if step is None:
+            self.next.pop(worker, None)
+            return
+        _, op, env = step
+        rows = [(span.link, span.role, *span.at(env)) for span in self.roles.get(op.op_id, ())]
+        # a shared move is compute tile 0's
+        self.next[worker] = _Instance(0 if op.op_id in self.running.shared else worker, op, env, rows)
+
+
+@dataclass(frozen=True)
+class _Span:
+    """What a move does to a link (`role`: WRITE, READ or FETCH) and where its tile lies there:
+    along each dim, tile i from offset + i * step, `extent` long, clipped to the tensor (a move
+    within one tensor copies what lies inside it)."""
+
+    link: Link
+    role: str
+    indices: tuple[str, ...]
+    offsets: tuple[int, ...]
+    steps: tuple[int, ...]
+    extents: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @staticmethod
+    def of(link: Link, role: str, ref: TileRef, shape: tuple[int, ...]) -> _Span:
+        return _Span(link, role, tuple(ref.tile_indices), tuple(ref.offset or [0] * len(shape)),
+                     tuple(ref.step or ref.tile_shape), tuple(ref.tile_shape), shape)
+
+    def at(self, env: dict[str, int]) -> tuple[int, int, int]:
+        """The rows [a, b) the tile covers at these loop values, and its elements."""
+        elements, rows = 1, (0, 0)
+        for axis, (index, offset, step, extent, dim) in enumerate(zip(self.indices, self.offsets, self.steps,
+                                                                      self.extents, self.shape)):
+            start = offset + env.get(index, 0) * step
+            low, high = max(start, 0), min(start + extent, dim)
+            elements *= max(high - low, 0)
+            if axis == 1:
+                rows = (low, max(high, low))
+        return rows[0], rows[1], elements
+
+
+def _roles(kernel: Kernel, links: dict[str, Link], kept: frozenset[str],
+           shapes: dict[str, tuple[int, ...]]) -> dict[int, list[_Span]]:
+    """op_id -> what it does to each link at its home: WRITE (into the home, or to external memory
+    where it has none; not a store in place, which writes nothing new), READ (the home read, from
+    the EXTERNAL side), FETCH (reads the home's region in place, L3 -> L2)."""
+    out: dict[int, list[_Span]] = {}
+    for op in kernel.body:
+        if not isinstance(op, DataMove) or op.move_type == "VIEW":
+            continue
+        src, dst = op.source, op.destination
+        roles = []
+        into_home = in_home(dst, kept) or home_move(op, kept) == COPY and dst.level == "EXTERNAL"
+        if dst.tensor in links and kernel.name == links[dst.tensor].writer and (
+                into_home or dst.level == "EXTERNAL" and dst.tensor not in kept):
+            roles.append(_Span.of(links[dst.tensor], WRITE, dst, shapes[dst.tensor]))
+        if src.tensor in links and src.tensor in kernel.inputs:
+            if src.level == "EXTERNAL":
+                roles.append(_Span.of(links[src.tensor], READ, src, shapes[src.tensor]))
+            elif in_home(src, kept):
+                roles.append(_Span.of(links[src.tensor], FETCH, src, shapes[src.tensor]))
+        if roles:
+            out[op.op_id] = roles
+    return out
+
+
+def _links(program: Program, members: list[int], bindings: list[Binding]) -> dict[str, Link]:
+    """The chain's link tensors: results of a member that a later member reads."""
+    kernels = [program.kernels[i] for i in members]
+    kept = {h.tensor for i in members for h in bindings[i].homes}
+    out = {}
+    for k in kernels:
+        for t in k.outputs:
+            if any(t in later.inputs for later in kernels[kernels.index(k) + 1:]):
+                tensor = program.graph.tensors[t]
+                ring = tensor.ring if t in kept and tensor.ring is not None and tensor.ring < tensor.shape[1] else None
+                out[t] = Link(t, k.name, ring, tensor.size // max(tensor.shape[1], 1))
+    return out
+
+
+def _reading_tiles(kernel: Kernel, binding: Binding, reads: list[int]) -> range:
+    """The compute tiles that make a kernel's home reads of a link: worker 0 alone where they are
+    all shared moves (one copy for every compute tile), else every one."""
+    shared = kernel.shared_moves()
+    return range(1) if all(op_id in shared for op_id in reads) else range(binding.workers)
+
+
+def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindings: list[Binding]) -> Iterator[Task]:
+    """The tasks of the chain of kernels at positions `members`, merged by rows (module doc)."""
+    links = _links(program, members, bindings)
+    shapes = {name: t.shape for name, t in program.graph.tensors.items()}
+    chain: list[_Member] = []
+    for i in members:
+        kernel, binding = program.kernels[i], bindings[i]
+        roles = _roles(kernel, links, frozenset(h.tensor for h in binding.homes), shapes)
+        for link in links.values():
+            reads = [op_id for op_id, spans in roles.items() if any(s.link is link and s.role == READ for s in spans)]
+            if reads:
+                link.reading.update(((kernel.name, w), 0) for w in _reading_tiles(kernel, binding, reads))
+        running = stream.start(kernel, binding, i, streams=(i - members[0]) * STREAMS_APART)
+        chain.append(_Member(running, roles))
+    done: set[str] = set()
+    clock = _Clock()
+    while len(done) < len(chain):
+        member, item = _next(chain, stream, done, clock)
+        if member is None:
+            raise _stuck(program, members, chain, done)
+        tid, task = stream.instance(member.running, item.worker, item.op, item.env, _waits(item))
+        _issued(item, tid, task, clock)
+        member.went(item)
+        if task is not None:
+            yield task
+        if not member.next:
+            stream.finish(member.running)
+            done.add(member.name)
+            clock.now += 1
+
+
+class _Clock:
+    """Counts what may let a waiting instance go: rows written, a compute tile's reads moving on
+    to a later band, a kernel of the chain done. A kernel none of whose next instances could go
+    is not asked again until it moves on."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+
+def _next(chain: list[_Member], stream: TaskStream, done: set[str],
+          clock: _Clock) -> tuple[_Member, _Instance] | tuple[None, None]:
+    """The next instance of the downstream-most kernel that has one ready, and that kernel."""
+    for member in reversed(chain):
+        if member.name in done or member.waiting == clock.now:
+            continue
+        asked = clock.now
+        item = next((item for item in member.heads() if _ready(member, item, stream, done, clock)), None)
+        if item is not None:
+            member.waiting = None
+            return member, item
+        member.waiting = asked
+    return None, None
+
+
+def _ready(member: _Member, item: _Instance, stream: TaskStream, done: set[str], clock: _Clock) -> bool:
+    op = item.op
+    if not item.rows and not isinstance(op, Barrier):
+        return True
+    if isinstance(op, Barrier) and op.kernel is not None and op.kernel not in stream.finished:
+        return False  # on a kernel of the chain still running
+    for link, role, a, b, _ in item.rows:
+        if role == READ:  # its compute tile has issued every read of its bands before this one
+            if link.reading.get((member.name, item.worker)) != a:
+                link.reading[member.name, item.worker] = a
+                clock.now += 1
+            if any(link.covered.get(r, 0) < link.row_elements for r in range(a, b)):
+                return False
+        if role == WRITE and link.ring is not None and b > a and b - link.ring > link.oldest(done):
+            return False
+    return True
+
+
+def _waits(item: _Instance) -> set[int]:
+    """The tasks an instance waits for by rows: a read for the writes of its rows, a write into
+    a ring for the reads (and the writes) of the rows it replaces."""
+    waits: set[int] = set()
+    for link, role, a, b, _ in item.rows:
+        if role == READ:
+            for r in range(a, b):
+                waits |= link.writers.get(r, set())
+        elif role == WRITE and link.ring is not None:
+            for r in range(max(a - link.ring, 0), max(b - link.ring, 0)):
+                waits |= link.readers.get(r, set()) | link.writers.get(r, set())
+    return waits
+
+
+def _issued(item: _Instance, tid: int, task: Task | None, clock: _Clock) -> None:
+    """Note what the instance just issued did to the links' rows."""
+    for link, role, a, b, elements in item.rows:
+        if task is None or b <= a:
+            continue
+        if role == WRITE:
+            for r in range(a, b):
+                link.covered[r] = link.covered.get(r, 0) + elements // (b - a)
+                link.writers.setdefault(r, set()).add(tid)
+            clock.now += 1
+        elif link.ring is not None:  # a read out of the ring: the write of the row that replaces it waits
+            for r in range(a, b):
+                link.readers.setdefault(r, set()).add(tid)
+
+
+def _stuck(program: Program, members: list[int], chain: list[_Member], done: set[str]) -> ValueError:
+    """Why no member of the chain can go on, in one line: the link whose ring is too small."""
+    from .run import LoadError  # run imports this module
+
+    names = chain_names(program, members[0])
+    waiting = [(m, item) for m in chain if m.name not in done for item in m.heads()]
+    for _, item in waiting:
+        for link, role, a, b, _ in item.rows:
+            if role == WRITE and link.ring is not None:
+                return LoadError(f"{names}: link '{link.tensor}' keeps a ring of {link.ring} rows in L3, too few: "
+                                 f"kernel '{link.writer}' would write rows {a} to {b - 1} while a reader may still "
+                                 f"read row {int(link.oldest(done))}, so no kernel of the chain can go on")
+    member, item = waiting[0]
+    return LoadError(f"{names}: kernel '{member.name}' op {item.op.op_id} waits for what no kernel "
+                     f"of the chain will do, so none can go on")

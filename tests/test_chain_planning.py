@@ -1,0 +1,129 @@
+"""The compiler's chains (kernel_compiler/chains.py): which fusion groups chain, their tilings
+under one budget of the target, the rings of their links, and a chain compiled and run end to end
+(its values against numpy, its external-memory bytes the graph's inputs, weights and output)."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dfx import dumps, loads
+from hardware import load_machine
+from kernel_compiler.chains import Planner, link, ring_bytes
+from kernel_compiler.compile import compile_graph, graph_passes, lower_group, lower_kernels
+from kernel_compiler.requirements import body_buffers, fits
+from kernel_compiler.residency import l3_demand, workers
+from kernel_compiler.target import load_target
+from loader import bind_greedy, bind_program, execute, simulate
+from loader.report import dram_bytes
+from test_vector_kernels import STANDARD, graph_of, random
+
+PAD = {"padding": [[1, 1], [1, 1]]}
+# an inverted residual block without its residual: a 1x1 expanding 16 channels to 64, a
+# depthwise 3x3, a 1x1 projecting back; on 32 x 32 its intermediates (256 KiB each) take rings
+BLOCK = [("CONV2D", ["x", "we"], {}), ("DEPTHWISE_CONV2D", ["t0", "wd"], PAD), ("CONV2D", ["t1", "wp"], {})]
+SHAPES = {"x": ((1, 32, 32, 16), "f32"), "we": ((64, 1, 1, 16), "f32"), "wd": ((3, 3, 64, 1), "f32"),
+          "wp": ((16, 1, 1, 64), "f32")}
+
+
+def lowered(ops, shapes):
+    """The graph after the passes and its kernels, each lowered for the whole target."""
+    target = load_target(STANDARD)
+    graph = graph_passes(graph_of(ops, shapes), target, True, [])
+    return graph, list(lower_kernels(graph, target, "auto", True)), target
+
+
+def links(ops, shapes) -> list[str | None]:
+    """Between each two consecutive kernels, the tensor through which they may chain."""
+    graph, kernels, _ = lowered(ops, shapes)
+    readers = Counter(t for k in kernels for t in set(k.inputs))
+    return [link(a, b, graph, readers) for a, b in zip(kernels, kernels[1:])]
+
+
+def test_window_kernels_chain_through_a_result_nothing_else_reads():
+    assert links(BLOCK, SHAPES) == ["t0", "t1"]
+    # the depthwise's result read by a second 1x1 too: it links neither
+    branch = [*BLOCK, ("CONV2D", ["t1", "wp"], {})]
+    assert links(branch, SHAPES) == ["t0", None, None]
+    # a matmul between (on the array, but no sliding window): nothing links through it
+    between = [BLOCK[0], ("MATMUL", ["t0", "wm"], {}), ("DEPTHWISE_CONV2D", ["t1", "wd"], PAD)]
+    assert links(between, {**SHAPES, "wm": ((64, 64), "f32")}) == [None, None]
+    # two images: a link holds one (its rows are those of one image)
+    assert links(BLOCK, {**SHAPES, "x": ((2, 32, 32, 16), "f32")}) == [None, None]
+
+
+def test_nchw_convolutions_chain_in_nhwc_and_the_transposes_around_them_never():
+    shapes = {"x": ((1, 16, 32, 32), "f32"), "w0": ((64, 16, 1, 1), "f32"), "w1": ((16, 64, 3, 3), "f32")}
+    ops = [("CONV2D", ["x", "w0"], {"layout": "NCHW"}), ("CONV2D", ["t0", "w1"], {"layout": "NCHW", **PAD})]
+    program = loads(dumps(compile_graph(graph_of(ops, shapes), "nchw.dfg", load_target(STANDARD))))
+    assert [k.op for k in program.kernels] == ["TRANSPOSE", "RESHAPE", "CONV2D", "CONV2D", "TRANSPOSE"]
+    assert program.chains == [[k.name for k in program.kernels[2:4]]]
+    kept = program.graph.tensors[program.kernels[2].outputs[0]]
+    assert kept.shape == (1, 32, 32, 64) and kept.home == "L3"  # NHWC: dim 1 is the rows
+
+
+def test_a_chain_fits_the_target_at_once_going_by_rows_with_rings_its_bands_need():
+    graph, kernels, target = lowered(BLOCK, SHAPES)
+    planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    plan = planner.plan(0, 2)
+    members = [planner.lowered(i, share) for i, share in enumerate(plan.shares)]
+    # every member goes by rows: its outermost loop steps the rows of its links
+    assert [m.tile_loops[0].induction_var for m in members] == ["th"] * 3
+    assert all(m.tile_loops[0].trip_count > 1 for m in members)
+    # each ring: the reader's bands on its compute tiles (consecutive bands apart) and the
+    # writer's next bands on its own, fewer than the 32 rows of the tensor
+    def band(k):  # (rows of a band of its input, rows between bands, compute tiles)
+        return k.tiling["band_rows"], k.tiling["R"], workers(k, target.compute_tiles)
+
+    for t, (writer, reader) in zip(("t0", "t1"), zip(members, members[1:])):
+        rows, step, tiles = band(reader)
+        assert plan.rings[t] == (tiles - 1) * step + rows + workers(writer, target.compute_tiles) * writer.tiling["R"]
+        assert plan.rings[t] < 32
+    # all the members' buffers and both rings fit at once: L3 on all compute tiles, and L1 and L2
+    # per compute tile, packed into the banks as the binder packs them
+    line = target.line_bytes
+    homes = sum(-(-ring_bytes(t, n, graph) // line) * line for t, n in plan.rings.items())
+    assert sum(l3_demand(m, graph, target) for m in members) + homes <= target.l3.bank_bytes * target.compute_tiles
+    assert fits([b for m in members for b in body_buffers(m.body, graph) if b[0] != "L3"], target)
+    # alone, the depthwise would take the whole image in one tile of rows: in the chain it may not
+    assert kernels[1].tiling["num_tiles_th"] == 1 < members[1].tiling["num_tiles_th"]
+
+
+def _conv1x1(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.einsum("nhwc,oc->nhwo", x, w[:, 0, 0, :].astype(np.float64))
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A depthwise 3x3, stride 1, padding 1, in float64."""
+    h, wd = x.shape[1:3]
+    p = np.pad(x, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    return sum(p[:, i:i + h, j:j + wd, :] * w[i, j, :, 0] for i in range(3) for j in range(3))
+
+
+def test_a_chain_runs_band_by_band_and_moves_only_its_input_weights_and_output():
+    program = loads(dumps(compile_graph(graph_of(BLOCK, SHAPES), "block.dfg", load_target(STANDARD))))
+    assert program.chains == [[k.name for k in program.kernels]]
+    rings = {t.name: t.ring for t in program.graph.tensors.values() if t.home == "L3"}
+    assert set(rings) == {"t0", "t1"} and all(r is not None and r < 32 for r in rings.values())
+    assert not any(op.type == "BARRIER" for k in program.kernels for op in k.body)
+    machine = load_machine(STANDARD)
+    bindings = bind_program(program, machine, "block.kpu", bind_greedy)
+    sim = simulate(program, machine, bindings)
+    values = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(SHAPES.items())}
+    got = execute(program, bindings, values)
+    v = {n: a.astype(np.float64) for n, a in values.items()}
+    want = _conv1x1(_depthwise(_conv1x1(v["x"], v["we"]), v["wd"]), v["wp"])
+    np.testing.assert_allclose(got["t2"], want, rtol=1e-4, atol=1e-4)
+    # t0 and t1 never cross external memory: the input, the three weights and the output, once
+    size = {n: int(np.prod(shape)) * 4 for n, (shape, _) in SHAPES.items()}
+    assert dram_bytes(sim) == {"read": size["x"] + size["we"] + size["wd"] + size["wp"], "write": 32 * 32 * 16 * 4}
+    assert sum(k.hints["estimated_dram_bytes"] for k in program.kernels) == sum(dram_bytes(sim).values())
+
+
+@pytest.mark.parametrize("options", [{"fuse": False}, {"keep": False}, {"chain": False}])
+def test_no_chains_without_fusion_homes_or_chains(options):
+    program = compile_graph(graph_of(BLOCK, SHAPES), "block.dfg", load_target(STANDARD), **options)
+    assert program.chains == [] and not any(t.ring for t in program.graph.tensors.values())

@@ -1,0 +1,242 @@
+"""Chains: a depthwise 3x3 (vector unit) and a pointwise 1x1 (array) run at once, band by band,
+the depthwise result held in L3 (whole, or a ring of rows) and never in external memory; the
+validator's chain rules; the binder keeping a chain's buffers apart."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dfx import ObjectFileError, Program, dumps, loads
+from hardware import load_machine
+from kernel_compiler.compile import graph_passes, lower_kernels
+from kernel_compiler.residency import keep_on_chip
+from kernel_compiler.synchronise import synchronise
+from kernel_compiler.target import Level, load_target
+from loader import BindError, LoadError, bind_greedy, bind_program, execute, simulate
+from loader.cache import EntryError, check
+from loader.report import dram_bytes, homes_view
+from test_vector_kernels import STANDARD, graph_of, random
+
+DW = ("DEPTHWISE_CONV2D", ["x", "wd"], {"padding": [[1, 1], [1, 1]]})
+SHAPES = {"x": ((1, 16, 16, 16), "f32"), "wd": ((3, 3, 16, 1), "f32"), "wp": ((32, 1, 1, 16), "f32")}
+CHAIN = [DW, ("CONV2D", ["t0", "wp"], {})]
+ROW_BYTES = 16 * 16 * 4  # one row of t0, the link
+# an L1 of 1 KB makes both kernels go by rows: the depthwise in bands of 5 rows (its channels
+# innermost, dealt to the two compute tiles), the pointwise in bands of 2 (dealt to them)
+SMALL_L1 = 1024
+# the depthwise writes 5 rows at once while the pointwise reads the row before them: a ring of 6
+RING = 6
+
+
+def program(chained: bool, ring: int | None = None, ops=CHAIN, shapes=SHAPES, l1: int = SMALL_L1,
+            chains: list[list[str]] | None = None, rings: dict[str, int] | None = None) -> Program:
+    """The graph compiled by the compiler's stages, the intermediates it keeps in L3 made the
+    links of one chain of all its kernels (no barrier on reading them) where `chained`, t0 (or
+    each of `rings`) a ring of `ring` rows."""
+    standard = load_target(STANDARD)
+    target = dataclasses.replace(standard, l1=Level(standard.l1.banks, l1))
+    graph = graph_passes(graph_of(ops, shapes), target, True, [])
+    kernels = list(lower_kernels(graph, target, "auto", True))
+    graph = keep_on_chip(kernels, graph, target)
+    kept = frozenset(t.name for t in graph.tensors.values() if t.home == "L3")
+    synchronise(kernels, kept if chained else frozenset())
+    p = Program(graph.name, "chain.dfg", standard.name, graph, kernels)
+    if chained:
+        p.chains = chains if chains is not None else [[k.name for k in kernels]]
+    for name, rows in (rings or ({"t0": ring} if ring is not None else {})).items():
+        graph.tensors[name] = dataclasses.replace(graph.tensors[name], ring=rows)
+    return p
+
+
+def values() -> dict[str, np.ndarray]:
+    return {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(SHAPES.items())}
+
+
+def _depthwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A depthwise 3x3, stride 1, padding 1 on 16 x 16, in float64."""
+    p = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
+    return sum(p[:, i:i + 16, j:j + 16, :] * w[i, j, :, 0] for i in range(3) for j in range(3))
+
+
+def reference(v: dict[str, np.ndarray]) -> np.ndarray:
+    """The depthwise 3x3 (padding 1) then the 1x1 convolution, in float64."""
+    return np.einsum("nhwc,oc->nhwo", _depthwise(v["x"], v["wd"]), v["wp"][:, 0, 0, :].astype(np.float64))
+
+
+def run(p: Program, machine, trace: bool = False):
+    bindings = bind_program(p, machine, "chain.kpu", bind_greedy)
+    sim = simulate(p, machine, bindings, trace=trace, record_first=1 << 20)
+    return bindings, sim, execute(p, bindings, values())
+
+
+def test_a_chain_runs_its_kernels_band_by_band_with_the_link_in_a_ring():
+    standard = load_machine(STANDARD)
+    chained = loads(dumps(program(True, ring=RING)))  # the chain and the ring as the object file holds them
+    assert chained.chains == [["depthwise_conv2d_0", "conv2d_1"]] and chained.graph.tensors["t0"].ring == RING
+    assert not any(op.type == "BARRIER" for op in chained.kernels[1].body)
+    bindings, sim, got = run(chained, standard, trace=True)
+    assert np.allclose(got["t1"], reference(values()), rtol=1e-4, atol=1e-4)
+    assert [h.bytes for h in bindings[0].homes] == [RING * ROW_BYTES] == [h.bytes for h in bindings[1].homes]
+    assert homes_view(chained, bindings)["t0"]["ring_rows"] == RING
+    # t0 never crosses external memory: the input in its bands (22 rows of 16, each band with its
+    # halo), both weights and the result, exactly
+    assert dram_bytes(sim) == {"read": 22 * 16 * 16 * 4 + 3 * 3 * 16 * 4 + 32 * 16 * 4, "write": 16 * 16 * 32 * 4}
+    assert sum(dram_bytes(sim).values()) == sum(k.hints["estimated_dram_bytes"] for k in chained.kernels)
+    # by rows: each read of rows of t0 out of L3 starts once every write of them has ended, and
+    # each write into the ring once every read of the rows it replaces has
+    def moves(label: str, kernel: int) -> list[tuple[set[int], int, int]]:
+        rows = chained.kernels[kernel].tiling["R"]
+        return [(set(range(t.args["th"] * rows, min((t.args["th"] + 1) * rows, 16))), start, end)
+                for t, start, end, _ in sim.first_tasks if t.label == label]
+    writes, reads = moves("t0 L2->L3", 0), moves("t0 L3->L2", 1)
+    assert (len(writes), len(reads)) == (4 * 16, 8 * 4)  # bands x channel tiles, bands x channel chunks
+    assert all(w_end <= r_start for w_rows, _, w_end in writes for r_rows, r_start, _ in reads if w_rows & r_rows)
+    assert all(r_end <= w_start for w_rows, w_start, _ in writes for r_rows, _, r_end in reads
+               if {r + RING for r in r_rows} & w_rows)
+    # the depthwise's vector tasks and the pointwise's array tasks run at the same time
+    spans = {unit: [(start, end) for t, start, end, _ in sim.first_tasks if t.unit == unit and t.phase == phase]
+             for unit, phase in (("vector", 0), ("array", 1))}
+    assert any(a0 < v1 and v0 < a1 for v0, v1 in spans["vector"] for a0, a1 in spans["array"])
+    # and so they do in the Perfetto trace
+    slices = {name: [(e["ts"], e["ts"] + e["dur"]) for e in sim.trace_events
+                     if e.get("ph") == "X" and e["name"].startswith(name)]
+              for name in ("DEPTHWISE_CONV2D_TILE", "CONV2D_TILE")}
+    assert any(a0 < v1 and v0 < a1 for v0, v1 in slices["DEPTHWISE_CONV2D_TILE"] for a0, a1 in slices["CONV2D_TILE"])
+
+    # the same kernels one after the other (a barrier between them, t0 kept whole) take longer
+    alone = loads(dumps(program(False)))
+    _, sim_alone, got_alone = run(alone, standard)
+    assert sim.cycles < sim_alone.cycles
+    assert dram_bytes(sim_alone) == dram_bytes(sim)
+    assert np.array_equal(got_alone["t1"], got["t1"])
+
+
+def test_a_chain_of_three_reads_padded_bands_out_of_a_ring():
+    # a second depthwise 3x3 after the pair reads the pointwise's result in bands with their halo
+    # and padding, copied out of its ring by the BlockMovers; t0 and t1 never leave the chip
+    ops = [DW, ("CONV2D", ["t0", "wq"], {}), ("DEPTHWISE_CONV2D", ["t1", "wd"], {"padding": [[1, 1], [1, 1]]})]
+    chained = loads(dumps(program(True, ops=ops, shapes=WQ, rings={"t0": RING, "t1": 8})))
+    standard = load_machine(STANDARD)
+    bindings = bind_program(chained, standard, "chain.kpu", bind_greedy)
+    sim = simulate(chained, standard, bindings)
+    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WQ.items())}
+    got = execute(chained, bindings, v)
+    t1 = np.einsum("nhwc,oc->nhwo", _depthwise(v["x"], v["wd"]), v["wq"][:, 0, 0, :].astype(np.float64))
+    assert np.allclose(got["t2"], _depthwise(t1, v["wd"]), rtol=1e-4, atol=1e-4)
+    # every kernel of the chain holds both homes (t1's writer is its second kernel)
+    homes = [("t0", RING * ROW_BYTES), ("t1", 8 * ROW_BYTES)]
+    assert [[(h.tensor, h.bytes) for h in b.homes] for b in bindings] == [homes] * 3
+    # the input's bands, the depthwise weights for each depthwise, the pointwise's, the result
+    assert dram_bytes(sim) == {"read": 22 * ROW_BYTES + 2 * 3 * 3 * 16 * 4 + 16 * 16 * 4, "write": 16 * ROW_BYTES}
+    assert sim.bytes_moved["L3->L3"] == 22 * ROW_BYTES  # the second depthwise's bands, 22 rows of 16
+
+
+def test_a_ring_too_small_to_go_on_is_one_line():
+    # the pointwise waits for row 5 to read rows 4 and 5, which the depthwise writes with rows 6 to 9
+    chained = loads(dumps(program(True, ring=RING - 1)))
+    with pytest.raises(LoadError, match=r"^chain \[depthwise_conv2d_0, conv2d_1\]: link 't0' keeps a ring of 5 rows "
+                                        r"in L3, too few: kernel 'depthwise_conv2d_0' would write rows 5 to 9 while a "
+                                        r"reader may still read row 4") as e:
+        run(chained, load_machine(STANDARD))
+    assert "\n" not in str(e.value)
+
+
+def test_a_chain_binds_its_kernels_apart_or_says_where_they_do_not_fit():
+    standard = load_machine(STANDARD)
+    chained = loads(dumps(program(True, ring=RING)))
+    bindings = bind_program(chained, standard, "chain.kpu", bind_greedy)
+    check(bindings, chained, standard)  # the binding cache's check: no two of the chain's buffers share bytes
+    # moved onto the depthwise's L1 buffers, the pointwise's are refused there
+    low = min(bb.address for bb in bindings[1].buffers if bb.buffer.level == "L1")
+    onto = [dataclasses.replace(bb, address=bb.address - low) if bb.buffer.level == "L1" else bb
+            for bb in bindings[1].buffers]
+    with pytest.raises(EntryError, match=r"chain \[depthwise_conv2d_0, conv2d_1\]: buffers of two of its kernels "
+                                         r"share bytes of L1"):
+        check([bindings[0], dataclasses.replace(bindings[1], buffers=onto)], chained, standard)
+    # an L1 that holds each kernel's buffers but not both at once
+    small = dataclasses.replace(standard, l1=dataclasses.replace(standard.l1, count=1, bytes=3200))
+    with pytest.raises(BindError, match=r"^chain.kpu: chain \[depthwise_conv2d_0, conv2d_1\]: kernel 'conv2d_1' "
+                                        r"finds no room in L1 beside the buffers of the kernels before it"):
+        bind_program(chained, small, "chain.kpu", bind_greedy)
+    assert bind_program(loads(dumps(program(False))), small, "chain.kpu", bind_greedy)  # one after the other, they fit
+
+
+def test_objects_without_chains_write_neither_field():
+    text = dumps(program(False))
+    assert b'"chains"' not in text and b'"ring"' not in text
+
+
+def _renamed(p: Program, chains: list[list[str]]) -> Program:
+    p.chains = chains
+    return p
+
+
+def _homeless(p: Program) -> Program:
+    p.graph.tensors["t0"] = dataclasses.replace(p.graph.tensors["t0"], home=None)
+    return p
+
+
+# a second pointwise reads t0 too; a convolution beside the depthwise reads x, not t0
+BRANCH = [*CHAIN, ("CONV2D", ["t0", "wq"], {})]
+BESIDE = [DW, ("CONV2D", ["x", "wq"], {})]
+WQ = {**SHAPES, "wq": ((16, 1, 1, 16), "f32")}
+BATCH2 = {**SHAPES, "x": ((2, 16, 16, 16), "f32")}
+PAIR = ["depthwise_conv2d_0", "conv2d_1"]
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: _renamed(program(True), [["conv2d_1", "depthwise_conv2d_0"]]),
+     "chain [conv2d_1, depthwise_conv2d_0]: its kernels are not consecutive in program order"),
+    (lambda: _renamed(program(True), [["depthwise_conv2d_0", "nope"]]),
+     "chain [depthwise_conv2d_0, nope]: 'nope' is no kernel of the program"),
+    (lambda: _renamed(program(True), [PAIR, PAIR]),
+     "chain [depthwise_conv2d_0, conv2d_1]: kernel 'depthwise_conv2d_0' is in chain [depthwise_conv2d_0, conv2d_1] "
+     "too"),
+    (lambda: program(True, ops=BESIDE, shapes=WQ, chains=[PAIR]),
+     "chain [depthwise_conv2d_0, conv2d_1]: kernel 'conv2d_1' reads no result of kernel 'depthwise_conv2d_0'"),
+    (lambda: _homeless(program(True)), "chain [depthwise_conv2d_0, conv2d_1]: link 't0' has no home in L3"),
+    (lambda: program(True, ops=BRANCH, shapes=WQ, chains=[PAIR]),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' is read by kernel 'conv2d_2', which is not in the chain"),
+    (lambda: program(True, shapes=BATCH2, l1=32 * 1024),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' has shape [2, 16, 16, 16]; a link holds one image"),
+    # tiled for standard's L1, the depthwise goes by channels and the pointwise by output channels
+    (lambda: program(True, l1=32 * 1024),
+     "chain [depthwise_conv2d_0, conv2d_1]: kernel 'depthwise_conv2d_0' op 8 moves link 't0' at L3 by '0' along "
+     "dim 1; a chain's kernels go by rows, the outermost loop of more than one trip ('tc')"),
+    (lambda: _homeless(program(True, ring=8)), "tensor 't0': has a ring of 8 rows but no home in L3"),
+    (lambda: program(False, ring=8), "tensor 't0': has a ring of 8 rows but links no chain's kernels"),
+    # a link read outside a chain is ordered by a barrier as any intermediate
+    (lambda: _renamed(program(True), []),
+     "kernel 'conv2d_1' op 0: reads intermediate 't0' with no BARRIER ordering it after kernel 'depthwise_conv2d_0'"),
+])
+def test_the_validator_refuses_what_breaks_a_chain_rule(make, error):
+    with pytest.raises(ObjectFileError) as e:
+        loads(dumps(make()), "chain.kpu")
+    assert str(e.value).startswith(f"chain.kpu: {error}"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_kernel_whose_banks_find_no_free_bank_each_is_squeezed_in_beside_the_chain():
+    # as in MobileNet: the kernel before fills one L1 buffer and most of another; the next spreads
+    # four small buffers over four. Moved bank for bank, one of them would land on the full one
+    from loader import Buffer, Binding, BoundBuffer
+    from loader.chains import away_from_chain, shared_level
+
+    standard = load_machine(STANDARD)  # L1: 4 buffers of 32 KiB per compute tile
+
+    def bound(kernel: str, placed: list[tuple[int, int, int]]) -> Binding:
+        return Binding(kernel, 1, [BoundBuffer(Buffer(i, 0, "t", "L1", size, 1), bank, address)
+                                   for i, (bank, address, size) in enumerate(placed)], {}, "greedy")
+
+    before = bound("a", [(3, 320, 28672), (2, 0, 32768)])
+    after = away_from_chain(bound("b", [(0, 0, 1368), (1, 0, 72), (2, 0, 8), (3, 0, 112)]), [before], standard,
+                            "chain.kpu", "chain [a, b]")
+    assert shared_level([before, after]) is None
+    assert sorted(bb.buffer.bytes for bb in after.buffers) == [8, 72, 112, 1368]
+    # two whole buffers and 4 KiB, where 3.7 KiB are left beside them
+    with pytest.raises(BindError, match=r"^chain.kpu: chain \[a, b\]: kernel 'b' finds no room in L1"):
+        away_from_chain(bound("b", [(0, 0, 32768), (1, 0, 32768), (2, 0, 4096)]), [before], standard, "chain.kpu",
+                        "chain [a, b]")
