@@ -62,9 +62,11 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
     beside it leave room, and only where every kernel of its span still has `demands[k]` bytes
     below all the homes live while it runs. `line`: regions start and end on whole lines."""
     homes: list[Home] = []
+    live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order
     for r in wanted:
         size = -(-r.bytes // line) * line
-        beside = sorted((h for h in homes if h.first <= r.last and r.first <= h.last), key=lambda h: -h.address)
+        live = [h for h in live if h.last >= r.first]
+        beside = sorted((h for h in live if h.first <= r.last), key=lambda h: -h.address)
         address = (capacity - size) // line * line
         for h in beside:  # highest first: go below each region this one would share a byte with
             if address < h.address + -(-h.bytes // line) * line and h.address < address + size:
@@ -72,6 +74,7 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
         if address < 0:
             continue
         home = Home(r.tensor, address, r.bytes, r.first, r.last)
-        if all(demands[k] <= l3_limit([*homes, home], k, capacity) for k in range(r.first, r.last + 1)):
+        if all(demands[k] <= l3_limit([*beside, home], k, capacity) for k in range(r.first, r.last + 1)):
             homes.append(home)
+            live.append(home)
     return homes
