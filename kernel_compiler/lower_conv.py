@@ -15,20 +15,22 @@ tile's weights stay in L3 while the bands stream past (`HOLDINGS`). Weights in a
 than OHWI (`weight_layout`: HWIO as JAX passes them) are tiled in their own order and reach the
 array OHWI: the BlockMover permutes each tile on its way L3 -> L2, as it transposes a MATMUL's B.
 
-The tiling taken is the one with the fewest external-memory bytes among those whose array
-cycles per compute tile are within CYCLE_SLACK of the fewest, its buffers fitting the target.
+The tiling taken is the one with the fewest external-memory bytes among those whose cycles per
+compute tile (the array's, or a link's where longer: `_estimate`) are within CYCLE_SLACK of the
+fewest, its buffers fitting the target.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, replace
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileRef, itemsize, lookup
 from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
-    POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, epilogue_buffers, layer, load_depth,
+    POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_bytes, epilogue_buffers, layer, load_depth,
     output_ref, tallest, widths,
 )
 from .errors import CompileError
@@ -36,10 +38,12 @@ from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
 from .requirements import Buffer, could_fit, fits
 from .target import Target
-from .tiling import array_cycles, first_fit, parallel_loop, tile_sizes
+from .tiling import (
+    Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes,
+)
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
-CYCLE_SLACK = 1.05  # array cycles a tiling may spend over the fewest to move fewer bytes
+CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
 
 
 @dataclass(frozen=True)
@@ -124,16 +128,43 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
     return buffers, shared
 
 
+def _busiest_share(p: ConvProblem, t: ConvTiling, target: Target) -> float:
+    """The share of the tiles the compute tile with the most of them takes."""
+    trips = t.trips(p)
+    parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
+    if parallel.loop is None:
+        return 1.0
+    return -(-trips[parallel.loop] // parallel.workers) / trips[parallel.loop]
+
+
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
     """Array cycles of the compute tile with the most tiles."""
     m = [(r * c, cr * cc * p.N) for r, cr in tile_sizes(p.OH, t.R) for c, cc in tile_sizes(p.OW, t.C)]
     k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
-    total = array_cycles(m, tile_sizes(p.Co, t.Tn), k, target, dataflow)
-    trips = t.trips(p)
-    parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
-    if parallel.loop is None:
-        return total
-    return total * -(-trips[parallel.loop] // parallel.workers) // trips[parallel.loop]
+    return int(array_cycles(m, tile_sizes(p.Co, t.Tn), k, target, dataflow) * _busiest_share(p, t, target))
+
+
+def _estimate(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
+    """The busiest compute tile's array cycles, or where longer a link's (`link_cycles`: the
+    streams over external memory, the chunks of input and weights each task takes from L3 down
+    to L1 and the result's tiles coming up) or an L2 bank's: each operand's L2 tiles sit in one
+    bank, whose one port takes every byte a BlockMover writes there and a Streamer reads back.
+    Without the target's costs, the array's alone."""
+    array = _cycles(p, t, target, dataflow)
+    costs = target.costs
+    if costs is None:
+        return array
+    order, trips = t.loop_order(p), t.trips(p)
+    dram_streams = band_streams(p, t)
+    sweeps = [stream_traffic(s, order, trips) for s in dram_streams]
+    dram = sum(sweeps)
+    moves = sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(dram_streams, sweeps) if n)
+    size = {s.name: s.bytes for s in dram_streams}
+    chunks = [stream_traffic(Stream("x", POSITIONS + ("tk",), size["x"]), order, trips),
+              stream_traffic(Stream("w", ("tj", "tk"), size["w"]), order, trips), size["y"]]
+    links = link_cycles(costs, dram, moves, sum(chunks), sum(chunks))
+    bank = 2 * max(chunks) * _busiest_share(p, t, target) / costs.streamer_bytes_per_cycle
+    return math.ceil(max(array, links, bank))
 
 
 # How the operands are held, (loop order, input band in L3, weights in L3); the others are
@@ -219,14 +250,8 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvTiling, str] | None:
-    scored = []  # (array cycles, tiling, dataflow)
-    cycles = {}  # they depend on the tiles and the loop order, not on where the operands are held
-    for t in _candidates(p, target, narrowest):
-        for dataflow in dataflows:
-            key = (t.R, t.C, t.Tn, t.Tc, t.order, dataflow)
-            if key not in cycles:
-                cycles[key] = _cycles(p, t, target, dataflow)
-            scored.append((cycles[key], t, dataflow))
+    scored = [(_estimate(p, t, target, dataflow), t, dataflow)
+              for t in _candidates(p, target, narrowest) for dataflow in dataflows]
     if not scored:
         return None
     fewest = min(s[0] for s in scored)

@@ -23,7 +23,7 @@ from typing import TypeVar
 from hardware import matmul_cycles
 
 from .requirements import Buffer, fits
-from .target import Target
+from .target import Costs, Target
 
 P = TypeVar("P")
 T = TypeVar("T")
@@ -656,12 +656,18 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
     dma_moves = sum(stream_traffic(s, t.loop_order, trips, t.within) // s.bytes
                     * math.prod(trips[v] for v in s.loop_vars)
                     for s in (*by_hop["EXTERNAL", "L3"], *by_hop["L3", "EXTERNAL"]))
-    links = (dram / costs.dram_bytes_per_cycle,
-             (dma_moves * costs.dma_cycles_per_move + dram / costs.dma_engine_bytes_per_cycle) / costs.dma_engines,
-             (moved["L3", "L2"] + moved["L2", "L3"]) / costs.l3_l2_bytes_per_cycle,
-             (moved["L2", "L1"] + moved["REGISTER", "L2"] + moved["L2", "REGISTER"]) / costs.l2_l1_bytes_per_cycle)
+    links = link_cycles(costs, dram, dma_moves, moved["L3", "L2"] + moved["L2", "L3"],
+                        moved["L2", "L1"] + moved["REGISTER", "L2"] + moved["L2", "REGISTER"])
     waits = waited_bytes(p, t, trips) / costs.dram_bytes_per_cycle
-    return Estimate(math.ceil(max(array, *links) + waits), energy, dram)
+    return Estimate(math.ceil(max(array, links) + waits), energy, dram)
+
+
+def link_cycles(costs: Costs, dram: int, dma_moves: int, l3_l2: int, l2_l1: int) -> float:
+    """The cycles of the busiest link between levels for these bytes (both ways) and DMA moves:
+    its bytes over its engines' rate, a DMA also holding its engine for the DRAM latency."""
+    return max(dram / costs.dram_bytes_per_cycle,
+               (dma_moves * costs.dma_cycles_per_move + dram / costs.dma_engine_bytes_per_cycle) / costs.dma_engines,
+               l3_l2 / costs.l3_l2_bytes_per_cycle, l2_l1 / costs.l2_l1_bytes_per_cycle)
 
 
 @functools.lru_cache(maxsize=4096)

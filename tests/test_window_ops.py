@@ -143,7 +143,7 @@ CONVS = {
     "s2_dilation2_no_bias": ((2, 17, 13, 23), (29, 3, 3, 23), False,
                              {"stride": [2, 2], "dilation": [2, 2], "padding": [[2, 1], [1, 2]]}, None, "small", ()),
     # bands of columns too, each with its left and right halo
-    "wide_s2_columns_bias": ((2, 5, 61, 23), (29, 3, 3, 23), True, {"stride": [1, 2], "padding": [[1, 1], [2, 1]]},
+    "wide_s2_columns_bias": ((2, 5, 125, 23), (29, 3, 3, 23), True, {"stride": [1, 2], "padding": [[1, 1], [2, 1]]},
                              None, "small", ("tw",)),
     "mixed_stride_bias_clamp": ((2, 17, 13, 23), (20, 3, 2, 23), True,
                                 {"stride": [2, 1], "padding": [[0, 1], [1, 0]]}, "clamp", "small", ()),
