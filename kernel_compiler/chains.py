@@ -132,13 +132,14 @@ class Usage:
 
     cycles: float
     pj: float
+    busy: tuple[float, ...] = ()  # the cycles of each kind of engine (`usage`)
 
 
 def together(usages: list[Usage]) -> Usage:
-    """A chain's members: their cycles and pJ add up. The loader interleaves their tile ops by
-    rows, but measured on MobileNet's layers, a chain takes no fewer cycles than its kernels one
-    after another (docs/DESIGN.md, "Chains chosen"), so it is counted so."""
-    return Usage(sum(u.cycles for u in usages), sum(u.pj for u in usages))
+    """A chain's members: the loader runs them at once, interleaved by rows, so each kind of
+    engine does all their work and the kinds overlap; their pJ add up."""
+    busy = tuple(map(sum, zip(*(u.busy for u in usages))))
+    return Usage(max(busy), sum(u.pj for u in usages), busy)
 
 
 def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = frozenset()) -> Usage:
@@ -179,7 +180,7 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     vector = sum(n * c.vector.cycles_per_element[kind] for kind, n in work.items()) / c.vector.lanes / tiles
     busy = (dma, movers / c.l3_l2_bytes_per_cycle, streamers / c.l2_l1_bytes_per_cycle,
             kernel.hints.get("estimated_compute_cycles", 0), vector)
-    return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]))
+    return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]), busy)
 
 
 def figure(u: Usage | Way, objective: str) -> float:

@@ -77,6 +77,18 @@ def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, 
     return moved
 
 
+def chain_head(binding: Binding, machine: Machine) -> Binding:
+    """The first kernel of a chain with its L3 buffers shifted together to the top of L3 (below
+    the homes): the kernels after it, which run at the same time, find one free stretch below
+    them rather than two on either side."""
+    l3 = [bb.end for bb in binding.buffers if bb.buffer.level == "L3"]
+    if not l3:
+        return binding
+    shift = level_banks(machine, "L3")[1] - max(l3)
+    return replace(binding, buffers=[BoundBuffer(bb.buffer, bb.bank, bb.address + shift)
+                                     if bb.buffer.level == "L3" else bb for bb in binding.buffers])
+
+
 def _squeezed(binding: Binding, earlier: list[Binding], machine: Machine) -> Binding:
     """`binding` with each buffer that shares bytes with one of `earlier` moved, largest first, to
     the first free bytes of a bank of its pool, beside its other buffers (several of its banks'

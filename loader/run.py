@@ -13,7 +13,7 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import home_layout, kernel_demands, level_banks
-from .chains import away_from_chain, chain_names, chain_tasks
+from .chains import away_from_chain, chain_head, chain_names, chain_tasks
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import ring_shortfall, workers_for
@@ -101,8 +101,12 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             try:
                 binding = binder(k.name, workers, buffers, streams, room, where)
                 chained = bindings[spans[i][0]:]  # the chain's kernels before it
-                binding = away_from_chain(binding, chained, room, where, chain_names(program, i)) if chained \
-                    else relocate(binding, taken, room)
+                if chained:
+                    binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
+                else:
+                    binding = relocate(binding, taken, room)
+                    if spans[i][1] > i:
+                        binding = chain_head(binding, room)
             except BindError as e:
                 error = error or e
                 continue

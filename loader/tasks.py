@@ -203,8 +203,9 @@ class _KernelFacts:
     shared: set[int]
     phase: int
     previous_users: dict[tuple[int, int], set[int]]  # (worker, op_id) -> ids its first fills wait for
-    # added to an op id to name its moves' queue on their engine (`Task.stream`): 0 but for the
-    # kernels of a chain, which run at once, each with queues of its own
+    # added to an op id to name its moves' queue on their engine (`Task.stream`), and its computes'
+    # queue on their unit: 0 but for the kernels of a chain, which run at once, each with queues
+    # of its own
     streams: int = 0
     homes: frozenset[str] = field(init=False)  # the tensors kept in L3 while it runs
     ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
@@ -365,10 +366,13 @@ class _MovePlan(_Plan):
 class _ComputePlan(_Plan):
     """Its tile shapes are its tiles' (`refs`) where those are whole."""
 
-    __slots__ = ("opdef", "attrs", "over", "args", "tensors")
+    __slots__ = ("opdef", "attrs", "over", "args", "tensors", "stream")
 
     def __init__(self, op: Compute, worker: int, facts: _KernelFacts, refs: list[TileRef]):
         super().__init__(op, worker, facts)
+        # a unit runs one kernel's computes in program order; a chain's kernels each in their own
+        # queue, so one waiting for rows holds up none of another's
+        self.stream = facts.streams
         self.opdef, self.attrs = facts.computes[op.op_id]
         self.label = f"{op.compute_type} {op.output.tensor}"
         # the loop the compute accumulates over, if any: its tiles add into one result
@@ -403,8 +407,8 @@ class _ArrayPlan(_ComputePlan):
         # the accumulators drain on the last step of that loop, of each block (a K split's)
         drain = self.over is None or env[self.over] == (
             self.over_last if self.blocks is None else last_of_block(self.blocks, env))
-        return Task(tid, "array", self.worker, deps, m=m, n=n, k=k, dataflow=self.dataflow, drain=drain,
-                    phase=self.phase, label=self.label, args={v: env[v] for v in self.args})
+        return Task(tid, "array", self.worker, deps, stream=self.stream, m=m, n=n, k=k, dataflow=self.dataflow,
+                    drain=drain, phase=self.phase, label=self.label, args={v: env[v] for v in self.args})
 
 
 class _VectorPlan(_ComputePlan):
@@ -425,8 +429,8 @@ class _VectorPlan(_ComputePlan):
             work = self.work
         else:
             work = self._work([self.shape(r, env) for r in self.op.inputs], self.shape(self.op.output, env))
-        return Task(tid, "vector", self.worker, deps, vector_work=work, phase=self.phase, label=self.label,
-                    args={v: env[v] for v in self.args})
+        return Task(tid, "vector", self.worker, deps, stream=self.stream, vector_work=work, phase=self.phase,
+                    label=self.label, args={v: env[v] for v in self.args})
 
 
 class _BarrierPlan(_Plan):
