@@ -20,9 +20,10 @@ from dfx import DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 from .lower_vector import Space, dram_hints, epilogue, kernel_reads, store, tile_ref, traffic
 from .requirements import Buffer, body_buffers, requirements
 from .target import Target
-from .tiling import Stream, parallel_loop
+from .tiling import Stream, parallel_loop, stream_traffic
 
 POSITIONS = ("b0", "th", "tw")  # images, bands of output rows, bands of output columns
+CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
 L = TypeVar("L", bound="Layer")
 
 
@@ -145,11 +146,12 @@ def channel_splits(dim: int) -> list[int]:
     return [dim] + [1 << j for j in range((dim - 1).bit_length() - 1, -1, -1)]
 
 
-def tallest(p: Layer, fit: Callable[[int, int], bool]) -> tuple[int, int] | None:
-    """(R, C) of the tallest output tiles that fit, as wide as fit (a binary search on R: fitting
-    only shrinks as R grows); None where none fits."""
+def tallest(p: Layer, fit: Callable[[int, int], bool], rows_share: float = 1.0) -> tuple[int, int] | None:
+    """(R, C) of the tallest output tiles that fit, at most `rows_share` of the rows, as wide as
+    fit (a binary search on R: fitting only shrinks as R grows); None where none fits."""
+    most = max(1, math.ceil(p.OH * rows_share))
     for C in widths(p.OW):
-        R = bisect.bisect_left(range(1, p.OH + 1), True, key=lambda R: not fit(R, C))
+        R = bisect.bisect_left(range(1, most + 1), True, key=lambda R: not fit(R, C))
         if R:
             return R, C
     return None
@@ -233,6 +235,15 @@ def output_ref(tensor: str, level: str, space: Space) -> TileRef:
 def dram_bytes(p: Layer, t: BandTiling) -> int:
     """The bytes the tiling's streams move over external memory, exactly."""
     return sum(traffic(band_streams(p, t), t.loop_order(p), t.trips(p)).values())
+
+
+def dram_moves(p: Layer, t: BandTiling) -> tuple[int, int]:
+    """The bytes the tiling's streams move over external memory, and in how many moves: each
+    sweep of a stream moves each of its tiles once."""
+    order, trips = t.loop_order(p), t.trips(p)
+    streams = band_streams(p, t)
+    sweeps = [stream_traffic(s, order, trips) for s in streams]
+    return sum(sweeps), sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(streams, sweeps) if n)
 
 
 def band_kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: Layer, t: BandTiling, body: list,

@@ -42,7 +42,11 @@ from .target import Level, Target
 # the anchors whose kernels go by bands of rows of NHWC tensors (lower_conv, lower_window)
 WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D"})
 SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
+# the share of its output rows a member's tiles may hold: less only where with all of them it
+# takes the whole image in one band (a 14 x 14 depthwise does), so it goes by rows
+ROWS = (1, 1 / 2, 1 / 4, 1 / 8)
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
+WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
@@ -64,7 +68,7 @@ class Plan:
     whole tensor)."""
 
     first: int  # its first kernel's position
-    shares: tuple[tuple[int, int], ...]  # each member's
+    shares: tuple[tuple[int, int, int], ...]  # each member's (`Planner`)
     rings: dict[str, int | None]
     usage: Usage  # the members' (`together`)
 
@@ -100,14 +104,16 @@ def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str |
     return t.name
 
 
-def share_of(target: Target, near: float, l3: float) -> Target:
-    """The target with `near` of every L1 and L2 bank's bytes and `l3` of L3's (in whole lines)."""
+def share_of(target: Target, near: float, l3: float, rows: float = 1.0) -> Target:
+    """The target with `near` of every L1 and L2 bank's bytes and `l3` of L3's (in whole lines),
+    its window ops' tiles at most `rows` of their output rows."""
     line = target.line_bytes
 
     def part(level: Level, share: float) -> Level:
         return Level(level.banks, int(level.bank_bytes * share) // line * line)
 
-    return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3))
+    return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3),
+                               rows_share=rows)
 
 
 def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
@@ -263,8 +269,8 @@ def _signature(group: list[Op], graph: Graph) -> tuple:
 
 class Planner:
     """The chains of a program's kernels (in execution order): which, their tilings, their rings.
-    A member's share is a pair of indices into `SHARES`: its fraction of every L1 and L2 bank's
-    bytes, and of L3's. Kernels of one signature are planned on the first of them, their `proxy`:
+    A member's share is a triple of indices: into `SHARES`, its fraction of every L1 and L2
+    bank's bytes, and of L3's; into `ROWS`, of its output rows a tile may hold. Kernels of one signature are planned on the first of them, their `proxy`:
     its tiles, buffers and cycles are theirs; a member's links are its window input and its
     result, the proxy's own."""
 
@@ -276,18 +282,19 @@ class Planner:
         self.groups = [[ops[k.graph_op]] + [ops[name] for name in k.epilogue] for k in kernels]
         first: dict[tuple, int] = {}
         self.proxy = [first.setdefault(_signature(g, graph), i) for i, g in enumerate(self.groups)]
-        self._rungs: dict[tuple[int, int, int], Rung | None] = {}
+        self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
         self._usage: dict[tuple, Usage] = {}
 
-    def lowered(self, i: int, share: tuple[int, int]) -> Kernel:
+    def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
         whole target, its own lowering."""
-        if share == (0, 0):
+        if share == WHOLE:
             return self.kernels[i]
+        near, l3, rows = share
         return self.lower(self.graph, self.groups[i], self.kernels[i].name,
-                          share_of(self.target, *(SHARES[s] for s in share)))
+                          share_of(self.target, SHARES[near], SHARES[l3], ROWS[rows]))
 
-    def rung(self, i: int, share: tuple[int, int]) -> Rung | None:
+    def rung(self, i: int, share: tuple[int, int, int]) -> Rung | None:
         """Kernel i's proxy lowered for `share` (None: no tiling fits it)."""
         key = (self.proxy[i], *share)
         if key not in self._rungs:
@@ -299,7 +306,7 @@ class Planner:
                 self._rungs[key] = None
         return self._rungs[key]
 
-    def usage(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> Usage:
+    def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:
         """`usage` of kernel i's proxy lowered for `share`, with its window input (ends[0]) and
         its result (ends[1]) on chip where they are links."""
         key = (self.proxy[i], *share, ends)
@@ -311,25 +318,27 @@ class Planner:
 
     def unshared(self, first: int, last: int) -> Usage:
         """Kernels first .. last chained, each tiled for the whole target."""
-        return together([self.usage(i, (0, 0), (i > first, i < last)) for i in range(first, last + 1)])
+        return together([self.usage(i, WHOLE, (i > first, i < last)) for i in range(first, last + 1)])
 
-    def _usable(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> bool:
+    def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> bool:
         """Whether kernel i lowered for `share` goes by the rows of its links."""
         r = self.rung(i, share)
         return r is not None and all(goes_by_rows(r.kernel, t)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked)
 
-    def _first(self, i: int, ends: tuple[bool, bool]) -> tuple[int, int] | None:
-        """The largest equal shares of every level for which kernel i goes by the rows of its links."""
-        return next(((s, s) for s in range(len(SHARES)) if self._usable(i, (s, s), ends)), None)
+    def _first(self, i: int, ends: tuple[bool, bool]) -> tuple[int, int, int] | None:
+        """The largest equal shares of every level for which kernel i goes by the rows of its
+        links, with the largest share of its rows for which any does."""
+        return next(((s, s, r) for r in range(len(ROWS)) for s in range(len(SHARES))
+                     if self._usable(i, (s, s, r), ends)), None)
 
-    def _cuts(self, i: int, share: tuple[int, int], ends: tuple[bool, bool]) -> list[tuple[int, int]]:
+    def _cuts(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> list[tuple[int, int, int]]:
         """The next smaller shares, of L1 and L2, of L3, or of both alike, for which kernel i goes
         by the rows of its links."""
         out = []
         for step in ((1, 0), (0, 1), (1, 1)):
             cut = share
-            while max(cut := (cut[0] + step[0], cut[1] + step[1])) < len(SHARES):
+            while max((cut := (cut[0] + step[0], cut[1] + step[1], cut[2]))[:2]) < len(SHARES):
                 if self.rung(i, cut) is None:
                     break  # no tiling fits: none fits less either
                 if self._usable(i, cut, ends):
@@ -349,7 +358,7 @@ class Planner:
             return None
         line = self.target.line_bytes
 
-        def state(shares: list[tuple[int, int]]) -> tuple[list[int | None], float, Usage]:
+        def state(shares: list[tuple[int, int, int]]) -> tuple[list[int | None], float, Usage]:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
             rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],

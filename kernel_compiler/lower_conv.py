@@ -30,8 +30,8 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileRef, itemsize, lookup
 from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
-    POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_bytes, epilogue_buffers, layer, load_depth,
-    output_ref, tallest, widths,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_bytes, dram_moves,
+    epilogue_buffers, layer, load_depth, output_ref, tallest, widths,
 )
 from .errors import CompileError
 from .lower_matmul import choose_dataflow
@@ -43,7 +43,6 @@ from .tiling import (
 )
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
-CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
 
 
 @dataclass(frozen=True)
@@ -155,11 +154,8 @@ def _estimate(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> i
     if costs is None:
         return array
     order, trips = t.loop_order(p), t.trips(p)
-    dram_streams = band_streams(p, t)
-    sweeps = [stream_traffic(s, order, trips) for s in dram_streams]
-    dram = sum(sweeps)
-    moves = sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(dram_streams, sweeps) if n)
-    size = {s.name: s.bytes for s in dram_streams}
+    dram, moves = dram_moves(p, t)
+    size = {s.name: s.bytes for s in band_streams(p, t)}
     chunks = [stream_traffic(Stream("x", POSITIONS + ("tk",), size["x"]), order, trips),
               stream_traffic(Stream("w", ("tj", "tk"), size["w"]), order, trips), size["y"]]
     links = link_cycles(costs, dram, moves, sum(chunks), sum(chunks))
@@ -221,7 +217,7 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
                     continue  # with one chunk, a chunk is all the channels
                 if not _could_fit(least, target, narrowest_C, Tn, Tc, holding):
                     continue  # not even one row of the narrowest tiles fits: none of these channels does
-                found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile))
+                found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target.rows_share)
                 if found is None:
                     continue
                 R, C = found

@@ -12,8 +12,9 @@ them when a channel has several results, so that a loop steps input and result c
 Each band (padded with the registry's fill: zero, or the lowest value for a max) comes to L3 once
 and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy for every
 compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
-epilogue's last result to L1) and stored from there. The tiling taken balances the compute
-tiles, then moves the fewest external-memory bytes, then has the largest tiles.
+epilogue's last result to L1) and stored from there. The tiling taken moves the fewest
+external-memory bytes among those within CYCLE_SLACK of the fewest cycles (the vector unit's on
+the busiest compute tile, or a link's where longer), then has the largest tiles.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from dataclasses import dataclass, replace
 from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
-    POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, epilogue_buffers, layer, load_depth,
-    output_ref, tallest,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, dram_moves,
+    epilogue_buffers, layer, load_depth, output_ref, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
 from .requirements import Buffer, fits
 from .target import Target
-from .tiling import first_fit, parallel_loop
+from .tiling import first_fit, link_cycles, parallel_loop
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
     holdings = (True, False) if p.weights is not None or p.bias_bytes else (False,)
     channel_tiles = [p.Ci] if p.multiplier > 1 else channel_splits(p.Ci)
     return [WindowTiling(*found, Tc, whole) for whole in holdings for Tc in channel_tiles
-            if (found := tallest(p, lambda R, C: _fits(p, WindowTiling(R, C, Tc, whole), target)))]
+            if (found := tallest(p, lambda R, C: _fits(p, WindowTiling(R, C, Tc, whole), target), target.rows_share))]
 
 
 def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
@@ -115,13 +116,26 @@ def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
     return -(-n // parallel.workers) * target.compute_tiles / n
 
 
-def choose_window_tiling(p: WindowProblem, target: Target) -> WindowTiling:
-    scored = []
-    for t in _candidates(p, target):
-        scored.append((round(_balance(p, t, target), 2), dram_bytes(p, t), -t.R * t.C * t.Tc, t))
+def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) -> float:
+    """The busiest compute tile's cycles: its vector unit's share of `work` (the vector cycles of
+    the whole layer on one compute tile), or a link's where longer (`link_cycles`: the DMAs with
+    the tiling's external-memory bytes and moves, the bands going on down and the results up)."""
+    vector = work / target.compute_tiles * _balance(p, t, target)
+    dram, moves = dram_moves(p, t)
+    return max(vector, link_cycles(target.costs, dram, moves, dram, dram))
+
+
+def choose_window_tiling(p: WindowProblem, target: Target, work: float) -> WindowTiling:
+    """The tiling with the fewest external-memory bytes among those within CYCLE_SLACK of the
+    fewest cycles (`_estimate`; without the target's costs, of the best balance of the work over
+    the compute tiles), the largest tiles of those."""
+    rank = (lambda t: _estimate(p, t, target, work)) if target.costs is not None \
+        else (lambda t: round(_balance(p, t, target), 2))
+    scored = [(rank(t), dram_bytes(p, t), -t.R * t.C * t.Tc, t) for t in _candidates(p, target)]
     if not scored:
         raise ValueError("no tiling fits")
-    return min(scored, key=lambda s: s[:3])[3]
+    fewest = min(s[0] for s in scored)
+    return min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
 
 
 def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
@@ -132,7 +146,10 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if 0 in x.shape or 0 in y.shape:
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
     p = layer(WindowProblem, graph, ops, 2)
-    found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target))
+    vector = target.costs.vector if target.costs is not None else None
+    work = sum(n * vector.cycles_per_element[kind] for kind, n in epilogue_work(graph, ops).items()) / vector.lanes \
+        if vector is not None else 0.0
+    found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target, work))
     if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")
     return _kernel(graph, ops, name, target, *found)

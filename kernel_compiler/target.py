@@ -54,6 +54,9 @@ class Target:
     line_bytes: int = 1  # the binder starts every buffer on a line: each takes whole lines
     objective: str = "latency"  # one of OBJECTIVES
     costs: Costs | None = None  # what the objectives but latency rank by (None: latency only)
+    # an output tile of a sliding-window op holds at most this share of its rows (a chain's member
+    # that must go by bands of rows takes less than 1)
+    rows_share: float = 1.0
 
 
 def load_target(config: str, accelerator: str | None = None, objective: str = "latency") -> Target:

@@ -58,11 +58,14 @@ def chain_names(program: Program, position: int) -> str:
 # ---- binding -------------------------------------------------------------------------------
 
 
-def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, where: str, chain: str) -> Binding:
+def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, where: str,
+                    chain: str) -> list[Binding]:
     """A chain member's `binding` moved off the buffers of the members bound before it
     (`earlier`), which live at the same time (`relocate` against them alone, then, where its
-    whole banks find no free bank each, `_squeezed`); BindError naming the chain and the level
-    where some would still share bytes."""
+    whole banks find no free bank each, `_squeezed`, then, where those leave no stretch long
+    enough, the level's buffers of all of them packed anew: `_packed`); the earlier members'
+    bindings and its own. BindError naming the chain and the level where some would still share
+    bytes."""
     taken = Occupancy()
     for tag, b in enumerate(earlier):
         for bb in b.buffers:
@@ -70,11 +73,33 @@ def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, 
     moved = relocate(binding, taken, machine)
     if shared_level([*earlier, moved]) is not None:
         moved = _squeezed(moved, earlier, machine)
-    level = shared_level([*earlier, moved])
-    if level is not None:
-        raise BindError(f"{where}: {chain}: kernel '{binding.kernel}' finds no room in {level} beside the buffers "
-                        f"of the kernels before it in the chain, which run at the same time")
-    return moved
+    members = [*earlier, moved]
+    while (level := shared_level(members)) is not None:
+        packed = _packed(members, level, machine)
+        if packed is None:
+            raise BindError(f"{where}: {chain}: kernel '{binding.kernel}' finds no room in {level} beside the "
+                            f"buffers of the kernels before it in the chain, which run at the same time")
+        members = packed
+    return members
+
+
+def _packed(members: list[Binding], level: str, machine: Machine) -> list[Binding] | None:
+    """The members with their buffers at `level` placed anew, as the compiler's fit test packs
+    them (`kernel_compiler.requirements`): largest first, each at the end of the first bank of
+    its pool with room; None where one finds none."""
+    count, size = level_banks(machine, level)
+    fill: dict[tuple, int] = {}  # (pool, bank) -> bytes used
+    where: dict[tuple[int, int], BoundBuffer] = {}  # (member, buffer) -> its new place
+    at_level = [(m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers) if bb.buffer.level == level]
+    for m, i, bb in sorted(at_level, key=lambda x: -x[2].buffer.bytes):
+        pool = place_of(bb)[:2]
+        bank = next((k for k in range(count) if fill.get((pool, k), 0) + bb.buffer.bytes <= size), None)
+        if bank is None:
+            return None
+        start = fill.get((pool, bank), 0)
+        where[m, i] = BoundBuffer(bb.buffer, bank, start)
+        fill[pool, bank] = _align(start + bb.buffer.bytes, machine.line_bytes)
+    return [replace(b, buffers=[where.get((m, i), bb) for i, bb in enumerate(b.buffers)]) for m, b in enumerate(members)]
 
 
 def chain_head(binding: Binding, machine: Machine) -> Binding:

@@ -102,7 +102,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                 binding = binder(k.name, workers, buffers, streams, room, where)
                 chained = bindings[spans[i][0]:]  # the chain's kernels before it
                 if chained:
-                    binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
+                    *chained, binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
+                    bindings[spans[i][0]:] = chained
                 else:
                     binding = relocate(binding, taken, room)
                     if spans[i][1] > i:

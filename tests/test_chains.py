@@ -232,11 +232,17 @@ def test_a_kernel_whose_banks_find_no_free_bank_each_is_squeezed_in_beside_the_c
                                    for i, (bank, address, size) in enumerate(placed)], {}, "greedy")
 
     before = bound("a", [(3, 320, 28672), (2, 0, 32768)])
-    after = away_from_chain(bound("b", [(0, 0, 1368), (1, 0, 72), (2, 0, 8), (3, 0, 112)]), [before], standard,
-                            "chain.kpu", "chain [a, b]")
-    assert shared_level([before, after]) is None
+    same, after = away_from_chain(bound("b", [(0, 0, 1368), (1, 0, 72), (2, 0, 8), (3, 0, 112)]), [before],
+                                  standard, "chain.kpu", "chain [a, b]")
+    assert same == before and shared_level([before, after]) is None
     assert sorted(bb.buffer.bytes for bb in after.buffers) == [8, 72, 112, 1368]
-    # two whole buffers and 4 KiB, where 3.7 KiB are left beside them
+    # the kernel before in the middle of every bank: no free stretch holds 24 KiB, so the level is
+    # packed anew, largest first, the earlier kernel's buffers moved too
+    middle = bound("a", [(bank, 10000, 4000) for bank in range(4)])
+    moved, big = away_from_chain(bound("b", [(0, 0, 24576)]), [middle], standard, "chain.kpu", "chain [a, b]")
+    assert shared_level([moved, big]) is None and (big.buffers[0].bank, big.buffers[0].address) == (0, 0)
+    assert sorted(bb.buffer.bytes for bb in moved.buffers) == [4000] * 4
+    # two whole buffers and 8 KiB beside 60 KiB: 4 KiB more than the four buffers hold
     with pytest.raises(BindError, match=r"^chain.kpu: chain \[a, b\]: kernel 'b' finds no room in L1"):
-        away_from_chain(bound("b", [(0, 0, 32768), (1, 0, 32768), (2, 0, 4096)]), [before], standard, "chain.kpu",
+        away_from_chain(bound("b", [(0, 0, 32768), (1, 0, 32768), (2, 0, 8192)]), [before], standard, "chain.kpu",
                         "chain [a, b]")
