@@ -16,7 +16,7 @@ than OHWI (`weight_layout`: HWIO as JAX passes them) are tiled in their own orde
 array OHWI: the BlockMover permutes each tile on its way L3 -> L2, as it transposes a MATMUL's B.
 
 The tiling taken is the one with the fewest external-memory bytes among those whose cycles per
-compute tile (the array's, or a link's where longer: `_estimate`) are within CYCLE_SLACK of the
+compute tile (the array's, or a link's where longer: `_moves_bound`) are within CYCLE_SLACK of the
 fewest, its buffers fitting the target.
 """
 
@@ -30,7 +30,7 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileRef, itemsize, lookup
 from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
-    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_bytes, dram_moves,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_moves,
     epilogue_buffers, layer, load_depth, output_ref, tallest, widths,
 )
 from .errors import CompileError
@@ -143,24 +143,22 @@ def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int
     return int(array_cycles(m, tile_sizes(p.Co, t.Tn), k, target, dataflow) * _busiest_share(p, t, target))
 
 
-def _estimate(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
-    """The busiest compute tile's array cycles, or where longer a link's (`link_cycles`: the
-    streams over external memory, the chunks of input and weights each task takes from L3 down
-    to L1 and the result's tiles coming up) or an L2 bank's: each operand's L2 tiles sit in one
-    bank, whose one port takes every byte a BlockMover writes there and a Streamer reads back.
-    Without the target's costs, the array's alone."""
-    array = _cycles(p, t, target, dataflow)
+def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, int]:
+    """What the busiest compute tile waits for besides its array, and the external-memory bytes:
+    the busiest link (`link_cycles`: the streams over external memory, the chunks of input and
+    weights each task takes from L3 down to L1 and the result's tiles coming up) or L2 bank (each
+    operand's L2 tiles sit in one bank, whose one port takes every byte a BlockMover writes there
+    and a Streamer reads back); without the target's costs, nothing."""
+    dram, moves = dram_moves(p, t)
     costs = target.costs
     if costs is None:
-        return array
+        return 0.0, dram
     order, trips = t.loop_order(p), t.trips(p)
-    dram, moves = dram_moves(p, t)
     size = {s.name: s.bytes for s in band_streams(p, t)}
     chunks = [stream_traffic(Stream("x", POSITIONS + ("tk",), size["x"]), order, trips),
               stream_traffic(Stream("w", ("tj", "tk"), size["w"]), order, trips), size["y"]]
-    links = link_cycles(costs, dram, moves, sum(chunks), sum(chunks))
     bank = 2 * max(chunks) * _busiest_share(p, t, target) / costs.streamer_bytes_per_cycle
-    return math.ceil(max(array, links, bank))
+    return max(link_cycles(costs, dram, moves, sum(chunks), sum(chunks)), bank), dram
 
 
 # How the operands are held, (loop order, input band in L3, weights in L3); the others are
@@ -246,14 +244,20 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvTiling, str] | None:
-    scored = [(_estimate(p, t, target, dataflow), t, dataflow)
-              for t in _candidates(p, target, narrowest) for dataflow in dataflows]
+    scored = []  # (cycles: the array's or the moves' where longer, DRAM bytes, tiling, dataflow)
+    array = {}  # the array's cycles depend on the tiles and the loop order, not on where operands are held
+    for t in _candidates(p, target, narrowest):
+        moves, dram = _moves_bound(p, t, target)
+        for dataflow in dataflows:
+            key = (t.R, t.C, t.Tn, t.Tc, t.order, dataflow)
+            if key not in array:
+                array[key] = _cycles(p, t, target, dataflow)
+            scored.append((math.ceil(max(array[key], moves)), dram, t, dataflow))
     if not scored:
         return None
     fewest = min(s[0] for s in scored)
-    within = [s for s in scored if s[0] <= fewest * CYCLE_SLACK]
-    dram = {t: dram_bytes(p, t) for _, t, _ in within}
-    _, t, dataflow = min(within, key=lambda s: (dram[s[1]], s[0], -s[1].R * s[1].C, s[2]))
+    _, _, t, dataflow = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
+                            key=lambda s: (s[1], s[0], -s[2].R * s[2].C, s[3]))
     return t, dataflow
 
 
