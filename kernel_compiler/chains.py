@@ -32,7 +32,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from dfx import DataMove, Graph, Kernel, Op, itemsize
+from dfx import DataMove, Graph, Kernel, Op, home_bytes, itemsize
 
 from .errors import CompileError
 from .requirements import body_buffers, fits
@@ -240,9 +240,8 @@ def ring_rows(writer: Kernel, reader: Kernel, height: int, compute_tiles: int) -
 
 
 def ring_bytes(tensor: str, ring: int | None, graph: Graph) -> int:
-    t = graph.tensors[tensor]
-    whole = t.size * itemsize(t.dtype)
-    return whole if ring is None else whole // t.shape[1] * ring
+    """The bytes of a link's home holding `ring` rows (None: all of them)."""
+    return home_bytes(dataclasses.replace(graph.tensors[tensor], ring=ring))
 
 
 def _overflow(rungs: list[Rung], homes: int, target: Target) -> float:

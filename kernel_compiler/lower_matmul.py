@@ -17,6 +17,7 @@ leaves after the last block.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, TileRef, accumulation_dtype, itemsize, lookup
 
@@ -170,7 +171,9 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
         operand_refs["Cin"] = (cin, lambda lvl, _: ref(cin, lvl, cin_idx, [i for i, _ in inner],
                                                          [s for _, s in inner]))
 
-    stream_list = {s.name: s for s in streams(problem, tiling)}
+    # the streams over external memory by the tensors they move, as every lowering names them
+    names = dict(zip(("A", "B", "Cin"), op.inputs)) | {"C": ops[-1].outputs[0]}
+    dram_streams = [replace(s, name=names[s.name]) for s in streams(problem, tiling)]
 
     def at(tile: TileRef) -> str | None:
         """A move sits at the innermost loop indexing its destination tile (None: before all)."""
@@ -225,7 +228,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             prev = [op_id]
 
     macs = math.prod(out_batch) * M * N * K
-    per_stream = traffic([*stream_list.values(), *extra], order, trips, within)
+    per_stream = traffic([*dram_streams, *extra], order, trips, within)
     dram = sum(per_stream.values())
     compute_cycles = math.prod(out_batch) * tiled_cycles(M, N, K, Ti, Tj, Tk, target, dataflow, k_block)
     blocks = {"L3_Bi": Bi, "L3_Bj": Bj, "K_block": k_block} if split else \
@@ -245,7 +248,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
-            **dram_hints(per_stream, sum(s.bytes for s in [*stream_list.values(), *extra]), target,
+            **dram_hints(per_stream, sum(s.bytes for s in [*dram_streams, *extra]), target,
                          tiling.parallel.workers),
         },
         epilogue=[o.name for o in epi],

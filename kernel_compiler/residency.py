@@ -60,9 +60,7 @@ def _movable(kernels: list[Kernel]) -> set[str]:
 def _without(kernel: Kernel, tensors: dict[str, int]) -> dict:
     """A kernel's hints once `tensors` (name -> bytes) no longer cross external memory."""
     hints = kernel.hints
-    # a matmul's streams are named by operand, every other kernel's by tensor
-    named = dict(zip(("A", "B", "Cin"), kernel.inputs)) | {"C": kernel.outputs[0]} if kernel.op == "MATMUL" else {}
-    per_stream = {t: b for t, b in hints["dram_bytes_per_stream"].items() if named.get(t, t) not in tensors}
+    per_stream = {t: b for t, b in hints["dram_bytes_per_stream"].items() if t not in tensors}
     dram = sum(per_stream.values())
     out = {**hints, "estimated_dram_bytes": dram, "dram_bytes_per_stream": per_stream,
            "compulsory_dram_bytes": hints["compulsory_dram_bytes"] - sum(tensors.values())}

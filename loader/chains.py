@@ -39,7 +39,7 @@ from hardware import Machine, Task
 from .binding import BindError, Binding, BoundBuffer, _align
 from .buffers import COPY, home_move, in_home, level_banks
 from .relocate import Occupancy, place_of, relocate
-from .schedule import _worker_stream, placement
+from .schedule import placement, worker_stream
 from .tasks import Running, TaskStream
 
 WRITE, READ, FETCH = "write", "read", "fetch"  # what an op does to a link's rows (`_roles`)
@@ -214,7 +214,7 @@ class _Member:
         kernel, workers = running.kernel, running.binding.workers
         self.running, self.roles = running, roles
         place = placement(kernel)
-        self.streams = [_worker_stream(kernel, place, w, workers) for w in range(workers)]
+        self.streams = [worker_stream(kernel, place, w, workers) for w in range(workers)]
         self.next: dict[int, _Instance] = {}  # compute tile -> its next instance, while it has one
         for w in range(workers):
             self._advance(w)

@@ -46,7 +46,7 @@ def workers_for(kernel: Kernel, compute_tiles: int) -> int:
     return 1
 
 
-def _worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
+def worker_stream(kernel: Kernel, place: Placement, worker: int, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
     """One worker's ops in program order, as (worker, op, env) with `env` one dict updated in place.
     The loop nest runs in this one frame (a stack of its loops' step iterators), not a generator
     per level, and each op's tuple is made once, not per step: a kernel has many more steps
@@ -109,7 +109,7 @@ def expand(kernel: Kernel, workers: int) -> Iterator[tuple[int, BodyOp, dict]]:
     copy before it (every reader of a shared tile sits inside the loop the move sits at)."""
     place = placement(kernel)
     shared = kernel.shared_moves()
-    running = [_worker_stream(kernel, place, w, workers) for w in range(workers)]
+    running = [worker_stream(kernel, place, w, workers) for w in range(workers)]
     waiting: dict[int, tuple[Iterator, tuple[int, BodyOp, dict]]] = {}  # worker -> its stream, the shared move it reached
     while running:
         going = []
