@@ -84,8 +84,8 @@ def write_section(title: str, text: str) -> None:
     heading = f"## {title}"
     body = f"{heading}\n\n{text.strip()}\n"
     old = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    start = old.find(heading + "\n")
-    if start < 0:
+    start = old.find("\n" + heading + "\n") + 1  # a heading of its own line, not one of a deeper section
+    if not start:
         new = old.rstrip("\n") + "\n\n" + body
     else:
         end = old.find("\n## ", start + len(heading))

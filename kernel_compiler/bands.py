@@ -243,7 +243,8 @@ def dram_moves(p: Layer, t: BandTiling) -> tuple[int, int]:
     order, trips = t.loop_order(p), t.trips(p)
     streams = band_streams(p, t)
     sweeps = [stream_traffic(s, order, trips) for s in streams]
-    return sum(sweeps), sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(streams, sweeps) if n)
+    moves = sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(streams, sweeps) if n)
+    return sum(sweeps), moves
 
 
 def band_kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: Layer, t: BandTiling, body: list,

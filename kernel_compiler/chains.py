@@ -269,9 +269,9 @@ def _signature(group: list[Op], graph: Graph) -> tuple:
 class Planner:
     """The chains of a program's kernels (in execution order): which, their tilings, their rings.
     A member's share is a triple of indices: into `SHARES`, its fraction of every L1 and L2
-    bank's bytes, and of L3's; into `ROWS`, of its output rows a tile may hold. Kernels of one signature are planned on the first of them, their `proxy`:
-    its tiles, buffers and cycles are theirs; a member's links are its window input and its
-    result, the proxy's own."""
+    bank's bytes, and of L3's; into `ROWS`, of its output rows a tile may hold. Kernels of one
+    signature are planned on the first of them, their `proxy`: its tiles, buffers and cycles are
+    theirs; a member's links are its window input and its result, the proxy's own."""
 
     def __init__(self, kernels: list[Kernel], graph: Graph, target: Target, lower: Lower):
         self.kernels, self.graph, self.target, self.lower = kernels, graph, target, lower

@@ -90,7 +90,8 @@ def _packed(members: list[Binding], level: str, machine: Machine) -> list[Bindin
     count, size = level_banks(machine, level)
     fill: dict[tuple, int] = {}  # (pool, bank) -> bytes used
     where: dict[tuple[int, int], BoundBuffer] = {}  # (member, buffer) -> its new place
-    at_level = [(m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers) if bb.buffer.level == level]
+    at_level = [(m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers)
+                if bb.buffer.level == level]
     for m, i, bb in sorted(at_level, key=lambda x: -x[2].buffer.bytes):
         pool = place_of(bb)[:2]
         bank = next((k for k in range(count) if fill.get((pool, k), 0) + bb.buffer.bytes <= size), None)
