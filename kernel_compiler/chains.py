@@ -182,8 +182,7 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     dram = sum(b for t, b in kernel.hints["dram_bytes_per_stream"].items() if t not in links)
     dma = max(dram / c.dram_bytes_per_cycle,
               (moves * c.dma_cycles_per_move + dram / c.dma_engine_bytes_per_cycle) / c.dma_engines)
-    work = kernel.hints.get("vector_elements", {})
-    vector = sum(n * c.vector.cycles_per_element[kind] for kind, n in work.items()) / c.vector.lanes / tiles
+    vector = c.vector_cycles(kernel.hints.get("vector_elements", {})) / tiles
     busy = (dma, movers / c.l3_l2_bytes_per_cycle, streamers / c.l2_l1_bytes_per_cycle,
             kernel.hints.get("estimated_compute_cycles", 0), vector)
     return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]), busy)

@@ -38,9 +38,7 @@ from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
 from .requirements import Buffer, could_fit, fits
 from .target import Target
-from .tiling import (
-    Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes,
-)
+from .tiling import Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
 

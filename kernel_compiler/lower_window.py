@@ -149,9 +149,7 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if 0 in x.shape or 0 in y.shape:
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
     p = layer(WindowProblem, graph, ops, 2)
-    vector = target.costs.vector if target.costs is not None else None
-    work = sum(n * vector.cycles_per_element[kind] for kind, n in epilogue_work(graph, ops).items()) / vector.lanes \
-        if vector is not None else 0.0
+    work = target.costs.vector_cycles(epilogue_work(graph, ops)) if target.costs is not None else 0.0
     found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target, work))
     if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")

@@ -40,6 +40,10 @@ class Costs:
     energy: EnergyModel
     vector: VectorUnit  # each compute tile's: its lanes and cycles per element by op class
 
+    def vector_cycles(self, work: dict[str, int]) -> float:
+        """One vector unit's cycles for `work`, elements by op class, on all its lanes."""
+        return sum(n * self.vector.cycles_per_element[kind] for kind, n in work.items()) / self.vector.lanes
+
 
 @dataclass(frozen=True)
 class Target:
