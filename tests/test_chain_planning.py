@@ -17,8 +17,12 @@ from kernel_compiler.compile import compile_graph, graph_passes, lower_group, lo
 from kernel_compiler.requirements import body_buffers, fits
 from kernel_compiler.residency import l3_demand, workers
 from kernel_compiler.target import load_target
-from loader import bind_greedy, bind_program, execute, simulate
+from loader import bind_cpsat, bind_greedy, bind_program, execute, simulate
 from loader.report import dram_bytes
+from conftest import DATA
+from dfx import Graph
+from kernel_compiler import chains
+from kernel_compiler.frontends import load_graph
 from test_vector_kernels import STANDARD, graph_of, random
 
 PAD = {"padding": [[1, 1], [1, 1]]}
@@ -130,3 +134,30 @@ def test_a_chain_runs_band_by_band_and_moves_only_its_input_weights_and_output()
 def test_no_chains_without_fusion_homes_or_chains(options):
     program = compile_graph(graph_of(BLOCK, SHAPES), "block.dfg", load_target(STANDARD), **options)
     assert program.chains == [] and not any(t.ring for t in program.graph.tensors.values())
+
+
+def first_three_layers() -> Graph:
+    """MobileNet v1 (the corpus's) up to its third convolution's activation: conv 3x3, depthwise
+    3x3, pointwise, each with its CLAMP."""
+    g, _ = load_graph(str(DATA / "dfg" / "dfg__mobilenet_v1.dfg"))
+    convs = [i for i, op in enumerate(g.ops) if op.op_type in ("CONV2D", "DEPTHWISE_CONV2D")]
+    ops = g.ops[:convs[2] + 2]
+    assert ops[-1].op_type == "CLAMP"
+    used = {t for op in ops for t in op.inputs + op.outputs}
+    tensors = {n: t for n, t in g.tensors.items() if n in used}
+    tensors[ops[-1].outputs[0]].role = "output"
+    return Graph("three", tensors, ops, {n: v for n, v in g.constants.items() if n in used})
+
+
+def test_rings_twice_as_deep_keep_the_writer_and_the_reader_from_waiting_on_each_other(monkeypatch):
+    graph, target, machine = first_three_layers(), load_target(STANDARD), load_machine(STANDARD)
+    cycles, rings = {}, {}
+    for depth in (1, chains.RING_DEPTH):
+        monkeypatch.setattr(chains, "RING_DEPTH", depth)
+        program = compile_graph(graph, "three.dfg", target)
+        assert program.chains == [[k.name for k in program.kernels]]
+        rings[depth] = sorted(t.ring for t in program.graph.tensors.values() if t.home)
+        cycles[depth] = simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles
+    assert rings == {1: [6, 10], 2: [12, 16]}
+    # with room for one band of each, the vector units waited on the array and back
+    assert cycles[2] < 0.9 * cycles[1]
