@@ -201,6 +201,24 @@ class Kernel:
                     out.add(op.op_id)
         return out
 
+    def rows_loop(self) -> TileLoop | None:
+        """The outermost loop of more than one trip: the one a kernel of a chain steps the rows of
+        its links by, band after band."""
+        return next((l for l in self.tile_loops if l.trip_count > 1), None)
+
+    def off_rows(self, tensor: str) -> tuple[DataMove, TileRef] | None:
+        """The first move (and its end) of `tensor` at the tensor's home, its EXTERNAL side or a
+        plain L3 tile, that indexes dim 1 by another loop than `rows_loop` (None: there is none)."""
+        rows = self.rows_loop()
+        for op in self.body:
+            if not isinstance(op, DataMove) or op.move_type == "VIEW":
+                continue
+            for ref in (op.source, op.destination):
+                at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
+                if ref.tensor == tensor and at_home and ref.tile_indices[1] != (rows.induction_var if rows else None):
+                    return op, ref
+        return None
+
     def carried_reads(self) -> dict[int, int]:
         """The moves that read what a later op of the body wrote on an earlier step of their
         `when` loop (a K split's reload of partial sums) -> that op, the first they depend on."""

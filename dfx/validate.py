@@ -316,19 +316,16 @@ def _rows_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, st
     by band (loops step upward)."""
     chained = {name for chain in program.chains for name in chain}
     for k in (k for k in program.kernels if k.name in chained):
-        rows = next((l.induction_var for l in k.tile_loops if l.trip_count > 1), None)
-        for op in k.body:
-            if not isinstance(op, DataMove) or op.move_type == "VIEW":
+        for tensor in sorted(t for t, kernels in links.items() if k.name in kernels):
+            found = k.off_rows(tensor)
+            if found is None:
                 continue
-            for ref in (op.source, op.destination):
-                at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
-                if ref.tensor in links and k.name in links[ref.tensor] and at_home \
-                        and ref.tile_indices[1] != rows:
-                    chain = next(c for c in program.chains if k.name in c)
-                    outer = f"'{rows}'" if rows is not None else "none: it has no loop of more than one trip"
-                    return (f"chain [{', '.join(chain)}]", f"kernel '{k.name}' op {op.op_id} moves link "
-                            f"'{ref.tensor}' at {ref.level} by '{ref.tile_indices[1]}' along dim 1; a chain's "
-                            f"kernels go by rows, the outermost loop of more than one trip ({outer})")
+            (op, ref), rows = found, k.rows_loop()
+            chain = next(c for c in program.chains if k.name in c)
+            outer = f"'{rows.induction_var}'" if rows is not None else "none: it has no loop of more than one trip"
+            return (f"chain [{', '.join(chain)}]", f"kernel '{k.name}' op {op.op_id} moves link "
+                    f"'{ref.tensor}' at {ref.level} by '{ref.tile_indices[1]}' along dim 1; a chain's "
+                    f"kernels go by rows, the outermost loop of more than one trip ({outer})")
     return None
 
 

@@ -20,7 +20,7 @@ from dfx import DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 from .lower_vector import Space, dram_hints, epilogue, kernel_reads, store, tile_ref, traffic
 from .requirements import Buffer, body_buffers, requirements
 from .target import Target
-from .tiling import Stream, parallel_loop, stream_traffic
+from .tiling import Stream, parallel_loop, stream_moves, stream_traffic
 
 POSITIONS = ("b0", "th", "tw")  # images, bands of output rows, bands of output columns
 CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
@@ -242,9 +242,8 @@ def dram_moves(p: Layer, t: BandTiling) -> tuple[int, int]:
     sweep of a stream moves each of its tiles once."""
     order, trips = t.loop_order(p), t.trips(p)
     streams = band_streams(p, t)
-    sweeps = [stream_traffic(s, order, trips) for s in streams]
-    moves = sum(n // s.bytes * math.prod(trips[v] for v in s.loop_vars) for s, n in zip(streams, sweeps) if n)
-    return sum(sweeps), moves
+    return (sum(stream_traffic(s, order, trips) for s in streams),
+            sum(stream_moves(s, order, trips) for s in streams))
 
 
 def band_kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: Layer, t: BandTiling, body: list,

@@ -212,17 +212,8 @@ def goes_by_rows(kernel: Kernel, tensor: str) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
     side, or a plain L3 tile) indexes its rows by the outermost loop of more than one trip,
     stepping upward: the order a chain's kernels visit the rows of a link in."""
-    rows = next((l for l in kernel.tile_loops if l.trip_count > 1), None)
-    if rows is None or rows.step <= 0:
-        return False
-    for op in kernel.body:
-        if not isinstance(op, DataMove) or op.move_type == "VIEW":
-            continue
-        for ref in (op.source, op.destination):
-            at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
-            if ref.tensor == tensor and at_home and ref.tile_indices[1] != rows.induction_var:
-                return False
-    return True
+    rows = kernel.rows_loop()
+    return rows is not None and rows.step > 0 and kernel.off_rows(tensor) is None
 
 
 def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:

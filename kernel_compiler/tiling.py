@@ -33,7 +33,7 @@ T = TypeVar("T")
 class Stream:
     """One operand's tiles as the loop nest visits them."""
 
-    name: str  # "A", "B", "Cin", "C"
+    name: str  # the operand ("A", "B", "Cin", "C"; "x", "w", "y" of a band tiling), or its tensor
     loop_vars: tuple[str, ...]  # the loops its tile index depends on
     bytes: int  # the whole tensor
     # a loop on whose last step alone it moves, so that loop repeats none of it: the result of a
@@ -143,6 +143,16 @@ def stream_traffic(stream: Stream, loop_order: tuple[str, ...], trips: dict[str,
         if var not in stream.loop_vars and var not in blocks and var != stream.final_over:
             repeats *= trips[var]
     return stream.bytes * repeats
+
+
+def stream_moves(stream: Stream, loop_order: tuple[str, ...], trips: dict[str, int],
+                 within: dict[str, str] | None = None) -> int:
+    """The moves a stream makes: all its tiles (one per value of the loops indexing it) each time
+    it moves its tensor."""
+    if not stream.bytes:
+        return 0
+    sweeps = stream_traffic(stream, loop_order, trips, within) // stream.bytes
+    return sweeps * math.prod(trips[v] for v in stream.loop_vars)
 
 
 def dram_traffic(streams: list[Stream], loop_order: tuple[str, ...], trips: dict[str, int],
@@ -652,9 +662,7 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
         array += math.prod(p.batch_trips) * (trips["kb"] - 1) * trips["ti"] * trips["tj"] * busiest / steps \
             * tile / costs.streamer_bytes_per_cycle
     dram = moved["EXTERNAL", "L3"] + moved["L3", "EXTERNAL"]
-    # a stream moves all its tiles (one per value of the loops indexing it) each time it moves its tensor
-    dma_moves = sum(stream_traffic(s, t.loop_order, trips, t.within) // s.bytes
-                    * math.prod(trips[v] for v in s.loop_vars)
+    dma_moves = sum(stream_moves(s, t.loop_order, trips, t.within)
                     for s in (*by_hop["EXTERNAL", "L3"], *by_hop["L3", "EXTERNAL"]))
     links = link_cycles(costs, dram, dma_moves, moved["L3", "L2"] + moved["L2", "L3"],
                         moved["L2", "L1"] + moved["REGISTER", "L2"] + moved["L2", "REGISTER"])
