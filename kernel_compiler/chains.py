@@ -38,6 +38,7 @@ from .errors import CompileError
 from .requirements import body_buffers, fits
 from .residency import l3_demand, workers
 from .target import Level, Target
+from .tiling import link_busy
 
 # the anchors whose kernels go by bands of rows of NHWC tensors (lower_conv, lower_window)
 WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D"})
@@ -184,11 +185,8 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
             streamers += moved
         energy += moved * (pj[op.source.level.lower()] + pj[op.destination.level.lower()])
     dram = sum(b for t, b in kernel.hints["dram_bytes_per_stream"].items() if t not in links)
-    dma = max(dram / c.dram_bytes_per_cycle,
-              (moves * c.dma_cycles_per_move + dram / c.dma_engine_bytes_per_cycle) / c.dma_engines)
     vector = c.vector_cycles(kernel.hints.get("vector_elements", {})) / tiles
-    busy = (dma, movers / c.l3_l2_bytes_per_cycle, streamers / c.l2_l1_bytes_per_cycle,
-            kernel.hints.get("estimated_compute_cycles", 0), vector)
+    busy = (*link_busy(c, dram, moves, movers, streamers), kernel.hints.get("estimated_compute_cycles", 0), vector)
     return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]), busy)
 
 
@@ -210,10 +208,9 @@ def _band(kernel: Kernel, tensor: str, written: bool) -> tuple[int, int]:
 
 def goes_by_rows(kernel: Kernel, tensor: str) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
-    side, or a plain L3 tile) indexes its rows by the outermost loop of more than one trip,
-    stepping upward: the order a chain's kernels visit the rows of a link in."""
-    rows = kernel.rows_loop()
-    return rows is not None and rows.step > 0 and kernel.off_rows(tensor) is None
+    side, or a plain L3 tile) indexes its rows by the outermost loop of more than one trip (loops
+    step upward): the order a chain's kernels visit the rows of a link in."""
+    return kernel.rows_loop() is not None and kernel.off_rows(tensor) is None
 
 
 def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:

@@ -113,10 +113,14 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
                      for t in ordered]
         return pack_homes(residents, demands, target.l3.bank_bytes * target.compute_tiles, target.line_bytes)
 
-    held = list(fixed)
-    for t in wanted:
-        if len(packed(held + [t])) == len(held) + 1:
-            held.append(t)
+    # one pass, each tensor placed where the ones before it leave room; only where that leaves out
+    # a link, tensor by tensor, taking none that would
+    homes = [h.tensor for h in packed(fixed + wanted)]
+    held = homes if set(fixed) <= set(homes) else list(fixed)
+    if held is not homes:
+        for t in wanted:
+            if len(packed(held + [t])) == len(held) + 1:
+                held.append(t)
     if not held:
         return graph
     kept = {t: graph.tensors[t].size * itemsize(graph.tensors[t].dtype) for t in held}

@@ -670,12 +670,18 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
     return Estimate(math.ceil(max(array, links) + waits), energy, dram)
 
 
+def link_busy(costs: Costs, dram: int, dma_moves: int, l3_l2: int, l2_l1: int) -> tuple[float, float, float]:
+    """The cycles of each link between levels for these bytes (both ways) and DMA moves, (DMAs,
+    BlockMovers, Streamers): its bytes over its engines' rate, a DMA also holding its engine for
+    the DRAM latency."""
+    dma = max(dram / costs.dram_bytes_per_cycle,
+              (dma_moves * costs.dma_cycles_per_move + dram / costs.dma_engine_bytes_per_cycle) / costs.dma_engines)
+    return dma, l3_l2 / costs.l3_l2_bytes_per_cycle, l2_l1 / costs.l2_l1_bytes_per_cycle
+
+
 def link_cycles(costs: Costs, dram: int, dma_moves: int, l3_l2: int, l2_l1: int) -> float:
-    """The cycles of the busiest link between levels for these bytes (both ways) and DMA moves:
-    its bytes over its engines' rate, a DMA also holding its engine for the DRAM latency."""
-    return max(dram / costs.dram_bytes_per_cycle,
-               (dma_moves * costs.dma_cycles_per_move + dram / costs.dma_engine_bytes_per_cycle) / costs.dma_engines,
-               l3_l2 / costs.l3_l2_bytes_per_cycle, l2_l1 / costs.l2_l1_bytes_per_cycle)
+    """The cycles of the busiest link (`link_busy`)."""
+    return max(link_busy(costs, dram, dma_moves, l3_l2, l2_l1))
 
 
 @functools.lru_cache(maxsize=4096)

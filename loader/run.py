@@ -104,6 +104,9 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                 if chained:
                     *chained, binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
                     bindings[spans[i][0]:] = chained
+                    for tag, member in enumerate(chained, spans[i][0]):  # where a level was packed anew
+                        for bb in member.buffers:
+                            taken.claim(bb, tag)
                 else:
                     binding = relocate(binding, taken, room)
                     if spans[i][1] > i:

@@ -403,7 +403,6 @@ class _ArrayPlan(_ComputePlan):
             m, n, k = self.mnk
         else:
             m, n, k = self.opdef.tile_mnk([self.shape(r, env) for r in self.op.inputs], self.attrs)
-        # the accumulators drain on the last step of that loop
         # the accumulators drain on the last step of that loop, of each block (a K split's)
         drain = self.over is None or env[self.over] == (
             self.over_last if self.blocks is None else last_of_block(self.blocks, env))
