@@ -516,7 +516,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     # each sliding-window op's input -> the op: along H and W its bands are as large as its windows
     # need, whatever the loops step (`_band_problem` checks them against the result tile), and their
     # padding holds the op's value (zero unless the registry says otherwise)
-    bands = {op.inputs[0].tensor: opdef[op.op_id] for op in computes if opdef[op.op_id].windows is not None}
+    bands = {op.inputs[0].tensor: graph_op[op.op_id] for op in computes if opdef[op.op_id].windows is not None}
     carried = k.carried_reads()  # reload -> the later op whose tile of a step before it reads
     problem = _split_problem(k, order, loops, computes, carried)
     if problem:
@@ -935,7 +935,7 @@ def _index_tensor(ref: TileRef, shape: tuple[int, ...], group: list[Op], g: Grap
     return g.tensors[table.tensor].size
 
 
-def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str, OpDef]) -> str | None:
+def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str, Op]) -> str | None:
     """Why a move's fill is not the value the kernel's graph op gives the padding it writes (None
     if it is): an on-chip band of a sliding-window op's input is padded with the op's padding
     value, the tile of a PAD's result made from its operand's window with its pad value, and no
@@ -948,7 +948,9 @@ def _fill_problem(op: DataMove, g: Graph, op_of: dict[str, Op], bands: dict[str,
         window_op = bands.get(dst.tensor)
         if window_op is None:
             return f"pads its tile of '{dst.tensor}', which no sliding-window op of the kernel reads"
-        want, who = window_op.padding_value(g.tensors[dst.tensor].dtype), window_op.name
+        window_def = lookup(window_op.op_type)
+        want = window_def.padding_value(window_def.normalize_attrs(window_op.attrs), g.tensors[dst.tensor].dtype)
+        who = window_op.op_type
     elif maker is not None and lookup(maker.op_type).fill_attr is not None and src.tensor in maker.inputs:
         maker_def = lookup(maker.op_type)
         want = maker_def.normalize_attrs(maker.attrs)[maker_def.fill_attr]

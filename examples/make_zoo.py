@@ -6,6 +6,7 @@ configs built in code):
     python examples/make_zoo.py -o examples/zoo               # the test set (small, in the repo)
     python examples/make_zoo.py --full -o build/zoo-full      # full-size models for benchmarks/ (and resnet18_96)
     python examples/make_zoo.py gpt2 bert -o examples/zoo     # some of them
+    python examples/make_zoo.py --quantized -o examples/zoo   # the int8 models (below)
 
 Every model is exported twice, `torch.onnx.export` with its default exporter (`dynamo=True`)
 and with the legacy TorchScript one (`dynamo=False`, still what most deployment scripts use),
@@ -19,6 +20,15 @@ The test set keeps each architecture and shrinks what the architecture allows (6
 10 classes, narrower widths, two transformer layers), so all of it stays a few MB; `--full`
 writes the sizes the benchmarks quote (224x224 images, GPT-2 small at 12 layers, 124 M
 parameters, sequence 128; those go to external data files beside the model).
+
+`--quantized` writes int8 models as onnxruntime's quantization tool makes them from the legacy
+exports (its pre-processing, then `quantize_static` calibrated on random inputs, or
+`quantize_dynamic`): `<model>.<scheme>.onnx` for the schemes of QUANTIZED, beside the same npz
+(onnxruntime's outputs of the quantized model, `float:output` of the float one, and for the
+static schemes `quantized:<name>`, every int8 or uint8 tensor a node makes, as onnxruntime
+computes it with those tensors made outputs too). Their
+batch normalizations first take statistics from random batches (a fresh network's are 0 and 1,
+which leave MobileNet's last layers near zero, where int8 holds nothing to compare).
 """
 
 from __future__ import annotations
@@ -169,6 +179,21 @@ def gpt2(full: bool) -> Model:
                                                          f"{config.n_layer} layers, vocab {config.vocab_size}")
 
 
+def ffn(full: bool) -> Model:
+    """A transformer's feed-forward block with its layer norm: x + W2 GELU(W1 LayerNorm(x))."""
+    hidden, inner, seq = (768, 3072, 128) if full else (64, 256, 16)
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.up, self.down = nn.LayerNorm(hidden), nn.Linear(hidden, inner), nn.Linear(inner, hidden)
+
+        def forward(self, x):
+            return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+    return Model(FeedForward(), {"x": torch.randn(1, seq, hidden)}, f"hidden {hidden}, inner {inner}, seq {seq}")
+
+
 def mlp(full: bool) -> Model:
     widths = [784, 512, 256, 10] if full else [64, 32, 16, 10]
     layers: list[nn.Module] = []
@@ -179,7 +204,7 @@ def mlp(full: bool) -> Model:
 
 
 MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
-    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, mlp)}
+    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, ffn, mlp)}
 FULL_ONLY = {"resnet18_96"}  # no smaller form: its 47 MB of weights stay out of the repository
 
 
@@ -242,12 +267,109 @@ def write(name: str, exporter: str, full: bool, out: Path) -> dict:
             "versions": {"torch": torch.__version__.split("+")[0], "torchvision": torchvision.__version__.split("+")[0]}}
 
 
+# ---- quantized -------------------------------------------------------------------------------
+
+# scheme -> how onnxruntime's quantization tool makes it
+SCHEMES = {
+    "qdq_per_channel": {"quant_format": "QDQ", "per_channel": True},
+    "qdq_per_tensor": {"quant_format": "QDQ", "per_channel": False},
+    "qoperator": {"quant_format": "QOperator", "per_channel": False},  # QLinearConv, QGemm, QLinearAdd, ...
+    "dynamic": {},  # quantize_dynamic: DynamicQuantizeLinear and MatMulInteger
+}
+QUANTIZED = [("resnet18", "qdq_per_channel"), ("resnet18", "qdq_per_tensor"), ("resnet18", "qoperator"),
+             ("mobilenet_v2", "qdq_per_channel"), ("mobilenet_v2", "qdq_per_tensor"),
+             ("mlp", "dynamic"), ("ffn", "dynamic")]
+CALIBRATION = 8  # random inputs the static schemes take their ranges from
+
+
+def batchnorm_statistics(model: Model) -> None:
+    """Batch normalizations take their running statistics from random batches like the input."""
+    norms = [m for m in model.module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a plain average over the batches
+    model.module.train()
+    with torch.no_grad():
+        for _ in range(CALIBRATION):
+            model.module(*(torch.randn(4, *v.shape[1:]) for v in model.inputs.values()))
+    model.module.eval()
+
+
+def with_quantized_outputs(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """The model with every int8 or uint8 tensor its nodes make as an output too (after its own
+    outputs), and their names. A com.microsoft op's result has its first input's type."""
+    typed = {v.name: v.type.tensor_type.elem_type for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
+    typed.update((t.name, t.data_type) for t in model.graph.initializer)
+    typed.update((v.name, v.type.tensor_type.elem_type) for v in model.graph.input)
+    outputs = {o.name for o in model.graph.output}
+    names = []
+    for node in model.graph.node:
+        elem = typed.get(node.output[0]) or typed.get(node.input[0])
+        if elem in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8) and node.output[0] not in outputs:
+            typed[node.output[0]] = elem
+            names.append(node.output[0])
+            model.graph.output.append(onnx.helper.make_tensor_value_info(node.output[0], elem, None))
+    return model, names
+
+
+class RandomInputs:
+    """The calibration data reader onnxruntime's quantize_static reads: random inputs."""
+
+    def __init__(self, model: Model):
+        self.batches = iter([{k: torch.randn(v.shape).numpy() for k, v in model.inputs.items()}
+                             for _ in range(CALIBRATION)])
+
+    def get_next(self) -> dict | None:
+        return next(self.batches, None)
+
+
+def write_quantized(name: str, scheme: str, out: Path) -> dict:
+    from onnxruntime.quantization import QuantFormat, quantize_dynamic, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    torch.manual_seed(0)
+    model = MODELS[name](False)
+    batchnorm_statistics(model)
+    path = out / f"{name}.{scheme}.onnx"
+    float_path, prepared = out / f"{name}.{scheme}.float.onnx", out / f"{name}.{scheme}.prepared.onnx"
+    with torch.no_grad():
+        export(model, EXPORTERS["legacy"], float_path, False)
+    quant_pre_process(str(float_path), str(prepared))
+    options = SCHEMES[scheme]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if scheme == "dynamic":
+            quantize_dynamic(str(prepared), str(path))
+        else:
+            quantize_static(str(prepared), str(path), RandomInputs(model), per_channel=options["per_channel"],
+                            quant_format=getattr(QuantFormat, options["quant_format"]))
+    feeds = {k: v.numpy() for k, v in model.inputs.items()}
+    run = lambda p: onnxruntime.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, feeds)  # noqa: E731
+    (got,), (reference,) = run(str(path)), run(str(float_path))
+    float_path.unlink()
+    prepared.unlink()
+    arrays = {**{f"input:{k}": v for k, v in feeds.items()}, "output:output": got, "float:output": reference}
+    if scheme != "dynamic":
+        augmented, names = with_quantized_outputs(onnx.load(str(path)))
+        arrays.update((f"quantized:{k}", v) for k, v in zip(names, run(augmented.SerializeToString())[1:]))
+    np.savez_compressed(path.with_suffix(".npz"), **arrays)
+    error = float(np.max(np.abs(got - reference)) / max(np.max(np.abs(reference)), 1e-30))
+    ops = sorted({n.op_type for n in onnx.load(str(path)).graph.node})
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB, int8 vs float {error:.1e} of the peak)")
+    return {"model": name, "exporter": "legacy", "quantization": scheme, "file": path.name,
+            "sizes": model.sizes, "opset": OPSET, "int8_vs_float": float(f"{error:.2e}"), "ops": ops,
+            "versions": {"torch": torch.__version__.split("+")[0], "onnxruntime": onnxruntime.__version__}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", help=f"which of {', '.join(MODELS)} (default: all)")
     parser.add_argument("-o", "--output-dir", type=Path, required=True)
     parser.add_argument("--full", action="store_true", help="the full-size models, for the benchmarks")
     parser.add_argument("--exporter", choices=list(EXPORTERS), action="append", help="which (default: both)")
+    parser.add_argument("--quantized", action="store_true", help="the int8 models of QUANTIZED (of the models named)")
     options = parser.parse_args()
     unknown = sorted(set(options.models) - set(MODELS))
     if unknown:
@@ -256,12 +378,16 @@ def main() -> None:
         parser.error(f"{', '.join(sorted(FULL_ONLY & set(options.models)))}: only with --full")
     options.output_dir.mkdir(parents=True, exist_ok=True)
     manifest_path = options.output_dir / "manifest.json"
-    manifest = {(e["model"], e["exporter"]): e for e in
-                (json.loads(manifest_path.read_text()) if manifest_path.exists() else [])}
-    for name in options.models or [m for m in MODELS if options.full or m not in FULL_ONLY]:
-        for exporter in options.exporter or EXPORTERS:
-            manifest[(name, exporter)] = write(name, exporter, options.full, options.output_dir)
-            manifest_path.write_text(json.dumps([manifest[k] for k in sorted(manifest)], indent=1) + "\n")
+    manifest = {e["file"]: e for e in (json.loads(manifest_path.read_text()) if manifest_path.exists() else [])}
+    if options.quantized:
+        written = [write_quantized(name, scheme, options.output_dir) for name, scheme in QUANTIZED
+                   if not options.models or name in options.models]
+    else:
+        written = [write(name, exporter, options.full, options.output_dir)
+                   for name in options.models or [m for m in MODELS if options.full or m not in FULL_ONLY]
+                   for exporter in options.exporter or EXPORTERS]
+    manifest.update((e["file"], e) for e in written)
+    manifest_path.write_text(json.dumps([manifest[k] for k in sorted(manifest)], indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -63,10 +63,10 @@ The flat schema:
 | `timing.line_bytes` | power of two up to 2^30 | `64` | allocation alignment at every on-chip level |
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
 | `timing.vector_lanes` | int in [1, 2^20] | `compute.processor_array.cols` | lanes of one compute tile's vector unit (elements it works on at once) |
-| `timing.vector_cycles_per_element.{simple, transcendental, reduction}` | ints in [1, 1024], cycles | `1`, `4`, `1` | cycles one lane spends per element of that op class |
+| `timing.vector_cycles_per_element.{simple, transcendental, reduction, requantize}` | ints in [1, 1024], cycles | `1`, `4`, `1`, `1` | cycles one lane spends per element of that op class (`hardware.machine`) |
 | `energy.mac_pj.{f64, f32, f16, bf16, f8, i32, i16, i8, u8}` | numbers in [0, 10^9], pJ | Horowitz ISSCC 2014, 45 nm (`hardware.energy`) | energy of one MAC whose operands are of that dtype |
 | `energy.access_pj_per_byte.{external, l3, l2, l1, register}` | numbers in [0, 10^9], pJ | 162.5, 12.5, 2.5, 1.25, 0.75 | energy of reading or writing one byte at that level |
-| `energy.vector_pj_per_element.{simple, transcendental, reduction}` | numbers in [0, 10^9], pJ | 4.6, 18.4, 0.9 | energy of one vector-lane element of that op class |
+| `energy.vector_pj_per_element.{simple, transcendental, reduction, requantize}` | numbers in [0, 10^9], pJ | 4.6, 18.4, 0.9, 4.6 | energy of one vector-lane element of that op class |
 | `area.{pe_um2, vector_lane_um2}` | numbers in [0, 10^9], um2 | 11884 each (an f32 multiplier and adder) | area of one PE of the array, one lane of a vector unit |
 | `area.sram_mm2_per_kb.{l3, l2, l1}` | numbers in [0, 10^9], mm2 | 0.00405 each | area of one KB of that on-chip level |
 | `area.engine_mm2.{dma, block_mover, streamer}` | numbers in [0, 10^9], mm2 | 0.01 each (an estimate) | area of one engine of that kind |

@@ -58,8 +58,9 @@ ACCESS_PJ_PER_BYTE = {
 
 # pJ per element of each vector op class, on 32-bit float lanes (the lane is an FMA-style ALU,
 # as hardware.machine times it): Horowitz 2014's f32 multiply + add per simple op, four of them
-# per transcendental (its 4 cycles), one f32 add per reduction step.
-VECTOR_PJ_PER_ELEMENT = {"simple": 4.6, "transcendental": 18.4, "reduction": 0.9}
+# per transcendental (its 4 cycles), one f32 add per reduction step, an f32 multiply and add per
+# requantize (the scale, and the rounding add; the zero point and saturation are 8-bit work, ~0).
+VECTOR_PJ_PER_ELEMENT = {"simple": 4.6, "transcendental": 18.4, "reduction": 0.9, "requantize": 4.6}
 
 # Horowitz 2014, 45 nm: 32-bit float multiplier 7,700 um2, adder 4,184 um2. A PE is one f32 MAC,
 # and so is a vector lane.

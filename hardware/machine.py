@@ -19,8 +19,10 @@ DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 # A lane is a pipelined FMA-style ALU: one simple op (add, mul, compare, select, max, convert) per
 # cycle. Transcendentals (exp, log, tanh, erf, divide, rsqrt...) run as a short polynomial or a
 # table lookup plus a refinement step, a few dependent ops: 4. A reduction step is one add or max
-# into the running value per element reduced: 1.
-VECTOR_CYCLES_PER_ELEMENT = MappingProxyType({"simple": 1, "transcendental": 4, "reduction": 1})
+# into the running value per element reduced: 1. A requantize (an i32 sum scaled in f32, rounded,
+# offset by a zero point, saturated to 8 bits) is one pass of a fused stage, as int8 accelerators
+# have it at the array's output (NVDLA's SDP converter, Arm Ethos-U's output unit): 1.
+VECTOR_CYCLES_PER_ELEMENT = MappingProxyType({"simple": 1, "transcendental": 4, "reduction": 1, "requantize": 1})
 VECTOR_OP_CLASSES = tuple(VECTOR_CYCLES_PER_ELEMENT)
 
 

@@ -207,9 +207,10 @@ class Body:
             return band_ref(x.name, level, self.index(*POSITIONS, "0" if whole else chunk_loop), p.hw, t.R, t.C,
                             p.Ci if whole else chunk)
 
+        opdef = lookup(op.op_type)
         last = self.loads([(ref("EXTERNAL", all_channels), ref("L3", all_channels)),
                            (ref("L3", False), ref("L2", False)), (ref("L2", False), ref("L1", False))],
-                          lookup(op.op_type).padding_value(x.dtype) if padded else None)
+                          opdef.padding_value(opdef.normalize_attrs(op.attrs), x.dtype) if padded else None)
         return last, ref("L1", False)
 
     def output_space(self, p: Layer, t: BandTiling, channels: int) -> Space:

@@ -194,7 +194,7 @@ def axis(**fields):
      "axes[0]: compute.processor_array.rowz: not a key of the config (expected one of: rows, cols, topology)"),
     (axis(key="timing.vector_cycles_per_element.weird", values=[4]),
      "axes[0]: timing.vector_cycles_per_element.weird: not a key of the config (expected one of: simple, "
-     "transcendental, reduction)"),
+     "transcendental, reduction, requantize)"),
     (axis(key="compute.tile_count.x", values=[4]),
      "axes[0]: compute.tile_count.x: compute.tile_count is a value (2), not a section"),
     (axis(key="compute.processor_array.rows", values=[]), "axes[0].values: an axis needs at least one value"),

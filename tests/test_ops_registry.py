@@ -657,8 +657,8 @@ def test_maxpool2d_never_chooses_the_padding():
     ints = np.full((1, 3, 3, 1), -128, np.int8)  # the lowest i8: the padding is no lower
     np.testing.assert_array_equal(run("MAXPOOL2D", [ints], out="i8", kernel=[2, 2], padding=[[1, 1], [1, 1]]),
                                   np.full((1, 4, 4, 1), -128))
-    assert REGISTRY["MAXPOOL2D"].window_fill("f32") == -math.inf
-    assert REGISTRY["MAXPOOL2D"].window_fill("i8") == -128 and REGISTRY["MAXPOOL2D"].window_fill("i32") == -2**31
+    assert REGISTRY["MAXPOOL2D"].padding_value({}, "f32") == -math.inf
+    assert REGISTRY["MAXPOOL2D"].padding_value({}, "i8") == -128 and REGISTRY["MAXPOOL2D"].padding_value({}, "i32") == -2**31
 
 
 @pytest.mark.parametrize("count_include_pad", [True, False])
@@ -750,12 +750,12 @@ def test_window_attribute_errors():
     assert attr_error("MAXPOOL2D", kernel=[2, 2], count_include_pad=True) == \
         "attribute 'count_include_pad' is unknown (MAXPOOL2D takes kernel, stride, dilation, padding)"
     assert attr_error("DEPTHWISE_CONV2D", groups=2) == \
-        "attribute 'groups' is unknown (DEPTHWISE_CONV2D takes stride, dilation, padding)"
+        "attribute 'groups' is unknown (DEPTHWISE_CONV2D takes stride, dilation, padding, pad_value)"
     assert attr_error("CONV2D", weight_layout="OHWW") == \
         "attribute 'weight_layout' must be None or an order of the letters O, H, W, I, got 'OHWW'"
     assert REGISTRY["CONV2D"].normalize_attrs({}) == \
-        {"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC",
-         "weight_layout": None}
+        {"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "pad_value": 0, "groups": 1,
+         "layout": "NHWC", "weight_layout": None}
 
 
 def test_window_tiles_compute_bands_that_hold_their_padding():
@@ -858,7 +858,8 @@ def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RMSNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
         "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D",
-        "ARGMAX", "ARGMIN", "CUMSUM", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT"}
+        "ARGMAX", "ARGMIN", "CUMSUM", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
+        "QUANTIZE", "DEQUANTIZE", "REQUANTIZE"}  # the last three in test_quantize_ops.py
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():
         assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name
@@ -866,7 +867,8 @@ def test_every_op_is_declared_completely():
         assert (op.vector_work is None) == (op.family in ("contraction", "layout")), op.name
         assert (op.tile_mnk is not None) == (op.name in ("MATMUL", "CONV2D")), op.name
         assert (op.windows is not None) == (op.family == "window" or op.name == "CONV2D"), op.name
-        assert (op.window_fill is not None) == (op.name == "MAXPOOL2D"), op.name  # the others pad with zeros
+        # the others pad with zeros, or the pad_value the graph gives (a quantized input's zero point)
+        assert (op.window_fill is not None) == (op.name in ("MAXPOOL2D", "CONV2D", "DEPTHWISE_CONV2D")), op.name
         assert (op.whole_axes is not None) == (op.result_dims is not None) == (op.family == "reduction"), op.name
 
 

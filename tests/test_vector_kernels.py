@@ -116,7 +116,7 @@ def one_tile(op_type: str, shape: tuple[int, ...], attrs: dict, n_inputs: int):
 def test_hand_worked_vector_cycles():
     machine = load_machine(STANDARD)
     lanes, cycles = machine.vector.lanes, machine.vector.cycles_per_element
-    assert lanes == 16 and cycles == {"simple": 1, "transcendental": 4, "reduction": 1}
+    assert lanes == 16 and cycles == {"simple": 1, "transcendental": 4, "reduction": 1, "requantize": 1}
     # ADD of two 16x64 tiles: 1024 simple elements over 16 lanes
     assert one_tile("ADD", (16, 64), {}, 2) == math.ceil(1024 / 16) * 1 == 64
     # SOFTMAX of an 8x128 tile: max and sum (2 reduction steps), exp (1 transcendental),

@@ -63,14 +63,14 @@ def starts(result):
 def test_defaults_one_lane_per_array_column():
     assert load_machine(CORPUS / "kpu__minimal.json").vector == VectorUnit(8, DEFAULTS)
     assert load_machine("standard").vector == VectorUnit(16, DEFAULTS)
-    assert DEFAULTS == {"simple": 1, "transcendental": 4, "reduction": 1}
+    assert DEFAULTS == {"simple": 1, "transcendental": 4, "reduction": 1, "requantize": 1}
 
 
 def test_overrides_keep_the_other_defaults():
     m = machine_from_dict(minimal(vector_lanes=32, vector_cycles_per_element={"transcendental": 8}))
-    assert m.vector == VectorUnit(32, {"simple": 1, "transcendental": 8, "reduction": 1})
+    assert m.vector == VectorUnit(32, {"simple": 1, "transcendental": 8, "reduction": 1, "requantize": 1})
     m = machine_from_dict(minimal(vector_cycles_per_element={"simple": 2, "reduction": 3}))
-    assert m.vector == VectorUnit(8, {"simple": 2, "transcendental": 4, "reduction": 3})
+    assert m.vector == VectorUnit(8, {"simple": 2, "transcendental": 4, "reduction": 3, "requantize": 1})
 
 
 def test_largest_allowed_values_load():
@@ -88,7 +88,7 @@ PER_ELEMENT = "timing.vector_cycles_per_element"
 
 
 @pytest.mark.parametrize("key, value, reason", [
-    (f"{PER_ELEMENT}.sqrt", 2, "unknown key (expected one of: simple, transcendental, reduction)"),
+    (f"{PER_ELEMENT}.sqrt", 2, "unknown key (expected one of: simple, transcendental, reduction, requantize)"),
     (f"{PER_ELEMENT}.simple", 0, "must be a positive integer up to 1024, got 0"),
     (f"{PER_ELEMENT}.transcendental", 1.5, "must be a positive integer up to 1024, got 1.5"),
     (f"{PER_ELEMENT}.reduction", True, "must be a positive integer up to 1024, got True"),
@@ -135,7 +135,7 @@ def test_vector_cycles_uses_the_given_rates():
 
 
 @pytest.mark.parametrize("work, message", [
-    ((("sqrt", 10),), r"unknown vector op class 'sqrt' \(expected one of simple, transcendental, reduction\)"),
+    ((("sqrt", 10),), r"unknown vector op class 'sqrt' \(expected one of simple, transcendental, reduction, requantize\)"),
     ((("simple", -1),), r"negative element count -1 for vector op class 'simple'"),
 ])
 def test_bad_work_is_rejected(work, message):

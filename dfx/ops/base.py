@@ -83,9 +83,9 @@ class OpDef:
     # order). None: every operand as laid out
     operand_order: Callable[[list[Shape], dict[str, Any]], list[list[int] | None]] | None = None
     # sliding-window ops (window.py): (attrs, input shapes) -> the H and W windows of the first
-    # operand, and the value of its padding, by dtype (None: zero)
+    # operand, and the value of its padding, by attrs and dtype (None: zero)
     windows: Callable[[dict[str, Any], list[Shape]], tuple[Any, Any]] | None = None
-    window_fill: Callable[[str], int | float] | None = None
+    window_fill: Callable[[dict[str, Any], str], int | float] | None = None
     # layout ops whose kernel reads the operand through an index table (`TileRef.table`): the
     # attribute holding the table and the one naming the axis it indexes
     index_table: tuple[str, str] | None = None
@@ -100,9 +100,10 @@ class OpDef:
     # (`on_magnitudes`, or the op's own rule). None: the element's own size alone.
     magnitude: MagnitudeRule | None = None
 
-    def padding_value(self, dtype: str) -> int | float:
-        """What a sliding-window op's input holds in its padding, in `dtype`: zero unless the op says."""
-        return 0 if self.window_fill is None else self.window_fill(dtype)
+    def padding_value(self, attrs: dict[str, Any], dtype: str) -> int | float:
+        """What a sliding-window op's input holds in its padding, in `dtype`, by its normalized
+        attrs: zero unless the op says."""
+        return 0 if self.window_fill is None else self.window_fill(attrs, dtype)
 
     def normalize_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """`attrs` with defaults filled and values in canonical form; ShapeError for an unknown

@@ -22,17 +22,18 @@ SIMPLE = {"simple": 1}
 TRANSCENDENTAL = {"transcendental": 1}
 
 
-def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
+def map_op(name: str, arity: int | tuple[int, int], fn: Callable[..., np.ndarray], doc: str,
            work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
            exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None,
-           magnitude: MapRule | None = None, integers: bool = False
-           ) -> OpDef:
-    """Declare a map op. `exact`: integer operands and results compute in integers (else in
+           magnitude: MapRule | None = None, integers: bool = False,
+           shapes: Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]] | None = None) -> OpDef:
+    """Declare a map op of `arity` operands (or (fewest, most)). `exact`: integer operands and results compute in integers (else in
     float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
     declared dtype: DFX has no bool type, a `.dfg` i1 is u8), so the operands alone choose the
     compute dtype. `magnitude(operand values, their magnitudes, attrs)`: each element's
     (OpDef.magnitude), None for its own size alone. `integers`: the shape rule refuses operands
-    of another dtype (bitwise ops)."""
+    of another dtype (bitwise ops). `shapes`: a shape rule of its own (broadcasting, and a check of
+    the attributes)."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         results = [] if predicate else [numpy_dtype(d) for d in out_dtypes]
@@ -53,8 +54,10 @@ def map_op(name: str, arity: int, fn: Callable[..., np.ndarray], doc: str,
     def magnitudes(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
         return [magnitude(values, magnitudes, attrs)]
 
-    return register(OpDef(name=name, min_inputs=arity, max_inputs=arity,
-                          infer_shapes=_integer_shapes(name) if integers else _broadcast_shapes, reference=reference,
+    fewest, most = arity if isinstance(arity, tuple) else (arity, arity)
+    return register(OpDef(name=name, min_inputs=fewest, max_inputs=most,
+                          infer_shapes=shapes or (_integer_shapes(name) if integers else _broadcast_shapes),
+                          reference=reference,
                           compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
                           attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate,
                           magnitude=None if magnitude is None else magnitudes))

@@ -157,7 +157,7 @@ def _conv_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes:
     if attrs["layout"] == "NCHW":  # the same sums over NHWC
         x = np.transpose(x, (0, 2, 3, 1))
     hw = windows(attrs, (w.shape[1], w.shape[2]))
-    x = _padded(x, hw, 0)
+    x = _padded(x, hw, attrs["pad_value"])
     groups, per_group, per_out = attrs["groups"], w.shape[3], w.shape[0] // attrs["groups"]
     y = np.concatenate([_conv_nhwc(x[..., g * per_group:(g + 1) * per_group], w[g * per_out:(g + 1) * per_out],
                                    hw, acc) for g in range(groups)], axis=-1)
@@ -212,16 +212,18 @@ CONV2D = register(OpDef(
     compute_type="CONV2D_TILE",
     doc="y = conv(x, w) (+ bias): NHWC x with OHWI w (TOSA) or NCHW x with OIHW w (ONNX, layout 'NCHW'), "
         "w's dims in another order where weight_layout says (HWIO: JAX's); stride, dilation, padding "
-        "[[top, bottom], [left, right]] (zeros), groups; accumulates as MATMUL",
+        "[[top, bottom], [left, right]] holding pad_value (zero; a quantized input's zero point), groups; "
+        "accumulates as MATMUL",
     family="contraction",
-    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "groups": 1, "layout": "NHWC",
-           "weight_layout": None},
+    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "pad_value": 0, "groups": 1,
+           "layout": "NHWC", "weight_layout": None},
     tile=_conv_tile,
     magnitude=on_sizes(_conv_reference),
     tile_mnk=_conv_mnk,
     operand_dims=_conv_operand_dims,
     operand_order=_conv_operand_order,
     windows=lambda attrs, shapes: windows(attrs, _conv_kernel(shapes[1], attrs)),
+    window_fill=lambda attrs, dtype: attrs["pad_value"],
 ))
 
 
@@ -260,7 +262,7 @@ def _depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, attrs: dic
 def _depthwise_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
     ct = numpy_dtype(accumulation_dtype([dtype_of(a) for a in arrays] + out_dtypes))
     w = arrays[1]
-    x = _padded(arrays[0], windows(attrs, (w.shape[0], w.shape[1])), 0)
+    x = _padded(arrays[0], windows(attrs, (w.shape[0], w.shape[1])), attrs["pad_value"])
     return [convert(_depthwise(x, w, arrays[2] if len(arrays) == 3 else None, attrs, ct), out_dtypes[0])]
 
 
@@ -283,15 +285,17 @@ DEPTHWISE_CONV2D = register(OpDef(
     reference=_depthwise_reference,
     compute_type="DEPTHWISE_CONV2D_TILE",
     doc="y[n, h, w, c*M + m] = sum over the window of x[n, ., ., c] * w[., ., c, m] (+ bias): NHWC x, HWCM "
-        "w (TOSA), channel multiplier M; stride, dilation, padding [[top, bottom], [left, right]] (zeros)",
+        "w (TOSA), channel multiplier M; stride, dilation, padding [[top, bottom], [left, right]] holding "
+        "pad_value (zero; a quantized input's zero point)",
     family="window",
-    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
+    attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "pad_value": 0},
     tile=_depthwise_tile,
     magnitude=on_magnitudes(_depthwise_reference),
     vector_work=_window_work,
     # x and the bias run along the result's dims, a channel c of x along its channels c*M..c*M+M-1
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3], [None, None, 3, None], *_bias_dims(shapes)],
     windows=lambda attrs, shapes: windows(attrs, (shapes[1][0], shapes[1][1])),
+    window_fill=lambda attrs, dtype: attrs["pad_value"],
 ))
 
 
@@ -351,7 +355,7 @@ MAXPOOL2D = register(OpDef(
     vector_work=_window_work,
     operand_dims=lambda shapes, attrs: [[0, 1, 2, 3]],
     windows=lambda attrs, shapes: windows(attrs, tuple(attrs["kernel"])),
-    window_fill=lambda dtype: lowest(numpy_dtype(dtype)),
+    window_fill=lambda attrs, dtype: lowest(numpy_dtype(dtype)),
 ))
 
 

@@ -255,7 +255,7 @@ def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
     would word an unknown op its own way. Returns the model, upgraded or not."""
     import onnx
 
-    from .onnx_ops import OPS, PRECHECKS
+    from .onnx_ops import DOMAIN_OPS, OPS, PRECHECKS
 
     opsets = {o.domain: o.version for o in model.opset_import}
     version = next((opsets[d] for d in DEFAULT_DOMAINS if d in opsets), None)
@@ -274,6 +274,8 @@ def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
                 raise CompileError(f"{_where(path, node, i)}: output '{_clip(name)}' is already defined (an input, "
                                    "an initializer or an earlier node's output); each value is made once")
             made.add(name)
+        if (node.domain, node.op_type) in DOMAIN_OPS:
+            continue
         if node.domain not in DEFAULT_DOMAINS:
             kind = f"{_clip(node.op_type)} of domain '{_clip(node.domain)}'"
         elif node.op_type not in OPS:
@@ -288,6 +290,8 @@ def _check_ops(path: str, model: Any, warnings: list[str]) -> Any:
         version = MIN_OPSET
     schemas: dict[str, Any] = {}  # op type -> its schema at the model's opset
     for i, node in enumerate(model.graph.node):
+        if node.domain not in DEFAULT_DOMAINS:
+            continue  # onnx has no schema of another domain's op: its mapping reads the attributes
         if node.op_type not in schemas:
             try:
                 schemas[node.op_type] = onnx.defs.get_schema(node.op_type, version, "")
@@ -498,7 +502,7 @@ class _Builder:
     def build(self) -> Graph:
         from onnx import numpy_helper
 
-        from .onnx_ops import OPS
+        from .onnx_ops import DOMAIN_OPS, OPS
 
         g = self.model.graph
         for init in g.initializer:
@@ -520,7 +524,7 @@ class _Builder:
         for i, proto in enumerate(g.node):
             node = Node(self, proto, i)
             if not self.fold(node):
-                OPS[proto.op_type](node)
+                (OPS[proto.op_type] if proto.domain in DEFAULT_DOMAINS else DOMAIN_OPS[proto.domain, proto.op_type])(node)
             for k, name in enumerate(proto.output):
                 if name and name not in self.produced and name not in self.values and name not in self.aliases and (
                         name in used):
@@ -719,7 +723,9 @@ class _Builder:
 
     def emit(self, node: Node, op_type: str, inputs: list[str], attrs: dict[str, Any], out: str | None,
              dtype: str | None) -> str:
-        if all(t in self.values for t in inputs):
+        # a DEQUANTIZE of constants stays an op: the QUANTIZE pass computes with the integers (a
+        # quarter of the bytes), and folds it where no integer op takes them
+        if op_type != "DEQUANTIZE" and all(t in self.values for t in inputs):
             folded = self.fold_op(node, op_type, inputs, attrs, out, dtype)
             if folded is not None:
                 return folded

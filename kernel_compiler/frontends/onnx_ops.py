@@ -262,8 +262,8 @@ def _as_2d(n: Node, x: str, d: int) -> str:
     return x if d == 2 else n.reshape(x, (*n.shape(x)[:2], 1, n.shape(x)[2]))
 
 
-def _from_2d(n: Node, y: str, d: int, out: int = 0) -> str:
-    """The 2-D result back as 1-D where the input was, written to output `out`."""
+def _from_2d(n: Node, y: str, d: int, out: int | None = 0) -> str:
+    """The 2-D result back as 1-D where the input was, written to output `out` (None: an intermediate)."""
     if d == 2:
         return y
     shape = n.shape(y)
@@ -271,21 +271,26 @@ def _from_2d(n: Node, y: str, d: int, out: int = 0) -> str:
 
 
 def conv(n: Node) -> None:
+    convolve(n, n.x(0), n.x(1), n.x(2) if n.has(2) else None, out=0)
+
+
+def convolve(n: Node, x: str, w: str, bias: str | None, out: int | None, result_dtype: str | None = None) -> str:
+    """Conv's mapping on operands `x`, `w` and `bias` (the node's attributes), its result written
+    to output `out` (None: an intermediate of `result_dtype`): a quantized convolution's too."""
     d = _spatial(n, "Conv")
-    x, w = n.x(0), n.x(1)
-    kernel = list(n.shape(1)[2:])
+    kernel = list(n.shape(w)[2:])
     if len(kernel) != d:
-        raise n.fail(f"weights {list(n.shape(1))} do not match the {d}-D input {list(n.shape(0))}")
+        raise n.fail(f"weights {list(n.shape(w))} do not match the {d}-D input {list(n.shape(x))}")
     _kernel_shape_is(n, kernel)
     strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
     spans = [(k - 1) * dil + 1 for k, dil in zip(kernel, dilations)]
-    padding = _padding(n, list(n.shape(0)[2:]), spans, strides)
+    padding = _padding(n, list(n.shape(x)[2:]), spans, strides)
     if d == 1:
         strides, dilations, padding = [1, *strides], [1, *dilations], [[0, 0], *padding]
-    bias = [n.x(2)] if n.has(2) else []
-    y = n.emit("CONV2D", [_as_2d(n, x, d), _as_2d(n, w, d), *bias], out=0 if d == 2 else None, layout="NCHW",
+    y = n.emit("CONV2D", [_as_2d(n, x, d), _as_2d(n, w, d), *([bias] if bias else [])],
+               out=out if d == 2 else None, result_dtype=result_dtype, layout="NCHW",
                stride=strides, dilation=dilations, padding=padding, groups=n.int_attr("group", 1))
-    _from_2d(n, y, d)
+    return _from_2d(n, y, d, out=out)
 
 
 def conv_transpose(n: Node) -> None:
@@ -1432,3 +1437,10 @@ OPS: dict[str, Callable[[Node], None]] = {
     # folded
     "ConstantOfShape": constant_of_shape, **{op: fold_only for op in FOLD_ONLY},
 }
+
+# the quantized ops have a module of their own, which builds on `convolve` above
+from .onnx_quantized import MICROSOFT, MICROSOFT_OPS, QUANTIZED_OPS  # noqa: E402
+
+OPS.update(QUANTIZED_OPS)
+# (domain, op type) of another domain than ONNX's -> its mapping
+DOMAIN_OPS: dict[tuple[str, str], Callable[[Node], None]] = {(MICROSOFT, op): fn for op, fn in MICROSOFT_OPS.items()}

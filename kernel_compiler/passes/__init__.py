@@ -1,6 +1,8 @@
 """Graph passes, each Graph -> Graph, as rule tables (STYLE.md items 2 and 3).
 
-`canonicalise` runs `PASSES` in order, each to its own fixed point: SPELLING respells what XLA's
+`canonicalise` runs `PASSES` in order, each to its own fixed point: QUANTIZE turns a quantized
+model's DEQUANTIZE -> op -> QUANTIZE islands into integer ops, and the DEQUANTIZEs of constants
+it leaves fold into float values; SPELLING respells what XLA's
 optimizer leaves (an op repeated with equal constants, `max(y, -inf)`), so no later pass sees two
 copies of one value; BATCHNORM folds a per-channel
 MUL and ADD into the convolution before them, CONVOLUTION expands the sliding-window ops in forms
@@ -26,11 +28,14 @@ from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .layout import EPILOGUE_VIEWS, LAYOUT, VIEWS
 from .long_rows import split_long_rows
+from .quantize import FOLD_DEQUANTIZED, QUANTIZE
 from .recognise import FUSING_RULES, RECOGNISE, SPELLING_RULES
 from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
 PASSES: list[tuple[str, list[Rule]]] = [
+    ("quantize", QUANTIZE),  # DEQUANTIZE -> conv|matmul -> QUANTIZE -> the integer op and REQUANTIZE; DQ sunk, Q(DQ) gone
+    ("fold dequantized", FOLD_DEQUANTIZED),  # a DEQUANTIZE of constants no integer op took -> its float value
     ("spelling", SPELLING_RULES),  # an op equal to an earlier one -> its result; max(y, -inf) -> y; 1 / y -> RECIPROCAL
     ("batchnorm", BATCHNORM),  # a convolution's per-channel MUL and ADD (inference batchnorm) -> its weights and bias
     ("convolution", CONVOLUTION),  # NCHW, grouped and pad-excluding window ops -> the forms the lowering takes

@@ -88,7 +88,7 @@ def _depthwise(m: Match) -> Op | None:
     w_hwoi = _weights_in(m, "w_hwoi", w, "HWOI")
     w_hwcm = m.op("w_hwcm", "RESHAPE", w_hwoi, new_shape=[kh, kw, channels, outputs // channels])
     return m.replace("DEPTHWISE_CONV2D", x, w_hwcm, *bias, stride=attrs["stride"], dilation=attrs["dilation"],
-                     padding=attrs["padding"])
+                     padding=attrs["padding"], pad_value=attrs["pad_value"])
 
 
 def _channels(m: Match, step: str, tensor: str, axis: int, start: int, size: int) -> str:

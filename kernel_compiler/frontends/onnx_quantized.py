@@ -1,0 +1,277 @@
+"""The ONNX frontend's quantized ops, as onnxruntime's quantization tool writes them: QDQ
+(QuantizeLinear, DequantizeLinear around float ops), QOperator (QLinearConv, QLinearMatMul, and
+the com.microsoft QGemm, QLinearAdd, QLinearGlobalAveragePool) and dynamic quantization
+(DynamicQuantizeLinear, MatMulInteger, ConvInteger).
+
+A QOperator op is mapped as its definition: DEQUANTIZE its operands, the float op, QUANTIZE its
+result. The QUANTIZE pass (kernel_compiler/passes/quantize.py) then turns each
+DEQUANTIZE -> op -> QUANTIZE into the integer op with a REQUANTIZE epilogue, for QDQ and
+QOperator models alike. A scale or zero point given per channel (1-D, along `axis`) is reshaped
+to broadcast against its tensor. Parameters known at compile time are checked here: a scale must
+be positive and finite, a zero point inside its integer type, an axis inside the tensor.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from dfx import is_integer, numpy_dtype
+
+from .onnx_ops import convolve
+
+if TYPE_CHECKING:
+    from .onnx import Node
+
+MICROSOFT = "com.microsoft"
+QUANTIZED_TYPES = ("i8", "u8", "i16")  # what a QUANTIZE may make
+
+
+# ---- scales and zero points ------------------------------------------------------------------
+
+
+def _along(n: Node, param: str, rank: int, axis: int) -> str:
+    """A per-channel parameter [C] shaped to broadcast along `axis` of a tensor of `rank` dims."""
+    size = int(np.prod(n.shape(param)))
+    return n.reshape(param, (size, *[1] * (rank - 1 - axis))) if axis < rank - 1 else param
+
+
+def _parameters(n: Node, tensor: str, scale_input: int, zero_input: int, quantized: str,
+                axis: int | None = None) -> tuple[str, str]:
+    """The scale and zero point (inputs `scale_input`, `zero_input`: an absent zero point is 0) of
+    `tensor`, whose quantized type is `quantized`, shaped to broadcast against it: one per tensor,
+    or one per channel along `axis` (the node's attribute, default 1, where None)."""
+    scale = n.x(scale_input)
+    zero = n.x(zero_input) if n.has(zero_input) else n.constant(np.zeros((), numpy_dtype(quantized)), quantized, "zero")
+    shape = n.shape(tensor)
+    what = f"'{n.proto.input[scale_input]}'"
+    for name in (scale, zero):
+        if len(n.shape(name)) > 1:
+            raise n.fail(f"its scale and zero point must be scalars or 1-D, got {what} of shape {list(n.shape(name))}")
+    scale_value, zero_value = n.value(scale), n.value(zero)
+    if scale_value is not None and not (np.all(np.isfinite(scale_value)) and np.all(scale_value > 0)):
+        bad = scale_value.reshape(-1)[~(np.isfinite(scale_value) & (scale_value > 0)).reshape(-1)][0]
+        raise n.fail(f"scale {what} holds {bad}: a scale must be positive and finite")
+    if zero_value is not None:
+        low, high = (int(v) for v in (np.iinfo(numpy_dtype(quantized)).min, np.iinfo(numpy_dtype(quantized)).max))
+        outside = zero_value.reshape(-1)[(zero_value.reshape(-1) < low) | (zero_value.reshape(-1) > high)]
+        if outside.size:
+            raise n.fail(f"zero point '{n.proto.input[zero_input]}' holds {outside[0]}, outside {quantized}'s range "
+                         f"[{low}, {high}]")
+    sizes = {int(np.prod(n.shape(name))) for name in (scale, zero)}
+    if sizes == {1}:  # one per tensor
+        return tuple(name if n.shape(name) == () else n.reshape(name, ()) for name in (scale, zero))
+    rank = len(shape)
+    axis = n.int_attr("axis", 1) if axis is None else axis
+    if not -rank <= axis < rank:
+        raise n.fail(f"axis {axis} is outside the {rank} dims of '{tensor}'")
+    axis %= rank
+    if not sizes <= {1, shape[axis]}:
+        raise n.fail(f"per-channel scale {what} has {max(sizes)} values, but '{tensor}' has {shape[axis]} along "
+                     f"axis {axis}")
+    return _along(n, scale, rank, axis), _along(n, zero, rank, axis)
+
+
+def _quantized_type(n: Node, zero_input: int, default: str = "u8") -> str:
+    """The quantized type: its zero point's, else the node's result's (QuantizeLinear's
+    output_dtype), else `default`."""
+    dtype = n.input_dtype(zero_input) if n.has(zero_input) else n.out_dtype(0) or default
+    if dtype not in QUANTIZED_TYPES:
+        raise n.fail(f"quantizes to {dtype}: the KPU's quantized types are int8, uint8 and int16")
+    return dtype
+
+
+def _dequantized(n: Node, q: int, scale: int, zero: int, axis: int | None = None) -> str:
+    """Input `q` dequantized by its scale and zero point inputs, as f32."""
+    tensor = n.x(q)
+    scale_name, zero_name = _parameters(n, tensor, scale, zero, n.input_dtype(tensor), axis)
+    return n.emit("DEQUANTIZE", [tensor, scale_name, zero_name], result_dtype=n.input_dtype(scale_name))
+
+
+def _quantize_result(n: Node, y: str, scale: int, zero: int) -> None:
+    """Output 0: float `y` quantized by the scale and zero point inputs."""
+    dtype = _quantized_type(n, zero)
+    scale_name, zero_name = _parameters(n, y, scale, zero, dtype)
+    n.emit("QUANTIZE", [y, scale_name, zero_name], out=0, dtype=dtype)
+
+
+def _product_scale(n: Node, a: int, b: int) -> str:
+    """The scale of an int32 bias: input a's scale times input b's (one per channel where b has them)."""
+    sa, sb = n.value(a), n.value(b)
+    if sa is not None and sb is not None:
+        product = (sa.astype(np.float32) * sb.astype(np.float32)).reshape(-1)
+        return n.known(product.reshape(()) if product.size == 1 else product, "bias_scale")
+    return n.emit("MUL", [n.x(a), n.x(b)])
+
+
+def _bias(n: Node, i: int, scale: str) -> str:
+    """Input i, an int32 bias, dequantized by `scale` (zero point 0)."""
+    zero = n.constant(np.zeros((), np.int32), "i32", "bias_zero")
+    return n.emit("DEQUANTIZE", [n.x(i), scale, zero], result_dtype="f32")
+
+
+# ---- QDQ ---------------------------------------------------------------------------------------
+
+
+def quantize_linear(n: Node) -> None:
+    dtype = _quantized_type(n, 2)
+    if n.int_attr("block_size", 0):
+        _in_blocks(n, "QUANTIZE", dtype, dtype=dtype)
+        return
+    scale, zero = _parameters(n, n.x(0), 1, 2, dtype)
+    n.emit("QUANTIZE", [n.x(0), scale, zero], out=0, dtype=dtype)
+
+
+def dequantize_linear(n: Node) -> None:
+    if not is_integer(n.input_dtype(0)):
+        raise n.fail(f"dequantizes {n.input_dtype(0)}: the KPU's quantized types are integers")
+    if n.int_attr("block_size", 0):
+        _in_blocks(n, "DEQUANTIZE", n.input_dtype(0))
+        return
+    scale, zero = _parameters(n, n.x(0), 1, 2, n.input_dtype(0))
+    n.emit("DEQUANTIZE", [n.x(0), scale, zero], out=0)
+
+
+def _in_blocks(n: Node, op_type: str, quantized: str, **attrs) -> None:
+    """Blocked quantization: a scale (and zero point) per `block_size` elements along `axis`.
+    The tensor as [..., blocks, block_size, ...] and its parameters as [..., blocks, 1, ...]
+    broadcast, block by block; the result reshaped back."""
+    x, shape, block = n.x(0), list(n.shape(0)), n.int_attr("block_size")
+    axis = n.int_attr("axis", 1)
+    if not -len(shape) <= axis < len(shape) or block < 0:
+        raise n.fail(f"axis {axis} or block_size {block} does not fit the {len(shape)} dims of '{x}'")
+    axis %= len(shape)
+    blocks = shape[:axis] + [shape[axis] // block] + shape[axis + 1:]
+    if shape[axis] % block or list(n.shape(1)) != blocks:
+        raise n.fail(f"a scale of shape {list(n.shape(1))} does not give blocks of {block} of '{x}' {shape} along "
+                     f"axis {axis} (the blocks must divide it)")
+    split = shape[:axis] + [blocks[axis], block] + shape[axis + 1:]
+    held = blocks[:axis] + [blocks[axis], 1] + blocks[axis + 1:]
+    zero = n.x(2) if n.has(2) else n.constant(np.zeros(blocks, numpy_dtype(quantized)), quantized, "zero")
+    y = n.emit(op_type, [n.reshape(x, split), n.reshape(n.x(1), held), n.reshape(zero, held)],
+               result_dtype=quantized if op_type == "QUANTIZE" else n.input_dtype(1), **attrs)
+    n.reshape(y, shape, out=0)
+
+
+def dynamic_quantize_linear(n: Node) -> None:
+    """x to uint8 with a scale and zero point from its own range, extended to hold 0: as
+    onnxruntime computes them, scale = (max - min) / 255 (1 for a range of 0), zero point =
+    round(-min / scale) saturated; then x quantized by them."""
+    x, f = n.x(0), n.input_dtype(0)
+
+    def whole(kind: str, bound: str) -> str:
+        extreme = n.emit(f"REDUCE_{kind}", [x], axes=None, keepdims=True, result_dtype=f)
+        return n.emit(bound, [n.reshape(extreme, ()), n.scalar(0.0, x)], result_dtype=f)
+
+    high, low = whole("MAX", "MAXIMUM"), whole("MIN", "MINIMUM")
+    spread = n.emit("SUB", [high, low], result_dtype=f)
+    step = n.emit("DIV", [spread, n.scalar(255.0, x)], result_dtype=f)
+    flat = n.emit("EQUAL", [spread, n.scalar(0.0, x)])
+    scale = n.emit("SELECT", [flat, n.scalar(1.0, x), step], out=1 if n.out(1) else None, result_dtype=f)
+    zero = n.emit("QUANTIZE", [n.emit("NEGATE", [low], result_dtype=f), scale, n.constant(np.uint8(0), "u8", "zero")],
+                  out=2 if n.out(2) else None, result_dtype="u8", dtype="u8")
+    n.emit("QUANTIZE", [x, scale, zero], out=0, result_dtype="u8", dtype="u8")
+
+
+# ---- integer ops --------------------------------------------------------------------------------
+
+
+def _offset(n: Node, i: int, zero: int, axis: int | None) -> str:
+    """Input i minus its zero point (input `zero`, absent: none), as i32: per channel along `axis`."""
+    x = n.x(i)
+    if not n.has(zero):
+        return x
+    z = n.x(zero)
+    if int(np.prod(n.shape(z))) > 1:
+        if axis is None:
+            raise n.fail(f"zero point '{n.proto.input[zero]}' must be a scalar, got shape {list(n.shape(z))}")
+        z = _along(n, z, n.rank(i), axis)
+    return n.emit("SUB", [x, z], result_dtype="i32")
+
+
+def matmul_integer(n: Node) -> None:
+    """(A - a_zero_point) @ (B - b_zero_point) in int32; a's zero point per row, b's per column."""
+    if n.rank(0) < 2 or n.rank(1) < 2:
+        raise n.fail("MatMulInteger operands of rank 1 are not supported")
+    a, b = _offset(n, 0, 2, n.rank(0) - 2), _offset(n, 1, 3, n.rank(1) - 1)
+    n.emit("MATMUL", [a, b], out=0, result_dtype="i32")
+
+
+def conv_integer(n: Node) -> None:
+    """conv(x - x_zero_point, w - w_zero_point) in int32, w's zero point per output channel."""
+    convolve(n, _offset(n, 0, 2, None), _offset(n, 1, 3, 0), None, out=0, result_dtype="i32")
+
+
+# ---- QOperator ------------------------------------------------------------------------------------
+
+
+def qlinear_conv(n: Node) -> None:
+    # x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B
+    x, w = _dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5, axis=0)
+    bias = _bias(n, 8, _product_scale(n, 1, 4)) if n.has(8) else None
+    _quantize_result(n, convolve(n, x, w, bias, out=None, result_dtype="f32"), 6, 7)
+
+
+def qlinear_matmul(n: Node) -> None:
+    # a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point
+    if n.rank(0) < 2 or n.rank(3) < 2:
+        raise n.fail("QLinearMatMul operands of rank 1 are not supported")
+    a, b = _dequantized(n, 0, 1, 2, axis=n.rank(0) - 2), _dequantized(n, 3, 4, 5, axis=n.rank(3) - 1)
+    _quantize_result(n, n.emit("MATMUL", [a, b], result_dtype="f32"), 6, 7)
+
+
+def qgemm(n: Node) -> None:
+    """com.microsoft QGemm: alpha * A' @ B' + C, C an int32 bias of scale a_scale * b_scale;
+    quantized by y_scale and y_zero_point where given, else the float result."""
+    # A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point
+    if n.rank(0) != 2 or n.rank(3) != 2:
+        raise n.fail(f"QGemm takes 2-D A and B, got {list(n.shape(0))} and {list(n.shape(3))}")
+    transpose_b = bool(n.int_attr("transB", 0))
+    a = _dequantized(n, 0, 1, 2)
+    b = _dequantized(n, 3, 4, 5, axis=0 if transpose_b else 1)
+    if n.int_attr("transA", 0):
+        a = n.transpose(a, [1, 0])
+    alpha = n.float_attr("alpha", 1.0)
+    bias = [_bias(n, 6, _product_scale(n, 1, 4))] if n.has(6) else []
+    attrs = {"transpose_b": True} if transpose_b else {}
+    quantized = n.has(7)
+    if alpha != 1:
+        y = n.emit("MATMUL", [a, b], result_dtype="f32", **attrs)
+        y = n.emit("MUL", [y, n.scalar(alpha, y)], result_dtype="f32")
+        if bias:
+            y = n.emit("ADD", [y, bias[0]], result_dtype="f32", out=None if quantized else 0)
+    else:
+        y = n.emit("MATMUL", [a, b, *bias], result_dtype="f32", out=None if quantized else 0, **attrs)
+    if quantized:
+        _quantize_result(n, y, 7, 8)
+
+
+def qlinear_add(n: Node) -> None:
+    # A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point
+    total = n.emit("ADD", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32")
+    _quantize_result(n, total, 6, 7)
+
+
+def qlinear_global_average_pool(n: Node) -> None:
+    # X, x_scale, x_zero_point, y_scale, y_zero_point
+    if n.int_attr("channels_last", 0):
+        raise n.fail("channels_last 1 is not supported")
+    x = _dequantized(n, 0, 1, 2)
+    if n.rank(0) < 3:
+        raise n.fail(f"QLinearGlobalAveragePool takes [N, C, spatial...], got {list(n.shape(0))}")
+    mean = n.emit("REDUCE_MEAN", [x], axes=list(range(2, n.rank(0))), keepdims=True, result_dtype="f32")
+    _quantize_result(n, mean, 3, 4)
+
+
+# ONNX op type -> its mapping (the default domain)
+QUANTIZED_OPS: dict[str, Callable[[Node], None]] = {
+    "QuantizeLinear": quantize_linear, "DequantizeLinear": dequantize_linear,
+    "DynamicQuantizeLinear": dynamic_quantize_linear, "MatMulInteger": matmul_integer,
+    "ConvInteger": conv_integer, "QLinearConv": qlinear_conv, "QLinearMatMul": qlinear_matmul,
+}
+
+# com.microsoft op type -> its mapping: the contrib ops onnxruntime's quantization tool writes
+MICROSOFT_OPS: dict[str, Callable[[Node], None]] = {
+    "QGemm": qgemm, "QLinearAdd": qlinear_add, "QLinearGlobalAveragePool": qlinear_global_average_pool,
+}
