@@ -81,6 +81,12 @@ def accumulator(dtype: str) -> str:
     return "f64" if dtype == "f64" else "f32"
 
 
+def narrowest_integer(values: np.ndarray) -> str:
+    """The narrowest signed DFX integer type holding every one of `values` (integers): i8, i16 or i32."""
+    low, high = int(values.min(initial=0)), int(values.max(initial=0))
+    return next(d for d in ("i8", "i16", "i32") if np.iinfo(_NUMPY_OWN[d]).min <= low and high <= np.iinfo(_NUMPY_OWN[d]).max)
+
+
 def tolerance(dtype: str) -> tuple[float, float]:
     """(atol, rtol) for comparing a result of this dtype with its reference."""
     return {

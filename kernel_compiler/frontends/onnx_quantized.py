@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from dfx import is_integer, numpy_dtype
+from dfx import is_integer, narrowest_integer, numpy_dtype
 
 from .onnx_ops import convolve
 
@@ -52,7 +52,7 @@ def _parameters(n: Node, tensor: str, scale_input: int, zero_input: int, quantiz
     scale_value, zero_value = n.value(scale), n.value(zero)
     if scale_value is not None and not (np.all(np.isfinite(scale_value)) and np.all(scale_value > 0)):
         bad = scale_value.reshape(-1)[~(np.isfinite(scale_value) & (scale_value > 0)).reshape(-1)][0]
-        raise n.fail(f"scale {what} holds {bad}: a scale must be positive and finite")
+        raise n.fail(f"scale {what} holds {bad:.6g}: a scale must be positive and finite")
     if zero_value is not None:
         low, high = (int(v) for v in (np.iinfo(numpy_dtype(quantized)).min, np.iinfo(numpy_dtype(quantized)).max))
         outside = zero_value.reshape(-1)[(zero_value.reshape(-1) < low) | (zero_value.reshape(-1) > high)]
@@ -178,15 +178,20 @@ def dynamic_quantize_linear(n: Node) -> None:
 
 
 def _offset(n: Node, i: int, zero: int, axis: int | None) -> str:
-    """Input i minus its zero point (input `zero`, absent: none), as i32: per channel along `axis`."""
+    """Input i minus its zero point (input `zero`, absent: none), as integers: per channel along
+    `axis`. Of constants, computed here in the narrowest type that holds it (weights stay 1 byte)."""
     x = n.x(i)
-    if not n.has(zero):
+    if not n.has(zero) or (n.value(zero) is not None and not n.value(zero).any()):
         return x
     z = n.x(zero)
     if int(np.prod(n.shape(z))) > 1:
         if axis is None:
             raise n.fail(f"zero point '{n.proto.input[zero]}' must be a scalar, got shape {list(n.shape(z))}")
         z = _along(n, z, n.rank(i), axis)
+    x_value, z_value = n.value(x), n.value(z)
+    if x_value is not None and z_value is not None:
+        offset = x_value.astype(np.int64) - z_value.astype(np.int64)
+        return n.known(offset.astype(numpy_dtype(narrowest_integer(offset))), "offset")
     return n.emit("SUB", [x, z], result_dtype="i32")
 
 

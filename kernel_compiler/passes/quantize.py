@@ -7,6 +7,7 @@ int8 operands into int32 sums and quantized tensors stay 1 byte everywhere:
     QUANTIZE(CONV2D|MATMUL(DQ(x, sx, zx), DQ(w, sw, zw), DQ(b, sx*sw, 0)), sy, zy)
         REQUANTIZE(CONV2D|MATMUL(x, w - zw, b - zx * sum(w - zw)){pad_value zx}, sx * sw / sy, zy)
     CONV2D|MATMUL(SUB(x, zx), w)          CONV2D|MATMUL(x, w, -zx * sum(w)){pad_value zx}
+                                          (zx computed at run time: MATMUL(x, w) - zx * sum(w))
     op(DQ(q, s, z))                       DQ(op(q), s, z) for an op that moves values or takes a max
     QUANTIZE(DQ(q, s, z), s, z)           q
     ADD(DQ(b, s, z), t)                   DQ(b, s, z, t)
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dfx import Op, is_integer, numpy_dtype
+from dfx import Op, is_integer, narrowest_integer, numpy_dtype
 from dfx.ops.window import weight_layout
 
 from .rewrite import Match, Pat, Rule
@@ -42,7 +43,6 @@ from .rewrite import Match, Pat, Rule
 # values a DEQUANTIZE of one scale and zero point commutes with: each result element is one operand
 # element (moved), or the largest of several (a positive scale keeps their order)
 MOVES = frozenset({"TRANSPOSE", "RESHAPE", "MAXPOOL2D", "SLICE"})
-NARROW = ("i8", "i16")  # the weight types tried, narrowest first
 
 
 def _constant(m: Match, tensor: str) -> np.ndarray | None:
@@ -63,14 +63,6 @@ def _dequantized(m: Match, tensor: str) -> tuple[str, str, str] | None:
     if op is None or op.op_type != "DEQUANTIZE" or len(op.inputs) != 3:
         return None
     return op.inputs[0], op.inputs[1], op.inputs[2]
-
-
-def _narrowest(values: np.ndarray) -> str:
-    for dtype in NARROW:
-        info = np.iinfo(numpy_dtype(dtype))
-        if values.min(initial=0) >= info.min and values.max(initial=0) <= info.max:
-            return dtype
-    return "i32"
 
 
 def _per_channel(values: np.ndarray, channels: int) -> np.ndarray | None:
@@ -133,24 +125,33 @@ def _integer_contraction(m: Match) -> Op | None:
     multiplier = multiplier.reshape([channels] + [1] * (rank - 1 - result_axis)) if channels > 1 else \
         multiplier.reshape(())
     extra = {"pad_value": int(zero_x)} if op.op_type == "CONV2D" else {}
-    sums = m.op("integer", op.op_type, x, m.constant("integer_weights", weights, _narrowest(weights)),
+    sums = m.op("integer", op.op_type, x, m.constant("integer_weights", weights, narrowest_integer(weights)),
                 m.constant("integer_bias", bias, "i32"), result_dtype="i32", **{**op.attrs, **extra})
     return m.replace("REQUANTIZE", sums, m.constant("multiplier", multiplier, "f32"), m["zy"], dtype=m.dtype("zy"))
 
 
 def _offset_folded(m: Match) -> Op | None:
-    """CONV2D|MATMUL(SUB(x, zx), w) with constant zx and w: the integer sums of the x as it is."""
+    """CONV2D|MATMUL(SUB(x, zx), w) with constant w: the integer sums of the x as it is, less zx
+    times each output channel's weight sum. A constant zx folds into the bias (and a convolution's
+    padding); one computed at run time (DynamicQuantizeLinear's) into a MATMUL's epilogue."""
     op, attrs = m.root, m.attrs("root")
     x, w = m["x"], m["w"]
     zero_x, weights = _scalar(m, m["zx"]), _constant(m, w)
-    if zero_x is None or weights is None or not is_integer(m.graph.tensors[x].dtype) \
-            or not is_integer(m.graph.tensors[w].dtype) or m.dtype("root") != "i32":
+    if weights is None or not is_integer(m.graph.tensors[x].dtype) or not is_integer(m.graph.tensors[w].dtype) \
+            or m.dtype("root") != "i32" or m.shape("zx") not in ((), (1,)):
         return None
     axes = _output_channels(op, attrs, weights)
     bias = _constant(m, m["b"]) if "b" in m else np.zeros(1, np.int64)
     if axes is None or bias is None:
         return None
-    bias = bias.astype(np.int64).reshape(-1) - int(zero_x) * weights.astype(np.int64).sum(axis=axes[1])
+    weight_sums = weights.astype(np.int64).sum(axis=axes[1])
+    if zero_x is None:  # known at run time: x w - zx sum(w), the product an epilogue operand of the sums
+        if op.op_type != "MATMUL":
+            return None
+        correction = m.op("offset", "MUL", m["zx"], m.constant("weight_sums", weight_sums, "i32"), result_dtype="i32")
+        sums = m.op("integer", "MATMUL", x, w, *([m["b"]] if "b" in m else []), result_dtype="i32", **op.attrs)
+        return m.replace("SUB", sums, correction)
+    bias = bias.astype(np.int64).reshape(-1) - int(zero_x) * weight_sums
     extra = {"pad_value": int(zero_x)} if op.op_type == "CONV2D" else {}
     return m.replace(op.op_type, x, w, m.constant("offset_bias", bias, "i32"), **{**op.attrs, **extra})
 
@@ -172,9 +173,16 @@ def _identity(m: Match) -> str | None:
 
 
 def _with_addend(m: Match) -> Op | None:
+    """ADD(DQ(b, s, z), t) -> DQ(b, s, z, t). A t that is itself a DQ is made again right ahead
+    of it, so fusion meets the two in a row (one kernel reading both operands' integers); the
+    DQ made earlier goes once nothing else reads it."""
     if m.dtype("t") != m.dtype("root"):
         return None
-    return m.replace("DEQUANTIZE", m["q"], m["s"], m["z"], m["t"])
+    t = m["t"]
+    parts = _dequantized(m, t)
+    if parts is not None:
+        t = m.op("addend", "DEQUANTIZE", *parts, result_dtype=m.dtype("t"))
+    return m.replace("DEQUANTIZE", m["q"], m["s"], m["z"], t)
 
 
 def _folded(m: Match) -> str | None:

@@ -1,0 +1,188 @@
+"""The ONNX frontend's quantized ops one node at a time, each against onnxruntime on the same
+node: the integers bit for bit (the float ones within f32 rounding), through compile_graph, the
+object file and execution in-process; what the QUANTIZE pass makes of them (integer
+contractions with a REQUANTIZE epilogue, 1-byte weights); and bad quantization parameters,
+refused with exit 2 and one line naming the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import CONFIGS, run_cli
+from dfx import dumps, is_integer, loads
+from hardware import load_machine
+from kernel_compiler.compile import compile_graph
+from kernel_compiler.errors import CompileError
+from kernel_compiler.frontends.onnx import parse_onnx
+from kernel_compiler.shape_inference import infer_shapes
+from kernel_compiler.target import load_target
+from loader import bind_greedy, bind_program, execute
+from loader.inputs import program_inputs
+from loader.run import check_kernels
+
+STANDARD = str(CONFIGS / "standard.json")
+TARGET, MACHINE = load_target(STANDARD), load_machine(STANDARD)
+RNG = np.random.default_rng(23)
+
+
+def model(op_type: str, feeds: dict[str, np.ndarray], constants: dict[str, np.ndarray], inputs: list[str],
+          out: tuple[type, ...] = (np.int8,), domain: str = "", **attrs) -> onnx.ModelProto:
+    """One node reading `inputs` (names of `feeds` or `constants`; "" for an absent one), its
+    outputs of the numpy types `out`."""
+    node = helper.make_node(op_type, inputs, [f"y{k}" for k in range(len(out))], name="node", domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                      for k, v in feeds.items()],
+        [helper.make_tensor_value_info(f"y{k}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
+         for k, t in enumerate(out)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
+    opsets = [helper.make_opsetid("", 21), *([helper.make_opsetid(domain, 1)] if domain else [])]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def compiled(m: onnx.ModelProto):
+    graph, warnings = parse_onnx("node.onnx", m.SerializeToString())
+    return loads(dumps(compile_graph(infer_shapes(graph, warnings), "node.onnx", TARGET)))
+
+
+def run_both(m: onnx.ModelProto, feeds: dict[str, np.ndarray]):
+    """(ours, onnxruntime's) outputs, ours having passed the kernel check; and the program."""
+    want = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    program = compiled(m)
+    values = execute(program, bind_program(program, MACHINE, "test", bind_greedy), program_inputs(program, feeds, 0))
+    failed = [name for name, check in check_kernels(program, values).items() if not check.passed]
+    assert not failed, failed
+    return [values[o.name] for o in m.graph.output], want, program
+
+
+def int8(*shape: int, unsigned: bool = False) -> np.ndarray:
+    return (RNG.integers(0, 256, shape).astype(np.uint8) if unsigned
+            else RNG.integers(-128, 128, shape).astype(np.int8))
+
+
+def assert_equal(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_qlinear_matmul_per_row_and_column(unsigned):
+    a, b = int8(6, 40, unsigned=unsigned), int8(40, 24, unsigned=unsigned)
+    zero = (lambda v: np.uint8(v)) if unsigned else (lambda v: np.int8(v - 128))
+    constants = {"b": b, "sa": np.float32(0.031), "za": zero(131), "sb": RNG.uniform(0.01, 0.02, 24).astype(np.float32),
+                 "zb": np.full(24, zero(128)), "sy": np.float32(0.9), "zy": zero(120)}
+    m = model("QLinearMatMul", {"a": a}, constants, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+              out=(np.uint8 if unsigned else np.int8,))
+    got, want, program = run_both(m, {"a": a})
+    assert_equal(got, want)
+    assert "REQUANTIZE" in {op.op_type for op in program.graph.ops}  # the integer form, not the float one
+
+
+def test_qgemm_with_a_bias_and_a_float_result():
+    a, b = int8(5, 32, unsigned=True), int8(16, 32)
+    constants = {"b": b, "sa": np.float32(0.02), "za": np.uint8(100), "sb": np.float32(0.01), "zb": np.int8(0),
+                 "c": RNG.integers(-500, 500, 16).astype(np.int32), "sy": np.float32(0.05), "zy": np.uint8(128)}
+    quantized = model("QGemm", {"a": a}, constants, ["a", "sa", "za", "b", "sb", "zb", "c", "sy", "zy"],
+                      out=(np.uint8,), domain="com.microsoft", transB=1)
+    got, want, _ = run_both(quantized, {"a": a})
+    assert_equal(got, want)
+    float_result = model("QGemm", {"a": a}, constants, ["a", "sa", "za", "b", "sb", "zb", "c"],
+                         out=(np.float32,), domain="com.microsoft", transB=1)
+    got, want, _ = run_both(float_result, {"a": a})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_qlinear_add_broadcasts():
+    a, b = int8(1, 8, 5, 5), int8(1, 8, 1, 1)
+    constants = {"b": b, "sa": np.float32(0.04), "za": np.int8(-3), "sb": np.float32(0.1), "zb": np.int8(7),
+                 "sc": np.float32(0.07), "zc": np.int8(-1)}
+    m = model("QLinearAdd", {"a": a}, constants, ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], domain="com.microsoft")
+    got, want, _ = run_both(m, {"a": a})
+    assert_equal(got, want)
+
+
+def test_qlinear_global_average_pool():
+    x = int8(1, 12, 6, 6, unsigned=True)
+    constants = {"sx": np.float32(0.05), "zx": np.uint8(90), "sy": np.float32(0.03), "zy": np.uint8(60)}
+    m = model("QLinearGlobalAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.uint8,),
+              domain="com.microsoft")
+    got, want, _ = run_both(m, {"x": x})
+    assert np.abs(got[0].astype(int) - want[0]).max() <= 1  # onnxruntime sums in integers, rounds once
+
+
+def test_matmul_integer_with_zero_points_known_at_run_time():
+    a, b = int8(7, 30, unsigned=True), int8(30, 9)
+    m = model("MatMulInteger", {"a": a, "za": np.array(141, np.uint8)}, {"b": b}, ["a", "b", "za"], out=(np.int32,))
+    got, want, program = run_both(m, {"a": a, "za": np.array(141, np.uint8)})
+    assert_equal(got, want)
+    # the zero point comes off the sums (an epilogue), so the array reads the uint8 as they are
+    (matmul,) = [op for op in program.graph.ops if op.op_type == "MATMUL"]
+    assert [program.graph.tensors[t].dtype for t in matmul.inputs] == ["u8", "i8"]
+
+
+def test_conv_integer_pads_with_the_zero_point():
+    x, w = int8(1, 3, 7, 7, unsigned=True), int8(4, 3, 3, 3, unsigned=True)
+    constants = {"w": w, "zx": np.uint8(77), "zw": np.uint8(128)}  # onnxruntime takes one w zero point alone
+    m = model("ConvInteger", {"x": x}, constants, ["x", "w", "zx", "zw"], out=(np.int32,), pads=[1, 1, 1, 1])
+    got, want, program = run_both(m, {"x": x})
+    assert_equal(got, want)
+    (conv,) = [op for op in program.graph.ops if op.op_type == "CONV2D"]
+    assert program.graph.tensors[conv.inputs[0]].dtype == "u8" and conv.attrs["pad_value"] == 77
+
+
+@pytest.mark.parametrize("values", [np.zeros((4, 6), np.float32), np.linspace(-3, 1, 24, dtype=np.float32).reshape(4, 6),
+                                    np.linspace(0.5, 7, 24, dtype=np.float32).reshape(4, 6)])
+def test_dynamic_quantize_linear_takes_its_range_with_zero(values):
+    m = model("DynamicQuantizeLinear", {"x": values}, {}, ["x"], out=(np.uint8, np.float32, np.uint8))
+    got, want, _ = run_both(m, {"x": values})
+    assert_equal(got, want)
+
+
+def test_qlinear_conv_runs_on_integers_with_one_byte_weights():
+    x, w = int8(1, 8, 6, 6), int8(16, 8, 3, 3)
+    constants = {"w": w, "sx": np.float32(0.02), "zx": np.int8(-20), "sw": RNG.uniform(0.002, 0.004, 16).astype(np.float32),
+                 "zw": np.zeros(16, np.int8), "sy": np.float32(0.05), "zy": np.int8(3),
+                 "b": RNG.integers(-2000, 2000, 16).astype(np.int32)}
+    m = model("QLinearConv", {"x": x}, constants, ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], pads=[1, 1, 1, 1])
+    got, want, program = run_both(m, {"x": x})
+    assert_equal(got, want)
+    g = program.graph
+    (conv,) = [op for op in g.ops if op.op_type == "CONV2D"]
+    assert [g.tensors[t].dtype for t in conv.inputs] == ["i8", "i8", "i32"] and g.tensors[conv.outputs[0]].dtype == "i32"
+    assert not any(op.op_type == "DEQUANTIZE" for op in g.ops)
+    assert all(is_integer(t.dtype) or t.role != "intermediate" for t in g.tensors.values())
+
+
+BAD = {
+    "zero scale": ({"s": np.float32(0), "z": np.int8(0)}, {}, "scale 's' holds 0: a scale must be positive"),
+    "negative scale": ({"s": np.array([0.1, -0.2, 0.1, 0.1], np.float32), "z": np.zeros(4, np.int8)}, {},
+                       "scale 's' holds -0.2: a scale must be positive"),
+    "axis": ({"s": np.full(4, 0.1, np.float32), "z": np.zeros(4, np.int8)}, {"axis": 7},
+             "axis 7 is outside the 4 dims of 'x'"),
+    "channels": ({"s": np.full(4, 0.1, np.float32), "z": np.zeros(4, np.int8)}, {"axis": 2},
+                 "per-channel scale 's' has 4 values, but 'x' has 3 along axis 2"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_quantization_parameters_name_the_node(case):
+    constants, attrs, reason = BAD[case]
+    m = model("QuantizeLinear", {"x": np.zeros((1, 4, 3, 3), np.float32)}, constants, ["x", "s", "z"], **attrs)
+    with pytest.raises(CompileError, match=f"node 'node' \\(QuantizeLinear\\): {reason}"):
+        compiled(m)
+
+
+def test_a_zero_point_outside_its_type_is_exit_2_in_one_line(tmp_path):
+    q = np.zeros((2, 3), np.uint8)
+    m = model("DequantizeLinear", {"q": q}, {"s": np.float32(0.1), "z": np.int8(-5)}, ["q", "s", "z"], out=(np.float32,))
+    path = tmp_path / "bad.onnx"
+    onnx.save(m, path)
+    result = run_cli("compiler", str(path), "-o", str(tmp_path / "bad.kpu"))
+    assert result.returncode == 2 and not (tmp_path / "bad.kpu").exists()
+    assert result.stderr.strip().splitlines() == [
+        f"error: {path}: node 'node' (DequantizeLinear): zero point 'z' holds -5, outside u8's range [0, 255]"]
