@@ -62,6 +62,7 @@ The flat schema:
 | `timing.l2_bank_ports` | int in [1, 2^20] | `1` | streams one L2 bank serves at once |
 | `timing.line_bytes` | power of two up to 2^30 | `64` | allocation alignment at every on-chip level |
 | `timing.dataflows` | list of names | all three | supported of `output_stationary`, `weight_stationary`, `input_stationary` |
+| `timing.array_macs_per_pe_cycle.{f64, f32, f16, bf16, f8, i32, i16, i8, u8}` | ints in [1, 64] | `1` each (`hardware.machine`) | MACs one PE does per cycle on operands of that dtype: K streams through the array that many elements a cycle |
 | `timing.vector_lanes` | int in [1, 2^20] | `compute.processor_array.cols` | lanes of one compute tile's vector unit (elements it works on at once) |
 | `timing.vector_cycles_per_element.{simple, transcendental, reduction, requantize}` | ints in [1, 1024], cycles | `1`, `4`, `1`, `1` | cycles one lane spends per element of that op class (`hardware.machine`) |
 | `energy.mac_pj.{f64, f32, f16, bf16, f8, i32, i16, i8, u8}` | numbers in [0, 10^9], pJ | Horowitz ISSCC 2014, 45 nm (`hardware.energy`) | energy of one MAC whose operands are of that dtype |
@@ -118,7 +119,7 @@ Read and checked for type, then ignored, as the model has nothing they could set
 | `host.*`: `cpu`, `memory.dram_controller`, `memory.modules[]`, `storage[]` | the host's own CPU, memory and disks; the run starts with its inputs on the KPU, and the host link has its own rate |
 | the other accelerators: `GPU`, `NPU`, `DSP`, `FPGA` and KPUs not chosen, with `gpu_config`, `npu_config` | other devices |
 | `K.memory.{type, form_factor}` | memory technology labels; the banks' numbers are what the model uses |
-| `K.compute_fabric.tiles[].datatype` | the array does one MAC per PE per cycle in any dtype; a program's dtypes are its own |
+| `K.compute_fabric.tiles[].datatype` | a program's dtypes are its own; the MACs a PE does per cycle in each are `timing.array_macs_per_pe_cycle` |
 | `K.data_movement.dma_engines[].channels` | transfers one engine keeps in flight: our DMA engine runs one transfer at a time at its bandwidth (kpu-sim's own system loader does not use it either) |
 | `interconnect.host_to_accelerator.type`, `pcie_config.{generation, lanes}`, `cxl_config.version` | the link's rate is its `bandwidth_gbps` as given; kpu-sim's figures are not generation x lanes (a PCIe 5 x16 link moves about 63 GB/s each way, its datacenter example says 128) |
 | `interconnect.{accelerator_to_accelerator, on_chip, network}` | links between devices, or inside the chip's fabric, which the model does not have |
@@ -150,6 +151,7 @@ from hardware.energy import (
     EnergyModel,
 )
 from hardware.machine import (
+    ARRAY_MACS_PER_PE_CYCLE,
     DATAFLOWS,
     VECTOR_CYCLES_PER_ELEMENT,
     ComputeFabric,
@@ -283,6 +285,8 @@ _LINE = _Kind(f"a positive power of two up to {MAX_LINE_BYTES}",
 MAX_CYCLES_PER_ELEMENT = 1024
 _CYCLES_PER_ELEMENT = _Kind(f"a positive integer up to {MAX_CYCLES_PER_ELEMENT}",
                             lambda v: _is_int(v) and 0 < v <= MAX_CYCLES_PER_ELEMENT)
+MAX_PACKING = 64  # 8-bit products in a 512-bit operand path
+_PACKING = _Kind(f"a positive integer up to {MAX_PACKING}", lambda v: _is_int(v) and 0 < v <= MAX_PACKING)
 # The name is printed inside one-line messages and report headers.
 MAX_NAME_CHARS = 100
 _NAME = _Kind(f"a non-empty printable string of at most {MAX_NAME_CHARS} characters",
@@ -357,6 +361,8 @@ _TIMING_KEYS: dict[str, _Key | _Section] = {
     "l2_bank_ports": _Key(_COUNT, 1),
     "line_bytes": _Key(_LINE, 64),
     "dataflows": _Key(_DATAFLOW_LIST, list(DATAFLOWS)),
+    "array_macs_per_pe_cycle": _Section(
+        {dtype: _Key(_PACKING, rate) for dtype, rate in ARRAY_MACS_PER_PE_CYCLE.items()}, default=_FILLED),
     "vector_lanes": _Key(_COUNT, default=None),  # None: the array's column count
     "vector_cycles_per_element": _Section(
         {op_class: _Key(_CYCLES_PER_ELEMENT, cycles) for op_class, cycles in VECTOR_CYCLES_PER_ELEMENT.items()},
@@ -662,7 +668,8 @@ def _machine(name: str | None, source: str, config: dict[str, Any], *, external:
         line_bytes=timing["line_bytes"],
         engines=Engines(*movers, dma_bytes_per_cycle, _rate(timing["block_mover_bytes_per_cycle"]),
                         _rate(timing["streamer_bytes_per_cycle"])),
-        compute=ComputeFabric(tiles=tiles, rows=rows, cols=cols, dataflows=tuple(timing["dataflows"])),
+        compute=ComputeFabric(tiles=tiles, rows=rows, cols=cols, dataflows=tuple(timing["dataflows"]),
+                              macs_per_pe_cycle=timing["array_macs_per_pe_cycle"]),
         vector=VectorUnit(
             # as Machine's default: one lane per array column, to keep up with the array's output
             lanes=timing["vector_lanes"] if timing["vector_lanes"] is not None else cols,

@@ -25,6 +25,13 @@ DATAFLOWS = ("output_stationary", "weight_stationary", "input_stationary")
 VECTOR_CYCLES_PER_ELEMENT = MappingProxyType({"simple": 1, "transcendental": 4, "reduction": 1, "requantize": 1})
 VECTOR_OP_CLASSES = tuple(VECTOR_CYCLES_PER_ELEMENT)
 
+# MACs one PE of the array does per cycle, by the dtype of its operands, unless the config says
+# otherwise: one in every dtype, as kpu-sim models its PE. A PE that packs four 8-bit products into
+# its 32-bit operand path (as x86's VNNI VPDPBUSD and Arm's SDOT do per 32-bit lane) is i8 and u8
+# at 4: K streams through it four elements a cycle.
+ARRAY_MACS_PER_PE_CYCLE = MappingProxyType(
+    {dtype: 1 for dtype in ("f64", "f32", "f16", "bf16", "f8", "i32", "i16", "i8", "u8")})
+
 
 @dataclass(frozen=True)
 class ExternalMemory:
@@ -62,9 +69,13 @@ class ComputeFabric:
     rows: int
     cols: int
     dataflows: tuple[str, ...]  # the stationarity modes the array supports
+    # dtype of the operands -> MACs one PE does per cycle; out of the hash, as a dict has none
+    macs_per_pe_cycle: dict[str, int] = field(default_factory=lambda: dict(ARRAY_MACS_PER_PE_CYCLE), hash=False)
 
     @property
     def peak_macs_per_cycle(self) -> int:
+        """Of all the arrays, at one MAC per PE per cycle (operands of a dtype packed several to a
+        PE go that many times faster: `macs_per_pe_cycle`)."""
         return self.tiles * self.rows * self.cols
 
 
@@ -135,7 +146,7 @@ class Machine:
                 "streamer": {"count": e.streamer, "bytes_per_cycle": _rate(e.streamer_bytes_per_cycle)},
             },
             "compute": {"tiles": c.tiles, "rows": c.rows, "cols": c.cols, "dataflows": list(c.dataflows),
-                        "peak_macs_per_cycle": c.peak_macs_per_cycle},
+                        "peak_macs_per_cycle": c.peak_macs_per_cycle, "macs_per_pe_cycle": dict(c.macs_per_pe_cycle)},
             "vector": {"lanes": self.vector.lanes, "cycles_per_element": dict(self.vector.cycles_per_element)},
             "host_link": None if link is None else {"bytes_per_cycle": link.bytes_per_cycle,
                                                     "latency_cycles": link.latency_cycles},

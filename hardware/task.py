@@ -40,5 +40,6 @@ class Task:
     k: int = 0
     dataflow: str = "output_stationary"
     drain: bool = True  # "array", output-stationary: the last K chunk of its output block
+    dtype: str = "f32"  # "array": its operands' (A's), which sets the MACs a PE does per cycle
     # "vector" tasks: (op class, elements) pairs, op classes from VECTOR_OP_CLASSES in hardware.machine
     vector_work: tuple[tuple[str, int], ...] = ()

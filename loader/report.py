@@ -35,12 +35,22 @@ def dram_bytes_per_cycle(machine: Machine) -> float:
                machine.engines.dma * machine.engines.dma_bytes_per_cycle)
 
 
-def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
-    """Arithmetic intensity of the run against the machine's ridge point."""
+def array_work(sim: SimResult, program: Program, machine: Machine) -> float:
+    """The run's MACs in cycles of one PE: each kernel's MACs over the MACs a PE does per cycle on
+    its operands' dtype (`ComputeFabric.macs_per_pe_cycle`). The MACs themselves at one a cycle."""
+    rate = machine.compute.macs_per_pe_cycle
+    ops = {op.name: op for op in program.graph.ops}
+    return sum(sim.phases[i].macs / rate.get(operand_dtype(ops[k.graph_op], program.graph), 1)
+               for i, k in enumerate(program.kernels) if i in sim.phases)
+
+
+def roofline(sim: SimResult, machine: Machine, work: float) -> dict[str, Any]:
+    """Arithmetic intensity of the run against the machine's ridge point; `work`: its MACs in PE
+    cycles (`array_work`)."""
     dram = sum(dram_bytes(sim).values())
     bw = dram_bytes_per_cycle(machine)
     peak_flops = 2 * machine.compute.peak_macs_per_cycle
-    intensity = 2 * sim.macs / dram if dram else float("inf")
+    intensity = 2 * work / dram if dram else float("inf")
     ridge = peak_flops / bw
     attainable = min(peak_flops, intensity * bw)
     return {"arithmetic_intensity": intensity, "ridge_point": ridge,
@@ -48,13 +58,14 @@ def roofline(sim: SimResult, machine: Machine) -> dict[str, Any]:
             "attainable_macs_per_cycle": attainable / 2}
 
 
-def budget(sim: SimResult, graph: Graph, machine: Machine) -> dict[str, Any]:
+def budget(sim: SimResult, graph: Graph, machine: Machine, work: float) -> dict[str, Any]:
     """What any program of the graph spends at the least, beside what this one spent: the
     compulsory external bytes (every graph input, output and constant moved once) and the cycle
-    bound, the larger of the MACs over the machine's peak and those bytes over its bandwidth."""
+    bound, the larger of the MACs (in PE cycles, `work`) over the machine's peak and those bytes
+    over its bandwidth."""
     compulsory = sum(t.size * itemsize(t.dtype) for t in graph.tensors.values()
                      if t.role in ("input", "output", "constant"))
-    compute = -(-sim.macs // machine.compute.peak_macs_per_cycle)
+    compute = math.ceil(work / machine.compute.peak_macs_per_cycle)
     memory = math.ceil(compulsory / dram_bytes_per_cycle(machine))
     bound = max(compute, memory, 1)
     return {"compulsory_dram_bytes": compulsory,
@@ -96,8 +107,10 @@ def kernel_bound(macs: int, elements: int, dram: int, machine: Machine) -> dict[
     return {"arithmetic_intensity": intensity, "bound": "compute" if intensity >= ridge else "bandwidth"}
 
 
-def kernel_cost(span: PhaseSpan, tiles: int, machine: Machine, run_cycles: int) -> dict[str, Any]:
-    """What one kernel cost, run on `tiles` compute tiles, beside its span (`kernel_span`):
+def kernel_cost(span: PhaseSpan, tiles: int, machine: Machine, run_cycles: int,
+                macs_per_pe_cycle: int = 1) -> dict[str, Any]:
+    """What one kernel cost, run on `tiles` compute tiles whose PEs do `macs_per_pe_cycle` MACs a
+    cycle on its operands, beside its span (`kernel_span`):
     - cycles: from its first compute to its end (its compute cycles; a kernel with no compute:
       from its first task). Its first loads run under the kernel before, and then wait for that
       kernel's results, so counted from them the kernels would add up to far more than the run;
@@ -114,12 +127,13 @@ def kernel_cost(span: PhaseSpan, tiles: int, machine: Machine, run_cycles: int) 
     cycles = computing or span.end - span.start
     elements = sum(span.vector_work.values())  # an element counts once whatever its op class
     dram = dram_bytes(span)
-    array_peak = tiles * machine.compute.rows * machine.compute.cols
+    array_peak = tiles * machine.compute.rows * machine.compute.cols * macs_per_pe_cycle
     return {"cycles": cycles, "share": cycles / run_cycles if run_cycles else 0.0,
             "array_utilization": _utilization(span.macs, computing, array_peak),
             "vector_elements": elements,
             "vector_utilization": _utilization(elements, computing, tiles * machine.vector.lanes),
-            "dram_bytes": dram, **kernel_bound(span.macs, elements, sum(dram.values()), machine)}
+            "dram_bytes": dram,
+            **kernel_bound(span.macs / macs_per_pe_cycle, elements, sum(dram.values()), machine)}
 
 
 def kernel_op(kernel: Kernel, op_types: dict[str, str]) -> str:
@@ -133,9 +147,14 @@ def result_shape(kernel: Kernel, graph: Graph) -> str:
     return ", ".join("x".join(map(str, graph.tensors[t].shape)) or "scalar" for t in kernel.outputs)
 
 
+def operand_dtype(op: Op, graph: Graph) -> str:
+    """The dtype of a kernel's graph op's (first) operand: what its MACs multiply."""
+    return graph.tensors[(op.inputs or op.outputs)[0]].dtype
+
+
 def energy_counts(span: PhaseSpan, op: Op, graph: Graph) -> EnergyCounts:
     """What the energy model charges a kernel for; its MACs in the dtype of its graph op's operands."""
-    dtype = graph.tensors[(op.inputs or op.outputs)[0]].dtype
+    dtype = operand_dtype(op, graph)
     return EnergyCounts(dtype, itemsize(dtype), span.macs, span.array_operand_elements, span.vector_work,
                         {tuple(path.split("->")): n for path, n in span.bytes_moved.items()})
 
@@ -148,9 +167,11 @@ def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dic
     op_types = {name: op.op_type for name, op in ops.items()}
     tiles = {b.kernel: b.workers for b in result.bindings}
     peak = machine.compute.peak_macs_per_cycle
-    return {k.name: {**kernel_span(sim.phases[i], peak), "op": kernel_op(k, op_types),
+    rate = {k.name: machine.compute.macs_per_pe_cycle.get(operand_dtype(ops[k.graph_op], program.graph), 1)
+            for k in program.kernels}
+    return {k.name: {**kernel_span(sim.phases[i], peak * rate[k.name]), "op": kernel_op(k, op_types),
                      "shape": result_shape(k, program.graph),
-                     **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles),
+                     **kernel_cost(sim.phases[i], tiles[k.name], machine, sim.cycles, rate[k.name]),
                      "energy": kernel_energy(machine.energy, energy_counts(sim.phases[i], ops[k.graph_op], program.graph),
                                              engine_kind)}
             for i, k in enumerate(program.kernels) if i in sim.phases}
@@ -174,16 +195,17 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     sim = result.sim
     if sim is not None:
         peak = machine.compute.peak_macs_per_cycle
+        work = array_work(sim, program, machine)
         out.update({
             "cycles": sim.cycles,
             "seconds": sim.cycles / (machine.clock_ghz * 1e9),
             "macs": sim.macs,
             "peak_macs_per_cycle": peak,
-            "utilization": sim.macs / (sim.cycles * peak) if sim.cycles else 0.0,
+            "utilization": work / (sim.cycles * peak) if sim.cycles else 0.0,
             "dram_bytes": dram_bytes(sim),
             "bytes_moved": dict(sorted(sim.bytes_moved.items())),
-            "roofline": roofline(sim, machine),
-            "budget": budget(sim, program.graph, machine),
+            "roofline": roofline(sim, machine, work),
+            "budget": budget(sim, program.graph, machine, work),
             "kernels": kernel_entries(result, program, machine),
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}

@@ -389,7 +389,7 @@ class _ComputePlan(_Plan):
 
 
 class _ArrayPlan(_ComputePlan):
-    __slots__ = ("mnk", "over_last", "dataflow")
+    __slots__ = ("mnk", "over_last", "dataflow", "dtype")
 
     def __init__(self, op: Compute, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts, op.inputs)
@@ -397,6 +397,7 @@ class _ArrayPlan(_ComputePlan):
             self.mnk = self.opdef.tile_mnk([tuple(r.tile_shape) for r in op.inputs], self.attrs)
         self.over_last = facts.last_step.get(self.over)
         self.dataflow = facts.kernel.dataflow
+        self.dtype = self.tensors[op.inputs[0].tensor].dtype  # A's: the MACs a PE does a cycle
 
     def task(self, tid, deps, env):
         if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):
@@ -407,7 +408,8 @@ class _ArrayPlan(_ComputePlan):
         drain = self.over is None or env[self.over] == (
             self.over_last if self.blocks is None else last_of_block(self.blocks, env))
         return Task(tid, "array", self.worker, deps, stream=self.stream, m=m, n=n, k=k, dataflow=self.dataflow,
-                    drain=drain, phase=self.phase, label=self.label, args={v: env[v] for v in self.args})
+                    drain=drain, dtype=self.dtype, phase=self.phase, label=self.label,
+                    args={v: env[v] for v in self.args})
 
 
 class _VectorPlan(_ComputePlan):

@@ -8,6 +8,8 @@ SCALE-Sim reports one cycle less than these formulas for a whole GEMM (it counts
   streams m rows through with the R + C - 2 skew.
 - input_stationary: ceil(k/R) * ceil(m/C) input folds; each loads (R), streams n with the skew.
 Weight and input folds drain their partial sums every fold, so `drain` does not apply to them.
+A PE that does p MACs a cycle on its operands' dtype (`ComputeFabric.macs_per_pe_cycle`) takes
+p elements of K a cycle: the formulas with ceil(k / p) for k.
 """
 
 from __future__ import annotations
@@ -31,21 +33,22 @@ def matmul_cycles(m: int, n: int, k: int, rows: int, cols: int, dataflow: str,
 
 
 class SystolicArrayModel:
-    __slots__ = ("tail_cycles", "_rows", "_cols", "_dataflows")
-    timed_by = ("m", "n", "k", "dataflow", "drain")
+    __slots__ = ("tail_cycles", "_rows", "_cols", "_dataflows", "_macs_per_pe_cycle")
+    timed_by = ("m", "n", "k", "dataflow", "drain", "dtype")
 
     def __init__(self, machine: Machine):
         self.tail_cycles = 0
         self._rows = machine.compute.rows
         self._cols = machine.compute.cols
         self._dataflows = frozenset(machine.compute.dataflows)
+        self._macs_per_pe_cycle = dict(machine.compute.macs_per_pe_cycle)
 
     def cycles(self, task: Task) -> int:
         if task.dataflow not in self._dataflows:
             raise ValueError(f"task {task.id}: dataflow {task.dataflow!r} is not supported by "
                              f"this array (supports {', '.join(sorted(self._dataflows))})")
-        return matmul_cycles(task.m, task.n, task.k, self._rows, self._cols, task.dataflow,
-                             task.drain)
+        k = ceil_div(task.k, self._macs_per_pe_cycle.get(task.dtype, 1))
+        return matmul_cycles(task.m, task.n, k, self._rows, self._cols, task.dataflow, task.drain)
 
     @staticmethod
     def macs(task: Task) -> int:
