@@ -174,6 +174,13 @@ def test_the_example_sweep_is_a_valid_spec():
     assert [a.shown(v) for a, v in zip(spec.axes, point.values)] == ["8x8", "8x64 KiB L2", "2x25 GB/s"]
 
 
+def test_the_int8_sweep_sets_the_8_bit_rates_of_the_same_machines():
+    spec = read_spec(str(ROOT / "examples" / "sweep_int8.yaml"))
+    assert [w.name for w in spec.workloads] == ["resnet18_f32", "resnet18_int8"]
+    rates = [p.config["timing"]["array_macs_per_pe_cycle"] for p in spec.points()]
+    assert [(r["i8"], r["u8"]) for r in rates] == [(1, 1), (4, 4)] * 3
+
+
 def spec_error(tmp_path: Path, document, name: str = "bad.yaml") -> str:
     (tmp_path / "g32.dfg").write_text(gemm_dfg(32, 32, 32))
     path = tmp_path / name
