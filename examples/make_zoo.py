@@ -6,7 +6,7 @@ configs built in code):
     python examples/make_zoo.py -o examples/zoo               # the test set (small, in the repo)
     python examples/make_zoo.py --full -o build/zoo-full      # full-size models for benchmarks/ (and resnet18_96)
     python examples/make_zoo.py gpt2 bert -o examples/zoo     # some of them
-    python examples/make_zoo.py --quantized -o examples/zoo   # the int8 models (below)
+    python examples/make_zoo.py --quantized -o examples/zoo   # the int8 models (below; with --full, full size)
 
 Every model is exported twice, `torch.onnx.export` with its default exporter (`dynamo=True`)
 and with the legacy TorchScript one (`dynamo=False`, still what most deployment scripts use),
@@ -325,17 +325,17 @@ class RandomInputs:
         return next(self.batches, None)
 
 
-def write_quantized(name: str, scheme: str, out: Path) -> dict:
+def write_quantized(name: str, scheme: str, full: bool, out: Path) -> dict:
     from onnxruntime.quantization import QuantFormat, quantize_dynamic, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     torch.manual_seed(0)
-    model = MODELS[name](False)
+    model = MODELS[name](full)
     batchnorm_statistics(model)
     path = out / f"{name}.{scheme}.onnx"
     float_path, prepared = out / f"{name}.{scheme}.float.onnx", out / f"{name}.{scheme}.prepared.onnx"
     with torch.no_grad():
-        export(model, EXPORTERS["legacy"], float_path, False)
+        export(model, EXPORTERS["legacy"], float_path, full)
     quant_pre_process(str(float_path), str(prepared))
     options = SCHEMES[scheme]
     with warnings.catch_warnings():
@@ -380,7 +380,7 @@ def main() -> None:
     manifest_path = options.output_dir / "manifest.json"
     manifest = {e["file"]: e for e in (json.loads(manifest_path.read_text()) if manifest_path.exists() else [])}
     if options.quantized:
-        written = [write_quantized(name, scheme, options.output_dir) for name, scheme in QUANTIZED
+        written = [write_quantized(name, scheme, options.full, options.output_dir) for name, scheme in QUANTIZED
                    if not options.models or name in options.models]
     else:
         written = [write(name, exporter, options.full, options.output_dir)
