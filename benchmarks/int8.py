@@ -11,7 +11,10 @@ DRAM bytes and energy per inference, on standard as it is (one MAC per PE per cy
 dtype) and with 8-bit PEs packing four MACs a cycle (`timing.array_macs_per_pe_cycle.i8`, `.u8`:
 4). The int8 model then runs with --check on its stored input, and its output is compared with
 onnxruntime's: the share of elements bit-exact, and the largest difference in steps of the
-output's quantization (static schemes) or over its peak (dynamic).
+output's quantization (static schemes) or over its peak (dynamic). A QDQ model's output is also
+compared with onnxruntime's output of the same network in QOperator form, of the same scales,
+which onnxruntime runs on its integer kernels throughout (it leaves some of a QDQ model's
+convolutions in float).
 
 Replaces the section "## int8 against float" of benchmarks/RESULTS.md (other sections are kept).
 Nothing is written outside a temporary directory and RESULTS.md.
@@ -70,9 +73,8 @@ def output_step(model: Path) -> float | None:
     return float(onnx.numpy_helper.to_array(scale).max())
 
 
-def checked(model: Path, kpu: Path, work: Path) -> tuple[str, str]:
-    """The int8 model run with --check on its stored input: the check, and its output against
-    onnxruntime's (share bit-exact; largest difference in output steps, or over the peak)."""
+def checked(model: Path, kpu: Path, work: Path) -> tuple[str, np.ndarray]:
+    """The int8 model run with --check on its stored input: the check, and its output."""
     arrays = np.load(model.with_suffix(".npz"))
     given = []
     for k in (k for k in arrays.files if k.startswith("input:")):
@@ -81,11 +83,24 @@ def checked(model: Path, kpu: Path, work: Path) -> tuple[str, str]:
         given += ["--input", f"{k.removeprefix('input:')}={path}"]
     outputs = work / f"{model.stem}.outputs"
     data = loader_json(kpu, STANDARD, work / f"{model.stem}.check.json", "--check", "--output-dir", outputs, *given)
-    got, want = np.load(data["outputs"]["output"]).astype(np.float64), arrays["output:output"].astype(np.float64)
-    error = np.abs(got - want)
-    step = output_step(model)
+    return ("pass" if data["check"]["passed"] else "FAIL"), np.load(data["outputs"]["output"])
+
+
+def agreement(got: np.ndarray, reference: Path, step: float | None) -> str:
+    """`got` against onnxruntime's stored output of `reference`: the share bit-exact, and the
+    largest difference in output steps (or over the peak, without a step)."""
+    want = np.load(reference.with_suffix(".npz"))["output:output"].astype(np.float64)
+    error = np.abs(got.astype(np.float64) - want)
     far = f"{error.max() / step:.2g} steps" if step else f"{error.max() / np.abs(want).max():.1e} of the peak"
-    return ("pass" if data["check"]["passed"] else "FAIL"), f"{(error == 0).mean():.1%} exact, {far}"
+    return f"{(error == 0).mean():.1%} exact, {far}"
+
+
+def integer_form(model: Path) -> Path | None:
+    """The QOperator model of a QDQ one's scales (None: not a QDQ model, or none written)."""
+    if "qdq_" not in model.name:
+        return None
+    twin = model.with_name(model.name.replace("qdq_per_tensor", "qoperator").replace("qdq_", "qoperator_"))
+    return twin if twin.exists() else None
 
 
 def main() -> None:
@@ -113,13 +128,17 @@ def main() -> None:
             kpu = compiled(model, work)
             int8 = costs(loader_json(kpu, STANDARD, work / f"{model.stem}.json", "--timing-only"))
             int8_packed = costs(loader_json(kpu, packed, work / f"{model.stem}.x4.json", "--timing-only"))
-            rows.append((name, entry["sizes"], scheme, float_runs[name], int8, int8_packed, *checked(model, kpu, work)))
+            check, got = checked(model, kpu, work)
+            step, twin = output_step(model), integer_form(model)
+            rows.append((name, entry["sizes"], scheme, float_runs[name], int8, int8_packed, check,
+                         agreement(got, model, step), agreement(got, twin, step) if twin else "-"))
     lines = ["| model | sizes | int8 scheme | float cycles | int8 cycles (1 / 4 MACs per PE) | float DRAM bytes "
-             "| int8 DRAM bytes (ratio) | float energy uJ | int8 energy uJ (ratio) | int8 --check | int8 vs onnxruntime |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
-    for name, sizes, scheme, (fc, fb, fe), (ic, ib, ie), (pc, _, _), check, vs in rows:
+             "| int8 DRAM bytes (ratio) | float energy uJ | int8 energy uJ (ratio) | int8 --check | int8 vs onnxruntime "
+             "| vs onnxruntime, QOperator form |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for name, sizes, scheme, (fc, fb, fe), (ic, ib, ie), (pc, _, _), check, vs, vs_integer in rows:
         lines.append(f"| {name} | {sizes} | {scheme} | {fc:,} | {ic:,} / {pc:,} | {fb:,} | {ib:,} ({ib / fb:.2f}x) | "
-                     f"{fe:,.1f} | {ie:,.1f} ({ie / fe:.2f}x) | {check} | {vs} |")
+                     f"{fe:,.1f} | {ie:,.1f} ({ie / fe:.2f}x) | {check} | {vs} | {vs_integer} |")
     command = ("python examples/make_zoo.py --full -o build/zoo-full && python examples/make_zoo.py ffn mlp --full "
                "--exporter legacy -o build/zoo-full && python examples/make_zoo.py --quantized --full -o build/zoo-int8 "
                "&& .venv/bin/python benchmarks/int8.py --float build/zoo-full --int8 build/zoo-int8")

@@ -274,11 +274,13 @@ SCHEMES = {
     "qdq_per_channel": {"quant_format": "QDQ", "per_channel": True},
     "qdq_per_tensor": {"quant_format": "QDQ", "per_channel": False},
     "qoperator": {"quant_format": "QOperator", "per_channel": False},  # QLinearConv, QGemm, QLinearAdd, ...
+    "qoperator_per_channel": {"quant_format": "QOperator", "per_channel": True},
     "dynamic": {},  # quantize_dynamic: DynamicQuantizeLinear and MatMulInteger
 }
-QUANTIZED = [("resnet18", "qdq_per_channel"), ("resnet18", "qdq_per_tensor"), ("resnet18", "qoperator"),
-             ("mobilenet_v2", "qdq_per_channel"), ("mobilenet_v2", "qdq_per_tensor"),
-             ("mlp", "dynamic"), ("ffn", "dynamic")]
+# a CNN in each static scheme: the QOperator ones take the same scales as the QDQ ones of their
+# channel scheme, and onnxruntime runs every one of their convolutions on its integer kernels
+QUANTIZED = [(cnn, scheme) for cnn in ("resnet18", "mobilenet_v2") for scheme in SCHEMES if scheme != "dynamic"] + \
+    [("mlp", "dynamic"), ("ffn", "dynamic")]
 CALIBRATION = 8  # random inputs the static schemes take their ranges from
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from conftest import CONFIGS, run_cli
 from dfx import dumps, is_integer, loads
