@@ -15,8 +15,9 @@ dtype, where `--check`'s reference (and an unfused kernel's store) rounds it. So
 where that cannot change its result by more than a rounding:
 
 - an integer result must be held exactly: a predicate's 0 or 1 (any dtype), or an i32 made by
-  integer arithmetic in the i32 accumulators (an exact map op or a contraction, every operand
-  and the result an integer, so i32 modulo 2^32 is the reference's int64 wrapped). A narrower
+  integer arithmetic in the i32 accumulators (an exact map or window op or a contraction, every
+  operand and the result an integer, so i32 modulo 2^32 is the reference's int64 wrapped): an
+  integer depthwise convolution's sums take their REQUANTIZE on chip. A narrower
   integer is not wrapped to its dtype on chip, a float-computed one not truncated: no fusion.
 - a float held in its own dtype (f32 made in f32, f64 in f64) is the reference's, up to the
   order of a sum: anything may follow.

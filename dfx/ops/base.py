@@ -68,9 +68,10 @@ class OpDef:
     # hold whole, and -> for each result dim, the operand dim it runs along (None: reduced, kept as 1)
     whole_axes: Callable[[Shape, dict[str, Any]], tuple[int, ...]] | None = None
     result_dims: Callable[[Shape, dict[str, Any]], list[int | None]] | None = None
-    # map family, as declared (see elementwise.map_op): `exact`, integer operands and results
-    # compute in integers (so a tile holds an all-integer result in i32, as the reference's int64
-    # modulo 2^32); `predicate`, the result is a truth value, 0 or 1 whatever its dtype
+    # `exact`: integer operands and results compute in integers (so a tile holds an all-integer
+    # result in i32, as the reference's int64 modulo 2^32): map ops as declared (see
+    # elementwise.map_op), and the window ops that sum or take a max in the accumulation dtype.
+    # `predicate` (map family): the result is a truth value, 0 or 1 whatever its dtype
     exact: bool = False
     predicate: bool = False
     # for the validator, where the op's operands do not simply align right on its result (numpy

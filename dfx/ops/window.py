@@ -288,6 +288,7 @@ DEPTHWISE_CONV2D = register(OpDef(
         "w (TOSA), channel multiplier M; stride, dilation, padding [[top, bottom], [left, right]] holding "
         "pad_value (zero; a quantized input's zero point)",
     family="window",
+    exact=True,  # an integer tile sums (or takes the max) in the i32 accumulators
     attrs={"stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]], "pad_value": 0},
     tile=_depthwise_tile,
     magnitude=on_magnitudes(_depthwise_reference),
@@ -349,6 +350,7 @@ MAXPOOL2D = register(OpDef(
     doc="y = the largest x in each window: NHWC, kernel, stride, dilation, padding (never chosen: the lowest "
         "value)",
     family="window",
+    exact=True,  # an integer tile sums (or takes the max) in the i32 accumulators
     attrs={"kernel": REQUIRED, "stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
     tile=_max_tile,
     magnitude=on_magnitudes(_max_reference),
@@ -433,6 +435,7 @@ SUMPOOL2D = register(OpDef(
     doc="y = the sum of x over each window (XLA's reduce-window of add): NHWC, kernel, stride, dilation, padding "
         "(zeros)",
     family="window",
+    exact=True,  # an integer tile sums (or takes the max) in the i32 accumulators
     attrs={"kernel": REQUIRED, "stride": [1, 1], "dilation": [1, 1], "padding": [[0, 0], [0, 0]]},
     tile=_sum_tile,
     magnitude=on_magnitudes(_sum_reference),
