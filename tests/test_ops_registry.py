@@ -859,7 +859,7 @@ def test_every_op_is_declared_completely():
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RMSNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
         "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D",
         "ARGMAX", "ARGMIN", "CUMSUM", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
-        "QUANTIZE", "DEQUANTIZE", "REQUANTIZE"}  # the last three in test_quantize_ops.py
+        "QUANTIZE", "DEQUANTIZE", "REQUANTIZE", "QUANTIZED_ADD"}  # the last four in test_quantize_ops.py
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():
         assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name
@@ -874,7 +874,9 @@ def test_every_op_is_declared_completely():
 
 def sample(op) -> tuple[list[np.ndarray], dict]:
     """Inputs and attrs for `op` where every value is finite."""
-    attrs = {"CAST": {"dtype": "f32"}, "CONCAT": {"axis": 0}}.get(op.name, {})
+    attrs = {"CAST": {"dtype": "f32"}, "CONCAT": {"axis": 0},
+             "QUANTIZED_ADD": {"a_quantization": [0.5, 1], "b_quantization": [0.25, 0], "quantization": [1.0, 2]},
+             }.get(op.name, {})
     if op.name == "SELECT":
         return [(uniform((2, 3)) > 1).astype(np.uint8), uniform((2, 3)), uniform((1, 3))], attrs
     return [uniform((2, 3), 1.0, 4.0) for _ in range(op.min_inputs)], attrs

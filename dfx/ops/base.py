@@ -297,6 +297,14 @@ def _number(name: str, value: Any) -> int | float:
     return int(value) if _is_int(value) else float(value)
 
 
+def _quantization(name: str, value: Any) -> list:
+    """[scale, zero point]: a positive finite scale and an integer zero point."""
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and _is_number(value[0]) and value[0] > 0
+            and math.isfinite(value[0]) and _is_int(value[1])):
+        raise _fail(name, "[scale, zero point]: a positive finite number and an integer", value)
+    return [float(value[0]), int(value[1])]
+
+
 def _positive(name: str, value: Any) -> int:
     if not _is_int(value) or value < 1:
         raise _fail(name, "an integer >= 1", value)
@@ -380,4 +388,8 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "select_last_index": _bool,  # ARGMAX, ARGMIN: the last of equal extremes, else the first
     "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
     "reverse": _bool,  # CUMSUM: summed from the end of the axis
+    # QUANTIZED_ADD: each operand's and the result's quantization, [scale, zero point]
+    "a_quantization": lambda name, value: _quantization(name, value),
+    "b_quantization": lambda name, value: _quantization(name, value),
+    "quantization": lambda name, value: _quantization(name, value),
 }

@@ -9,6 +9,7 @@ to the nearest, halves to even (nearbyint in the default mode):
 - DEQUANTIZE(q, scale, zero_point[, addend]) (q - zero_point) * scale (+ addend)
 - QUANTIZE(x, scale, zero_point)            saturate(round(x / scale) + zero_point)
 - REQUANTIZE(acc, multiplier, zero_point)   saturate(round(acc * multiplier) + zero_point)
+- QUANTIZED_ADD(a, b)                       QLinearAdd as onnxruntime's x86 kernel computes it
 
 REQUANTIZE is the epilogue of an integer contraction: `acc` the i32 sums of (x - zx) w, the
 multiplier x_scale * w_scale / y_scale, rounded to f32 once per channel, as QLinearConv,
@@ -18,6 +19,12 @@ kernel); the two round x * (1 / s) and x / s apart, so each keeps its own. Satur
 range of `dtype`, the result's type. DEQUANTIZE's addend is the sum of two quantized tensors as
 QLinearAdd computes it, (a - za) * sa + (b - zb) * sb, then QUANTIZE by the result's scale: one
 op per operand, the second reading the first's result, so the sum is one kernel's epilogue.
+
+QUANTIZED_ADD is QLinearAdd (com.microsoft) of two tensors of one shape as onnxruntime's AVX2
+kernel computes it, which is not the formula above: with the scale ratios ra = sa / sc and
+rb = sb / sc and the constant k = zc - (ra za + rb zb), all in f32, it rounds
+fma(a, ra, fma(b, rb, k)), each multiply-add fused (one rounding). The two differ in about one
+element in 200,000; onnxruntime runs a QDQ model's Add in float (the formula above).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import numpy_dtype
-from .base import Shape, ShapeError, broadcast
+from .base import REQUIRED, Shape, ShapeError, broadcast
 from .elementwise import map_op
 
 # one element through the requantize step: a scale, the rounding, a zero point added, the saturation
@@ -54,6 +61,28 @@ def _dequantize(q: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, addend
     return real if addend is None else real + addend
 
 
+def _fused_multiply_add(x: np.ndarray, factor: np.float32, addend: np.ndarray) -> np.ndarray:
+    """x * factor + addend rounded once to f32, as an FMA instruction: the product of f32 values
+    is exact in f64, and so is its sum with an f32 addend of not too different a size."""
+    return (x.astype(np.float64) * np.float64(factor) + np.asarray(addend, np.float64)).astype(np.float32)
+
+
+def _quantized_add(a: np.ndarray, b: np.ndarray, a_quantization: list, b_quantization: list, quantization: list,
+                   dtype: str) -> np.ndarray:
+    f32 = np.float32
+    (sa, za), (sb, zb), (sc, zc) = a_quantization, b_quantization, quantization
+    ra, rb = f32(sa) / f32(sc), f32(sb) / f32(sc)
+    constant = f32(zc) - (ra * f32(za) + rb * f32(zb))
+    y = _fused_multiply_add(a, ra, _fused_multiply_add(b, rb, constant))
+    return _saturated(y, np.float32(0), dtype)
+
+
+def _same_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
+    if shapes[0] != shapes[1]:
+        raise ShapeError(f"QUANTIZED_ADD takes operands of one shape, got {list(shapes[0])} and {list(shapes[1])}")
+    return _to_integers(shapes, dtypes, attrs)
+
+
 def _to_integers(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
     if numpy_dtype(attrs["dtype"]).kind not in "iu":
         raise ShapeError(f"dtype must be an integer type (the quantized result's), got {attrs['dtype']}")
@@ -67,6 +96,11 @@ map_op("QUANTIZE", 3, _quantize, "saturate(round(x / scale) + zero_point) into `
 map_op("REQUANTIZE", 3, _requantize, "saturate(round(acc * multiplier) + zero_point) into `dtype`, halves to even, "
        "acc converted to f32 first; operands acc (an integer contraction's sums), multiplier, zero_point",
        REQUANTIZE_WORK, attrs={"dtype": "i8"}, shapes=_to_integers, magnitude=lambda x, m, attrs: m[0] * np.abs(x[1]))
+map_op("QUANTIZED_ADD", 2, _quantized_add, "QLinearAdd of a and b (one shape) as onnxruntime's x86 kernel: "
+       "saturate(round(fma(a, sa/sc, fma(b, sb/sc, zc - (sa/sc za + sb/sc zb))))), in f32",
+       {"simple": 2, **REQUANTIZE_WORK},  # two multiply-adds, then round and saturate
+       attrs={"a_quantization": REQUIRED, "b_quantization": REQUIRED, "quantization": REQUIRED, "dtype": "i8"},
+       shapes=_same_shapes, magnitude=lambda x, m, attrs: m[0] + m[1])
 map_op("DEQUANTIZE", (3, 4), _dequantize, "(q - zero_point) * scale (+ addend); operands q, scale, zero_point "
        "(DequantizeLinear), addend", {"simple": 2},  # subtract, multiply (and add: an FMA-style lane)
        magnitude=lambda x, m, attrs: np.abs(x[0] - x[2]) * np.abs(x[1]) + (m[3] if len(m) == 4 else 0))

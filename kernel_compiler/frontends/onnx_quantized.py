@@ -253,7 +253,18 @@ def qgemm(n: Node) -> None:
 
 
 def qlinear_add(n: Node) -> None:
+    """Operands of one shape and parameters known here: QUANTIZED_ADD, onnxruntime's kernel;
+    else its definition, DEQUANTIZE both, ADD, QUANTIZE."""
     # A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point
+    parameters = [n.value(i) for i in (1, 2, 4, 5, 6, 7)]
+    if n.shape(0) == n.shape(3) and all(p is not None and p.size == 1 for p in parameters):
+        dtype = _quantized_type(n, 7)
+        for tensor, scale, zero in ((n.x(0), 1, 2), (n.x(3), 4, 5), (n.x(0), 6, 7)):
+            _parameters(n, tensor, scale, zero, dtype)  # the checks
+        (sa, za, sb, zb, sc, zc) = (p.reshape(-1)[0].item() for p in parameters)
+        n.emit("QUANTIZED_ADD", [n.x(0), n.x(3)], out=0, a_quantization=[sa, za], b_quantization=[sb, zb],
+               quantization=[sc, zc], dtype=dtype)
+        return
     total = n.emit("ADD", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32")
     _quantize_result(n, total, 6, 7)
 
