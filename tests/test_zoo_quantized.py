@@ -8,11 +8,11 @@ and bit-exact on at least 99% of its elements, a dynamic model's within 1e-4 of 
 
 A static model's int8 tensors are compared too (each made a graph output here, as make_zoo made
 it one there): bit-exact on at least 97% of their elements together. Not all: onnxruntime's CPU
-session fuses only some of a QDQ model's DequantizeLinear -> Conv -> QuantizeLinear groups into
-its integer QLinearConv (in resnet18, 9 of 20: the convolutions reading a residual block's input
-stay float Convs between DequantizeLinear and QuantizeLinear), and a float convolution's sum
-lands on the other side of a rounding half now and then (in the per-tensor MobileNet, one
-element: 227 * 0.015418509 = 3.5000014, 4 by its integer kernel and ours, 3 by its float path),
+session runs some of a QDQ model's DequantizeLinear -> Conv -> QuantizeLinear groups as float
+convolutions (in resnet18, 11 of 20 stay float Convs: those reading a residual block's input),
+and a float sum lands on the other side of a rounding half now and then (in the per-tensor
+MobileNet, one element: 227 * 0.015418509 = 3.5000014, 4 by onnxruntime's QLinearConv kernel and
+ours, 3 by its float DequantizeLinear, Conv, QuantizeLinear, which is what its session gives),
 and the step carries on through the layers after it. The same network in QOperator form, of the
 same scales, runs on onnxruntime's integer kernels throughout: a QDQ model's output equals that
 model's onnxruntime output on every element. A static model's contractions all run on integers,
