@@ -186,3 +186,23 @@ def test_a_zero_point_outside_its_type_is_exit_2_in_one_line(tmp_path):
     assert result.returncode == 2 and not (tmp_path / "bad.kpu").exists()
     assert result.stderr.strip().splitlines() == [
         f"error: {path}: node 'node' (DequantizeLinear): zero point 'z' holds -5, outside u8's range [0, 255]"]
+
+
+def test_weights_quantized_along_their_input_channels_stay_float():
+    """A QDQ convolution whose weight scales run along the input channels (axis 1, as many as the
+    outputs here) has no requantize of its sums: the pass leaves it as written, in float."""
+    x, w = RNG.normal(0, 1, (1, 8, 5, 5)).astype(np.float32), int8(8, 8, 3, 3)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=1),
+             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y0"])]
+    constants = {"sx": np.float32(0.02), "zx": np.int8(3), "w": w, "sw": RNG.uniform(0.001, 0.01, 8).astype(np.float32),
+                 "zw": np.zeros(8, np.int8), "sy": np.float32(0.2), "zy": np.int8(-2)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    (got,), (want,), program = run_both(m, {"x": x})
+    assert np.abs(got.astype(int) - want).max() <= 1
+    assert "REQUANTIZE" not in {op.op_type for op in program.graph.ops}

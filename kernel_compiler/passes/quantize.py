@@ -65,10 +65,15 @@ def _dequantized(m: Match, tensor: str) -> tuple[str, str, str] | None:
     return op.inputs[0], op.inputs[1], op.inputs[2]
 
 
-def _per_channel(values: np.ndarray, channels: int) -> np.ndarray | None:
-    """One value per output channel from a constant holding one for all or one for each."""
-    flat = values.reshape(-1)
-    return np.broadcast_to(flat, (channels,)) if flat.size in (1, channels) else None
+def _per_channel(values: np.ndarray, channels: int, axis: int = 0, rank: int = 1) -> np.ndarray | None:
+    """One value per output channel from a constant holding one for all, or one for each along
+    `axis` of a tensor of `rank` dims (as it broadcasts against it); None otherwise."""
+    if values.size == 1:
+        return np.broadcast_to(values.reshape(-1), (channels,))
+    aligned = (1,) * (rank - values.ndim) + values.shape
+    if len(aligned) != rank or aligned[axis] != channels or values.size != channels:
+        return None
+    return values.reshape(-1)
 
 
 def _output_channels(op: Op, attrs: dict, weights: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
@@ -100,7 +105,8 @@ def _integer_contraction(m: Match) -> Op | None:
         return None
     out_axis, reduced = axes
     channels = w_q.shape[out_axis]
-    w_scale, w_zero = _per_channel(w_scale, channels), _per_channel(w_zero, channels)
+    # per channel along the output channels alone: a scale along another axis is no requantize's
+    w_scale, w_zero = (_per_channel(v, channels, out_axis, w_q.ndim) for v in (w_scale, w_zero))
     if w_scale is None or w_zero is None:
         return None
     weights = w_q.astype(np.int64) - w_zero.astype(np.int64).reshape([-1 if k == out_axis else 1
