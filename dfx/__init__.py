@@ -6,7 +6,7 @@ from .lazy import lazy_exports
 # arguments (and print --help) before anything loads numpy behind the registry and dtypes.
 _EXPORTS = {
     **dict.fromkeys(["DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "narrowest_integer",
-                     "numpy_dtype", "tolerance"], "dtypes"),
+                     "numpy_dtype", "tolerance", "widest"], "dtypes"),
     **dict.fromkeys(["Graph", "Op", "Tensor"], "graph"),
     **dict.fromkeys(["Home", "Resident", "home_bytes", "l3_limit", "pack_homes"], "homes"),
     **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),

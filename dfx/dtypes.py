@@ -81,10 +81,18 @@ def accumulator(dtype: str) -> str:
     return "f64" if dtype == "f64" else "f32"
 
 
-def narrowest_integer(values: np.ndarray) -> str:
-    """The narrowest signed DFX integer type holding every one of `values` (integers): i8, i16 or i32."""
+def widest(dtypes: list[str]) -> str:
+    """The dtype of most bytes among `dtypes` (the first of them on a tie): what a MAC of operands
+    of those dtypes multiplies, as an array PE of the wider one does it."""
+    return max(dtypes, key=itemsize)
+
+
+def narrowest_integer(values: np.ndarray) -> str | None:
+    """The narrowest signed DFX integer type holding every one of `values` (integers): i8, i16 or
+    i32; None when not even i32 does."""
     low, high = int(values.min(initial=0)), int(values.max(initial=0))
-    return next(d for d in ("i8", "i16", "i32") if np.iinfo(_NUMPY_OWN[d]).min <= low and high <= np.iinfo(_NUMPY_OWN[d]).max)
+    return next((d for d in ("i8", "i16", "i32")
+                 if np.iinfo(_NUMPY_OWN[d]).min <= low and high <= np.iinfo(_NUMPY_OWN[d]).max), None)
 
 
 def tolerance(dtype: str) -> tuple[float, float]:

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from dfx import Barrier, Graph, Kernel, Op, Program, itemsize
+from dfx import Barrier, Graph, Kernel, Op, Program, itemsize, widest
 from hardware import (UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area,
                       total_energy)
 from hardware.units.bandwidth import Bandwidth
@@ -148,8 +148,9 @@ def result_shape(kernel: Kernel, graph: Graph) -> str:
 
 
 def operand_dtype(op: Op, graph: Graph) -> str:
-    """The dtype of a kernel's graph op's (first) operand: what its MACs multiply."""
-    return graph.tensors[(op.inputs or op.outputs)[0]].dtype
+    """What a kernel's MACs multiply: the wider of its graph op's first two operands (a u8
+    activation times i16 weights is an i16 MAC), its first alone, or its result's."""
+    return widest([graph.tensors[t].dtype for t in (op.inputs[:2] or op.outputs[:1])])
 
 
 def energy_counts(span: PhaseSpan, op: Op, graph: Graph) -> EnergyCounts:

@@ -27,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
-from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize
+from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize, widest
 from hardware import Task
 
 from .binding import Binding, BoundBuffer
@@ -397,7 +397,8 @@ class _ArrayPlan(_ComputePlan):
             self.mnk = self.opdef.tile_mnk([tuple(r.tile_shape) for r in op.inputs], self.attrs)
         self.over_last = facts.last_step.get(self.over)
         self.dataflow = facts.kernel.dataflow
-        self.dtype = self.tensors[op.inputs[0].tensor].dtype  # A's: the MACs a PE does a cycle
+        # A's and B's, the wider: the MACs a PE does a cycle
+        self.dtype = widest([self.tensors[r.tensor].dtype for r in op.inputs[:2]])
 
     def task(self, tid, deps, env):
         if self.whole is not None and (not self.whole or within_bounds(self.whole, env)):

@@ -206,3 +206,49 @@ def test_weights_quantized_along_their_input_channels_stay_float():
     (got,), (want,), program = run_both(m, {"x": x})
     assert np.abs(got.astype(int) - want).max() <= 1
     assert "REQUANTIZE" not in {op.op_type for op in program.graph.ops}
+
+
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_qgemm_alpha_scales_the_bias_too(with_bias):
+    a, b = int8(5, 32, unsigned=True), int8(32, 16)
+    constants = {"b": b, "sa": np.float32(0.02), "za": np.uint8(100), "sb": np.float32(0.01), "zb": np.int8(0),
+                 "c": RNG.integers(-500, 500, 16).astype(np.int32)}
+    inputs = ["a", "sa", "za", "b", "sb", "zb", *(["c"] if with_bias else [])]
+    m = model("QGemm", {"a": a}, constants, inputs, out=(np.float32,), domain="com.microsoft", alpha=0.5)
+    got, want, _ = run_both(m, {"a": a})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_16_bit_sums_that_could_pass_int32_stay_float():
+    """i16 activations over K = 1024: their integer sums could leave int32, so the pass leaves the
+    QDQ MatMul as written, in float, within a step of onnxruntime."""
+    x = RNG.normal(0, 1, (4, 1024)).astype(np.float32)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["c"]),
+             helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y0"])]
+    constants = {"sx": np.float32(1e-4), "zx": np.int16(0), "w": int8(1024, 8), "sw": np.float32(0.01),
+                 "zw": np.int8(0), "sy": np.float32(0.05), "zy": np.int8(0)}
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    (got,), (want,), program = run_both(m, {"x": x})
+    assert np.abs(got.astype(int) - want).max() <= 1
+    assert "REQUANTIZE" not in {op.op_type for op in program.graph.ops}
+
+
+def test_blocked_parameters_are_checked_too():
+    x = np.zeros((3, 4), np.float32)
+    m = model("QuantizeLinear", {"x": x}, {"s": np.array([[0.1, -0.1]] * 3, np.float32), "z": np.zeros((3, 2), np.uint8)},
+              ["x", "s", "z"], out=(np.uint8,), axis=1, block_size=2)
+    with pytest.raises(CompileError, match="scale 's' holds -0.1: a scale must be positive"):
+        compiled(m)
+
+
+def test_a_zero_point_of_another_type_than_its_tensor_is_refused():
+    q = np.zeros((2, 3), np.int8)
+    m = model("DequantizeLinear", {"q": q}, {"s": np.float32(0.1), "z": np.uint8(5)}, ["q", "s", "z"], out=(np.float32,))
+    with pytest.raises(CompileError, match="zero point 'z' is u8, but the tensor it goes with is i8"):
+        compiled(m)

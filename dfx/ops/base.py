@@ -389,7 +389,7 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
     "reverse": _bool,  # CUMSUM: summed from the end of the axis
     # QUANTIZED_ADD: each operand's and the result's quantization, [scale, zero point]
-    "a_quantization": lambda name, value: _quantization(name, value),
-    "b_quantization": lambda name, value: _quantization(name, value),
-    "quantization": lambda name, value: _quantization(name, value),
+    "a_quantization": _quantization,
+    "b_quantization": _quantization,
+    "quantization": _quantization,
 }

@@ -17,8 +17,9 @@ QLinearMatMul and MLAS's requantize do it (the sum converted to f32, multiplied,
 range the zero point leaves, rounded). QUANTIZE divides (QuantizeLinear, MLAS's quantize
 kernel); the two round x * (1 / s) and x / s apart, so each keeps its own. Saturation is to the
 range of `dtype`, the result's type. DEQUANTIZE's addend is the sum of two quantized tensors as
-QLinearAdd computes it, (a - za) * sa + (b - zb) * sb, then QUANTIZE by the result's scale: one
-op per operand, the second reading the first's result, so the sum is one kernel's epilogue.
+onnxruntime runs a QDQ model's Add, in float, (a - za) * sa + (b - zb) * sb, then QUANTIZE by the
+result's scale: one op per operand, the second reading the first's result, so the sum is one
+kernel's epilogue.
 
 QUANTIZED_ADD is QLinearAdd (com.microsoft) of two tensors of one shape as onnxruntime's AVX2
 kernel computes it, which is not the formula above: with the scale ratios ra = sa / sc and

@@ -277,7 +277,7 @@ def conv(n: Node) -> None:
 def convolve(n: Node, x: str, w: str, bias: str | None, out: int | None, result_dtype: str | None = None) -> str:
     """Conv's mapping on operands `x`, `w` and `bias` (the node's attributes), its result written
     to output `out` (None: an intermediate of `result_dtype`): a quantized convolution's too."""
-    d = _spatial(n, "Conv")
+    d = _spatial(n, n.op_type)
     kernel = list(n.shape(w)[2:])
     if len(kernel) != d:
         raise n.fail(f"weights {list(n.shape(w))} do not match the {d}-D input {list(n.shape(x))}")

@@ -49,16 +49,7 @@ def _parameters(n: Node, tensor: str, scale_input: int, zero_input: int, quantiz
     for name in (scale, zero):
         if len(n.shape(name)) > 1:
             raise n.fail(f"its scale and zero point must be scalars or 1-D, got {what} of shape {list(n.shape(name))}")
-    scale_value, zero_value = n.value(scale), n.value(zero)
-    if scale_value is not None and not (np.all(np.isfinite(scale_value)) and np.all(scale_value > 0)):
-        bad = scale_value.reshape(-1)[~(np.isfinite(scale_value) & (scale_value > 0)).reshape(-1)][0]
-        raise n.fail(f"scale {what} holds {bad:.6g}: a scale must be positive and finite")
-    if zero_value is not None:
-        low, high = (int(v) for v in (np.iinfo(numpy_dtype(quantized)).min, np.iinfo(numpy_dtype(quantized)).max))
-        outside = zero_value.reshape(-1)[(zero_value.reshape(-1) < low) | (zero_value.reshape(-1) > high)]
-        if outside.size:
-            raise n.fail(f"zero point '{n.proto.input[zero_input]}' holds {outside[0]}, outside {quantized}'s range "
-                         f"[{low}, {high}]")
+    _check_values(n, scale_input, zero_input, quantized)
     sizes = {int(np.prod(n.shape(name))) for name in (scale, zero)}
     if sizes == {1}:  # one per tensor
         return tuple(name if n.shape(name) == () else n.reshape(name, ()) for name in (scale, zero))
@@ -71,6 +62,25 @@ def _parameters(n: Node, tensor: str, scale_input: int, zero_input: int, quantiz
         raise n.fail(f"per-channel scale {what} has {max(sizes)} values, but '{tensor}' has {shape[axis]} along "
                      f"axis {axis}")
     return _along(n, scale, rank, axis), _along(n, zero, rank, axis)
+
+
+def _check_values(n: Node, scale_input: int, zero_input: int, quantized: str) -> None:
+    """A scale known here must be positive and finite; a zero point known here must lie in the
+    range of `quantized`, and be of that type, as ONNX has it."""
+    scale_value = n.value(scale_input)
+    if scale_value is not None and not (np.all(np.isfinite(scale_value)) and np.all(scale_value > 0)):
+        bad = scale_value.reshape(-1)[~(np.isfinite(scale_value) & (scale_value > 0)).reshape(-1)][0]
+        raise n.fail(f"scale '{n.proto.input[scale_input]}' holds {bad:.6g}: a scale must be positive and finite")
+    if not n.has(zero_input):
+        return
+    zero_value, name = n.value(zero_input), n.proto.input[zero_input]
+    if zero_value is not None:
+        info = np.iinfo(numpy_dtype(quantized))
+        outside = zero_value.reshape(-1)[(zero_value.reshape(-1) < info.min) | (zero_value.reshape(-1) > info.max)]
+        if outside.size:
+            raise n.fail(f"zero point '{name}' holds {outside[0]}, outside {quantized}'s range [{info.min}, {info.max}]")
+    if n.input_dtype(zero_input) != quantized:
+        raise n.fail(f"zero point '{name}' is {n.input_dtype(zero_input)}, but the tensor it goes with is {quantized}")
 
 
 def _quantized_type(n: Node, zero_input: int, default: str = "u8") -> str:
@@ -125,7 +135,8 @@ def quantize_linear(n: Node) -> None:
 
 def dequantize_linear(n: Node) -> None:
     if not is_integer(n.input_dtype(0)):
-        raise n.fail(f"dequantizes {n.input_dtype(0)}: the KPU's quantized types are integers")
+        raise n.fail(f"dequantizes a float tensor (held as {n.input_dtype(0)}): the KPU's quantized types are "
+                     "integers; float8 and float4 quantization is not supported")
     if n.int_attr("block_size", 0):
         _in_blocks(n, "DEQUANTIZE", n.input_dtype(0))
         return
@@ -142,8 +153,9 @@ def _in_blocks(n: Node, op_type: str, quantized: str, **attrs) -> None:
     if not -len(shape) <= axis < len(shape) or block < 0:
         raise n.fail(f"axis {axis} or block_size {block} does not fit the {len(shape)} dims of '{x}'")
     axis %= len(shape)
+    _check_values(n, 1, 2, quantized)
     blocks = shape[:axis] + [shape[axis] // block] + shape[axis + 1:]
-    if shape[axis] % block or list(n.shape(1)) != blocks:
+    if shape[axis] % block or list(n.shape(1)) != blocks or (n.has(2) and list(n.shape(2)) != blocks):
         raise n.fail(f"a scale of shape {list(n.shape(1))} does not give blocks of {block} of '{x}' {shape} along "
                      f"axis {axis} (the blocks must divide it)")
     split = shape[:axis] + [blocks[axis], block] + shape[axis + 1:]
@@ -227,7 +239,7 @@ def qlinear_matmul(n: Node) -> None:
 
 
 def qgemm(n: Node) -> None:
-    """com.microsoft QGemm: alpha * A' @ B' + C, C an int32 bias of scale a_scale * b_scale;
+    """com.microsoft QGemm: alpha * (A' @ B' + C), C an int32 bias of scale a_scale * b_scale;
     quantized by y_scale and y_zero_point where given, else the float result."""
     # A, a_scale, a_zero_point, B, b_scale, b_zero_point, C, y_scale, y_zero_point
     if n.rank(0) != 2 or n.rank(3) != 2:
@@ -241,13 +253,10 @@ def qgemm(n: Node) -> None:
     bias = [_bias(n, 6, _product_scale(n, 1, 4))] if n.has(6) else []
     attrs = {"transpose_b": True} if transpose_b else {}
     quantized = n.has(7)
+    out = None if quantized else 0
+    y = n.emit("MATMUL", [a, b, *bias], result_dtype="f32", out=out if alpha == 1 else None, **attrs)
     if alpha != 1:
-        y = n.emit("MATMUL", [a, b], result_dtype="f32", **attrs)
-        y = n.emit("MUL", [y, n.scalar(alpha, y)], result_dtype="f32")
-        if bias:
-            y = n.emit("ADD", [y, bias[0]], result_dtype="f32", out=None if quantized else 0)
-    else:
-        y = n.emit("MATMUL", [a, b, *bias], result_dtype="f32", out=None if quantized else 0, **attrs)
+        y = n.emit("MUL", [y, n.scalar(alpha, y)], result_dtype="f32", out=out)
     if quantized:
         _quantize_result(n, y, 7, 8)
 
@@ -259,8 +268,8 @@ def qlinear_add(n: Node) -> None:
     parameters = [n.value(i) for i in (1, 2, 4, 5, 6, 7)]
     if n.shape(0) == n.shape(3) and all(p is not None and p.size == 1 for p in parameters):
         dtype = _quantized_type(n, 7)
-        for tensor, scale, zero in ((n.x(0), 1, 2), (n.x(3), 4, 5), (n.x(0), 6, 7)):
-            _parameters(n, tensor, scale, zero, dtype)  # the checks
+        for scale, zero, quantized in ((1, 2, n.input_dtype(0)), (4, 5, n.input_dtype(3)), (6, 7, dtype)):
+            _check_values(n, scale, zero, quantized)
         (sa, za, sb, zb, sc, zc) = (p.reshape(-1)[0].item() for p in parameters)
         n.emit("QUANTIZED_ADD", [n.x(0), n.x(3)], out=0, a_quantization=[sa, za], b_quantization=[sb, zb],
                quantization=[sc, zc], dtype=dtype)

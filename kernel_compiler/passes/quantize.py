@@ -22,11 +22,11 @@ integers. A bias whose scale is not x_scale * w_scale, a B that is no constant, 
 channel of the activations: the pattern stays float, computed as written (DEQUANTIZE, the float
 op, QUANTIZE), never wrong, only slower.
 
-An op DQ sinks below (a TRANSPOSE, RESHAPE, MAXPOOL2D: one per-tensor scale > 0 keeps every
-value's place and order) then meets the QUANTIZE after it, and a pair with equal parameters is
+An op DQ sinks below (a TRANSPOSE, RESHAPE, SLICE, MAXPOOL2D: one per-tensor scale > 0 keeps
+every value's place and order; of constants, computed here) then meets the QUANTIZE after it, and a pair with equal parameters is
 the identity: a quantized max pool or flatten runs on the integers. ADD of two dequantized
-tensors is QLinearAdd's sum in f32, one DEQUANTIZE reading the other's result: one kernel,
-1 byte in and out. The last rule folds the DEQUANTIZE of weights no integer op took (a bias of
+tensors is a QDQ model's float Add as onnxruntime runs it, one DEQUANTIZE reading the other's
+result: one kernel, 1 byte in and out. The last rule folds the DEQUANTIZE of weights no integer op took (a bias of
 another scale, a float op between Q and DQ) into float constants, as the model's own float
 computation of them.
 """
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dfx import Op, is_integer, narrowest_integer, numpy_dtype
+from dfx import Op, is_integer, lookup, narrowest_integer, numpy_dtype
 from dfx.ops.window import weight_layout
 
 from .rewrite import Match, Pat, Rule
@@ -89,6 +89,21 @@ def _output_channels(op: Op, attrs: dict, weights: np.ndarray) -> tuple[int, tup
     return out_axis, tuple(k for k in range(weights.ndim) if k != out_axis)
 
 
+def _zero_point_folded(op: Op, bias: np.ndarray, weight_sums: np.ndarray, zero_x: int) -> tuple[np.ndarray, dict]:
+    """The sums of (x - zx) w as those of x w: the bias less zx times each output channel's weight
+    sum, and a convolution's padding holding zx (the real 0 it stands for)."""
+    return bias - zero_x * weight_sums, ({"pad_value": zero_x} if op.op_type == "CONV2D" else {})
+
+
+def _fits_int32(x_dtype: str, weights: np.ndarray, reduced: tuple[int, ...], bias: np.ndarray) -> bool:
+    """Every sum of x times the weights over a window, plus the bias, stays inside int32 whatever
+    values of its dtype x holds (an i16 x over a long K may not: the integer form would wrap)."""
+    info = np.iinfo(numpy_dtype(x_dtype))
+    largest = max(-int(info.min), int(info.max))
+    worst = largest * np.abs(weights.astype(np.int64)).sum(axis=reduced) + np.abs(bias.astype(np.int64))
+    return bool(worst.max(initial=0) < 2**31) and narrowest_integer(weights) is not None
+
+
 def _integer_contraction(m: Match) -> Op | None:
     op, attrs = m.producer("y"), m.attrs("y")
     x_parts, w_parts = _dequantized(m, op.inputs[0]), _dequantized(m, op.inputs[1])
@@ -122,15 +137,14 @@ def _integer_contraction(m: Match) -> Op | None:
                 or not np.allclose(_per_channel(b_scale, channels), product, rtol=1e-6, atol=0):
             return None
         bias = _per_channel(b_q, channels).astype(np.int64)
-    bias = bias - int(zero_x) * weights.sum(axis=reduced)
-    if np.abs(bias).max(initial=0) >= 2**31:
+    bias, extra = _zero_point_folded(op, bias, weights.sum(axis=reduced), int(zero_x))
+    if not _fits_int32(m.graph.tensors[x].dtype, weights, reduced, bias):
         return None
     rank = len(m.shape("y"))
     result_axis = (1 if attrs["layout"] == "NCHW" else rank - 1) if op.op_type == "CONV2D" else rank - 1
     multiplier = (product / np.float32(scale_y)).astype(np.float32)
     multiplier = multiplier.reshape([channels] + [1] * (rank - 1 - result_axis)) if channels > 1 else \
         multiplier.reshape(())
-    extra = {"pad_value": int(zero_x)} if op.op_type == "CONV2D" else {}
     sums = m.op("integer", op.op_type, x, m.constant("integer_weights", weights, narrowest_integer(weights)),
                 m.constant("integer_bias", bias, "i32"), result_dtype="i32", **{**op.attrs, **extra})
     return m.replace("REQUANTIZE", sums, m.constant("multiplier", multiplier, "f32"), m["zy"], dtype=m.dtype("zy"))
@@ -143,8 +157,8 @@ def _offset_folded(m: Match) -> Op | None:
     op, attrs = m.root, m.attrs("root")
     x, w = m["x"], m["w"]
     zero_x, weights = _scalar(m, m["zx"]), _constant(m, w)
-    if weights is None or not is_integer(m.graph.tensors[x].dtype) or not is_integer(m.graph.tensors[w].dtype) \
-            or m.dtype("root") != "i32" or m.shape("zx") not in ((), (1,)):
+    if weights is None or not all(is_integer(m.dtype(t)) for t in ("x", "w", "zx")) \
+            or m.dtype("root") != "i32" or m.shape("zx") not in ((), (1,)) or attrs.get("pad_value", 0) != 0:
         return None
     axes = _output_channels(op, attrs, weights)
     bias = _constant(m, m["b"]) if "b" in m else np.zeros(1, np.int64)
@@ -157,8 +171,9 @@ def _offset_folded(m: Match) -> Op | None:
         correction = m.op("offset", "MUL", m["zx"], m.constant("weight_sums", weight_sums, "i32"), result_dtype="i32")
         sums = m.op("integer", "MATMUL", x, w, *([m["b"]] if "b" in m else []), result_dtype="i32", **op.attrs)
         return m.replace("SUB", sums, correction)
-    bias = bias.astype(np.int64).reshape(-1) - int(zero_x) * weight_sums
-    extra = {"pad_value": int(zero_x)} if op.op_type == "CONV2D" else {}
+    bias, extra = _zero_point_folded(op, bias.astype(np.int64).reshape(-1), weight_sums, int(zero_x))
+    if not _fits_int32(m.dtype("x"), weights, axes[1], bias):
+        return None
     return m.replace(op.op_type, x, w, m.constant("offset_bias", bias, "i32"), **{**op.attrs, **extra})
 
 
@@ -168,7 +183,13 @@ def _sunk(m: Match) -> Op | None:
     scale = _scalar(m, s)
     if scale is None or scale <= 0 or _scalar(m, z) is None:
         return None
-    moved = m.op("integers", m.root.op_type, q, **m.root.attrs)
+    values = _constant(m, q)
+    if values is not None:  # weights behind a layout op: moved here, so the integer rules see a constant
+        opdef = lookup(m.root.op_type)
+        (moved_values,) = opdef.reference([values], opdef.normalize_attrs(m.root.attrs), [m.dtype("q")])
+        moved = m.constant("integers", moved_values, m.dtype("q"))
+    else:
+        moved = m.op("integers", m.root.op_type, q, **m.root.attrs)
     return m.replace("DEQUANTIZE", moved, s, z)
 
 
@@ -193,8 +214,6 @@ def _with_addend(m: Match) -> Op | None:
 
 def _folded(m: Match) -> str | None:
     """DEQUANTIZE of constants: its value, computed here by the registry's reference."""
-    from dfx import lookup
-
     values = [_constant(m, t) for t in m.root.inputs]
     if any(v is None for v in values):
         return None
@@ -220,7 +239,7 @@ QUANTIZE: list[Rule] = [
     (Pat(MOVES, Pat("DEQUANTIZE", _q, _s, _z)), _sunk),
     # QUANTIZE(DQ(q, s, z), s, z) -> q
     (Pat("QUANTIZE", Pat("DEQUANTIZE", _q, _s, _z), Pat(name="s2"), Pat(name="z2"), name="root"), _identity),
-    # ADD(DQ(b), t) -> DQ(b, t): QLinearAdd's sum, one kernel
+    # ADD(DQ(b), t) -> DQ(b, t): the float Add of a QDQ model, one kernel
     (Pat("ADD", Pat("DEQUANTIZE", _q, _s, _z), Pat(name="t"), name="root"), _with_addend),
 ]
 
