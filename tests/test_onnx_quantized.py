@@ -188,21 +188,29 @@ def test_a_zero_point_outside_its_type_is_exit_2_in_one_line(tmp_path):
         f"error: {path}: node 'node' (DequantizeLinear): zero point 'z' holds -5, outside u8's range [0, 255]"]
 
 
+def qdq_model(contraction: onnx.NodeProto, x: np.ndarray, constants: dict[str, np.ndarray], **weight_attrs
+              ) -> onnx.ModelProto:
+    """x quantized and dequantized (sx, zx), the weights w dequantized (sw, zw; `weight_attrs`),
+    `contraction` of the two ("xd", "wd" -> "c"), its result quantized (sy, zy) as output y0: the
+    QDQ form the quantization tool writes."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], **weight_attrs),
+             contraction,
+             helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y0"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
 def test_weights_quantized_along_their_input_channels_stay_float():
     """A QDQ convolution whose weight scales run along the input channels (axis 1, as many as the
     outputs here) has no requantize of its sums: the pass leaves it as written, in float."""
     x, w = RNG.normal(0, 1, (1, 8, 5, 5)).astype(np.float32), int8(8, 8, 3, 3)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"], axis=1),
-             helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y0"])]
     constants = {"sx": np.float32(0.02), "zx": np.int8(3), "w": w, "sw": RNG.uniform(0.001, 0.01, 8).astype(np.float32),
                  "zw": np.zeros(8, np.int8), "sy": np.float32(0.2), "zy": np.int8(-2)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m = qdq_model(helper.make_node("Conv", ["xd", "wd"], ["c"], pads=[1, 1, 1, 1]), x, constants, axis=1)
     (got,), (want,), program = run_both(m, {"x": x})
     assert np.abs(got.astype(int) - want).max() <= 1
     assert "REQUANTIZE" not in {op.op_type for op in program.graph.ops}
@@ -223,17 +231,9 @@ def test_16_bit_sums_that_could_pass_int32_stay_float():
     """i16 activations over K = 1024: their integer sums could leave int32, so the pass leaves the
     QDQ MatMul as written, in float, within a step of onnxruntime."""
     x = RNG.normal(0, 1, (4, 1024)).astype(np.float32)
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "sx", "zx"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["w", "sw", "zw"], ["wd"]),
-             helper.make_node("MatMul", ["xd", "wd"], ["c"]),
-             helper.make_node("QuantizeLinear", ["c", "sy", "zy"], ["y0"])]
     constants = {"sx": np.float32(1e-4), "zx": np.int16(0), "w": int8(1024, 8), "sw": np.float32(0.01),
                  "zw": np.int8(0), "sy": np.float32(0.05), "zy": np.int8(0)}
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
-                              [numpy_helper.from_array(np.asarray(v), k) for k, v in constants.items()])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m = qdq_model(helper.make_node("MatMul", ["xd", "wd"], ["c"]), x, constants)
     (got,), (want,), program = run_both(m, {"x": x})
     assert np.abs(got.astype(int) - want).max() <= 1
     assert "REQUANTIZE" not in {op.op_type for op in program.graph.ops}
