@@ -14,7 +14,7 @@ tile, or a window (`offset`) reaching past its tensor, holds only the part insid
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 
 def condition(expr: str) -> tuple[str, int]:
@@ -202,22 +202,32 @@ class Kernel:
         return out
 
     def rows_loop(self) -> TileLoop | None:
-        """The outermost loop of more than one trip: the one a kernel of a chain steps the rows of
-        its links by, band after band."""
+        """The outermost loop of more than one trip: the one a kernel of a chain steps its links
+        by, band after band (bands of rows, or of channels)."""
         return next((l for l in self.tile_loops if l.trip_count > 1), None)
 
-    def off_rows(self, tensor: str) -> tuple[DataMove, TileRef] | None:
-        """The first move (and its end) of `tensor` at the tensor's home, its EXTERNAL side or a
-        plain L3 tile, that indexes dim 1 by another loop than `rows_loop` (None: there is none)."""
-        rows = self.rows_loop()
+    def _at_home(self, tensor: str) -> Iterator[tuple[DataMove, TileRef]]:
+        """The moves (and their ends) of `tensor` at its home: its EXTERNAL side or a plain L3 tile."""
         for op in self.body:
             if not isinstance(op, DataMove) or op.move_type == "VIEW":
                 continue
             for ref in (op.source, op.destination):
-                at_home = ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)
-                if ref.tensor == tensor and at_home and ref.tile_indices[1] != (rows.induction_var if rows else None):
-                    return op, ref
-        return None
+                if ref.tensor == tensor and (ref.level == "EXTERNAL" or (ref.level == "L3" and ref.padding is None)):
+                    yield op, ref
+
+    def band_dim(self, tensor: str) -> int | None:
+        """The dim of `tensor` that `rows_loop` steps at its home (the first such move's): 1, rows,
+        or the last, channels, for a chain's link; None where no move there indexes it so."""
+        rows = self.rows_loop()
+        return next((ref.tile_indices.index(rows.induction_var) for _, ref in self._at_home(tensor)
+                     if rows is not None and rows.induction_var in ref.tile_indices), None)
+
+    def off_band(self, tensor: str, dim: int) -> tuple[DataMove, TileRef] | None:
+        """The first move (and its end) of `tensor` at its home that indexes `dim` by another loop
+        than `rows_loop` (None: there is none)."""
+        rows = self.rows_loop()
+        return next(((op, ref) for op, ref in self._at_home(tensor)
+                     if ref.tile_indices[dim] != (rows.induction_var if rows else None)), None)
 
     def carried_reads(self) -> dict[int, int]:
         """The moves that read what a later op of the body wrote on an earlier step of their

@@ -262,7 +262,7 @@ def validate_program(program: Program, where: str) -> None:
 
     for name in graph_ops:
         fail(f"graph op '{name}'", "has no kernel")
-    problem = _rows_problem(program, links)
+    problem = _bands_problem(program, links)
     if problem:
         fail(*problem)
 
@@ -270,8 +270,8 @@ def validate_program(program: Program, where: str) -> None:
 def _chain_links(program: Program, fail) -> dict[str, set[str]]:
     """Each link tensor (written by a kernel of a chain, read by a later one) -> the names of its
     chain's kernels, once the chains are as the loader runs them: consecutive kernels, each after
-    the first reading a result of the one before it, their links kept in L3 for them alone, one
-    image along dim 0, and a ring only on a link."""
+    the first reading a result of the one before it, their links read by them alone (kept in L3,
+    or passing through external memory), one image along dim 0, and a ring only on a link."""
     position = {k.name: i for i, k in enumerate(program.kernels)}
     chain_of: dict[str, str] = {}
     links: dict[str, set[str]] = {}
@@ -293,8 +293,6 @@ def _chain_links(program: Program, fail) -> dict[str, set[str]]:
         made = {t for k in members[:-1] for t in k.outputs}
         for t in sorted(made & {t for k in members[1:] for t in k.inputs}):
             tensor = program.graph.tensors[t]
-            if tensor.home != "L3":
-                fail(place, f"link '{t}' has no home in L3: a chain's kernels pass their links on chip")
             outside = [k.name for k in program.kernels if t in k.inputs and k.name not in chain]
             if outside:
                 fail(place, f"link '{t}' is read by kernel '{outside[0]}', which is not in the chain")
@@ -309,23 +307,31 @@ def _chain_links(program: Program, fail) -> dict[str, set[str]]:
     return links
 
 
-def _rows_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, str] | None:
-    """Why a chain's kernels would not go by rows (None if they do): each move that reads or
-    writes a link at its home (its EXTERNAL side, or its plain L3 tile) indexes dim 1 by the
-    outermost loop of more than one trip, so each compute tile visits the rows in order, band
-    by band (loops step upward)."""
-    chained = {name for chain in program.chains for name in chain}
-    for k in (k for k in program.kernels if k.name in chained):
-        for tensor in sorted(t for t, kernels in links.items() if k.name in kernels):
-            found = k.off_rows(tensor)
+def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, str] | None:
+    """Why a chain's kernels would not go by bands of a link (None if they do): each move that
+    reads or writes a link at its home (its EXTERNAL side, or its plain L3 tile) indexes the
+    link's band dim, the one its writer's outermost loop of more than one trip steps (rows, dim
+    1, or channels, the last), by the outermost loop of more than one trip, so each compute tile
+    visits the bands in order (loops step upward). A ring holds rows: its link goes by rows."""
+    writer = {t: k for k in program.kernels for t in k.outputs}
+    for tensor in sorted(links):
+        dim = writer[tensor].band_dim(tensor) if tensor in writer else None
+        chain = next(c for c in program.chains if links[tensor] <= set(c))
+        place = f"chain [{', '.join(chain)}]"
+        if dim not in (1, len(program.graph.tensors[tensor].shape) - 1):
+            return place, (f"link '{tensor}' goes by no band of rows or channels: its writer's outermost loop of more "
+                           f"than one trip indexes neither dim 1 nor the last at its home")
+        if dim != 1 and program.graph.tensors[tensor].ring is not None:
+            return place, f"link '{tensor}' goes by channels, but its home is a ring, which holds rows"
+        for k in (k for k in program.kernels if k.name in links[tensor]):
+            found = k.off_band(tensor, dim)
             if found is None:
                 continue
             (op, ref), rows = found, k.rows_loop()
-            chain = next(c for c in program.chains if k.name in c)
             outer = f"'{rows.induction_var}'" if rows is not None else "none: it has no loop of more than one trip"
-            return (f"chain [{', '.join(chain)}]", f"kernel '{k.name}' op {op.op_id} moves link "
-                    f"'{ref.tensor}' at {ref.level} by '{ref.tile_indices[1]}' along dim 1; a chain's "
-                    f"kernels go by rows, the outermost loop of more than one trip ({outer})")
+            return place, (f"kernel '{k.name}' op {op.op_id} moves link '{ref.tensor}' at {ref.level} by "
+                           f"'{ref.tile_indices[dim]}' along dim {dim}; a chain's kernels go by its bands, the "
+                           f"outermost loop of more than one trip ({outer})")
     return None
 
 

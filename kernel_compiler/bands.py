@@ -146,10 +146,13 @@ def channel_splits(dim: int) -> list[int]:
     return [dim] + [1 << j for j in range((dim - 1).bit_length() - 1, -1, -1)]
 
 
-def tallest(p: Layer, fit: Callable[[int, int], bool], rows_share: float = 1.0) -> tuple[int, int] | None:
-    """(R, C) of the tallest output tiles that fit, at most `rows_share` of the rows, as wide as
-    fit (a binary search on R: fitting only shrinks as R grows); None where none fits."""
-    most = max(1, math.ceil(p.OH * rows_share))
+def tallest(p: Layer, fit: Callable[[int, int], bool], target: Target) -> tuple[int, int] | None:
+    """(R, C) of the tallest output tiles that fit, at most the target's `rows_share` of the rows,
+    as wide as fit (a binary search on R: fitting only shrinks as R grows), or the whole image
+    alone for a target that asks for it; None where none fits."""
+    if target.whole_image:
+        return (p.OH, p.OW) if fit(p.OH, p.OW) else None
+    most = max(1, math.ceil(p.OH * target.rows_share))
     for C in widths(p.OW):
         R = bisect.bisect_left(range(1, most + 1), True, key=lambda R: not fit(R, C))
         if R:

@@ -1,11 +1,16 @@
 """Chains: consecutive sliding-window kernels that the loader runs at once, band by band, so the
-intermediates between them (their links) never cross the external memory link.
+units of one work under those of the next and the intermediates between them (their links) need
+not cross the external memory link.
 
 A convolution writes its result band of rows by band of rows, and the window op after it needs,
 for its next band of output rows, only those input rows and their halo. Run together and
 interleaved by rows (`Program.chains`), the two never need the whole intermediate: its home in
 L3 may hold a ring of rows (`Tensor.ring`, row r in slot r mod ring) that the writer refills as
-the reader moves down. This pass runs after lowering, before the homes and the barriers:
+the reader moves down. A pointwise convolution holding the whole image writes its result tile of
+output channels by tile, and a depthwise op after it needs, for a chunk of its channels, only
+those: interleaved by channels, the depthwise works on the vector unit while the pointwise goes
+on on the array, the link whole in L3 or passing through external memory. This pass runs after
+lowering, before the homes and the barriers:
 
 - Which kernels may chain: consecutive fusion groups, each anchored on a sliding-window op
   (`WINDOWED`, with its epilogue), each after the first taking as its window input the result of
@@ -13,15 +18,17 @@ the reader moves down. This pass runs after lowering, before the homes and the b
 - The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
   again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
   shares cut member by member (the cut that frees the most room for the least cost first) until
-  all their buffers and the links' homes fit the target together. A member must go by rows: the
-  outermost loop of more than one trip indexes the rows of its links, stepping upward.
-- Each link's ring: the rows the reader's bands span on every compute tile at once, plus the
-  rows the writer's next bands write on every compute tile (so neither waits on the other for
-  room); the whole tensor where that is all of its rows.
+  all their buffers and the links' homes fit the target together. A member must go by bands of
+  its links: its outermost loop of more than one trip indexes their rows (or, the whole image in
+  one tile, their channels), stepping upward; one writing a link, in more bands than there are
+  compute tiles.
+- Each link's ring (by rows): the rows the reader's bands span on every compute tile at once,
+  plus the rows the writer's next bands write on every compute tile (so neither waits on the
+  other for room); the whole tensor where that is all of its rows, or by channels.
 - Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
   the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
   bytes moved at each level), a chain's members as tiled for their shares and without their
-  links' external-memory bytes, each chain paying by more than `TIE`.
+  links' external-memory bytes where the links stay on chip, each chain paying by more than `TIE`.
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ from .tiling import link_busy
 WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D"})
 SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
 # the share of its output rows a member's tiles may hold: less only where with all of them it
-# takes the whole image in one band (a 14 x 14 depthwise does), so it goes by rows
-ROWS = (1, 1 / 2, 1 / 4, 1 / 8)
+# takes the whole image in one band (a 14 x 14 depthwise does), so it goes by rows; None: the
+# whole image in one tile, so it goes by bands of channels
+ROWS = (1, 1 / 2, 1 / 4, 1 / 8, None)
+BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # a ring holding the rows the writer and the reader work on this many times over, where that
@@ -70,12 +79,13 @@ class Rung:
 @dataclass(frozen=True)
 class Plan:
     """A chain as it would run: its members' shares of the target and each link's ring (None: the
-    whole tensor)."""
+    whole tensor), its links on chip or passing through external memory band by band."""
 
     first: int  # its first kernel's position
     shares: tuple[tuple[int, int, int], ...]  # each member's (`Planner`)
     rings: dict[str, int | None]
     usage: Usage  # the members' (`together`)
+    on_chip: bool = True
 
 
 @dataclass(frozen=True)
@@ -109,16 +119,16 @@ def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str |
     return t.name
 
 
-def share_of(target: Target, near: float, l3: float, rows: float = 1.0) -> Target:
+def share_of(target: Target, near: float, l3: float, rows: float | None = 1.0) -> Target:
     """The target with `near` of every L1 and L2 bank's bytes and `l3` of L3's (in whole lines),
-    its window ops' tiles at most `rows` of their output rows."""
+    its window ops' tiles at most `rows` of their output rows (None: the whole image)."""
     line = target.line_bytes
 
     def part(level: Level, share: float) -> Level:
         return Level(level.banks, int(level.bank_bytes * share) // line * line)
 
     return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3),
-                               rows_share=rows)
+                               rows_share=rows or 1.0, whole_image=rows is None)
 
 
 def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
@@ -147,7 +157,7 @@ class Usage:
 
 
 def together(usages: list[Usage]) -> Usage:
-    """A chain's members: the loader runs them at once, interleaved by rows, so each kind of
+    """A chain's members: the loader runs them at once, interleaved by bands, so each kind of
     engine does all their work and the kinds overlap; their pJ add up."""
     busy = tuple(map(sum, zip(*(u.busy for u in usages))))
     return Usage(max(busy), sum(u.pj for u in usages), busy)
@@ -190,6 +200,13 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]), busy)
 
 
+def _rank(u: Usage, objective: str) -> tuple[float, float, float]:
+    """How plans of one chain rank: by the objective's figure, then by the work of all the
+    engines (the figure counts the busiest kind alone, but the others wait on each other too),
+    then by pJ."""
+    return figure(u, objective), sum(u.busy), u.pj
+
+
 def figure(u: Usage | Way, objective: str) -> float:
     """What the target's objective ranks by: cycles, pJ, or their product."""
     return {"latency": u.cycles, "energy": u.pj, "edp": u.pj * u.cycles}[objective]
@@ -206,11 +223,11 @@ def _band(kernel: Kernel, tensor: str, written: bool) -> tuple[int, int]:
     raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' at external memory")
 
 
-def goes_by_rows(kernel: Kernel, tensor: str) -> bool:
+def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
-    side, or a plain L3 tile) indexes its rows by the outermost loop of more than one trip (loops
-    step upward): the order a chain's kernels visit the rows of a link in."""
-    return kernel.rows_loop() is not None and kernel.off_rows(tensor) is None
+    side, or a plain L3 tile) indexes its `dim` by the outermost loop of more than one trip (loops
+    step upward): the order a chain's kernels visit the bands of a link in."""
+    return kernel.rows_loop() is not None and kernel.off_band(tensor, dim) is None
 
 
 def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:
@@ -310,50 +327,60 @@ class Planner:
         """Kernels first .. last chained, each tiled for the whole target."""
         return together([self.usage(i, WHOLE, (i > first, i < last)) for i in range(first, last + 1)])
 
-    def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> bool:
-        """Whether kernel i lowered for `share` goes by the rows of its links."""
+    def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> bool:
+        """Whether kernel i lowered for `share` goes by bands along `dim` of its links, and, where
+        it writes one, in more bands than there are compute tiles (else, dealt one to each, they
+        all end at once and the reader waits for the whole link)."""
         r = self.rung(i, share)
-        return r is not None and all(goes_by_rows(r.kernel, t)
-                                     for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked)
+        return r is not None and all(goes_along(r.kernel, t, dim)
+                                     for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
+            and (not ends[1] or r.kernel.rows_loop().trip_count > self.target.compute_tiles)
 
-    def _first(self, i: int, ends: tuple[bool, bool]) -> tuple[int, int, int] | None:
-        """The largest equal shares of every level for which kernel i goes by the rows of its
-        links, with the largest share of its rows for which any does."""
-        return next(((s, s, r) for r in range(len(ROWS)) for s in range(len(SHARES))
-                     if self._usable(i, (s, s, r), ends)), None)
+    def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
+        """The largest equal shares of every level for which kernel i goes by bands along `dim`
+        of its links: by rows, with the largest share of its rows for which any does; by
+        channels, holding the whole image."""
+        rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
+        return next(((s, s, r) for r in rows for s in range(len(SHARES)) if self._usable(i, (s, s, r), ends, dim)),
+                    None)
 
-    def _cuts(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> list[tuple[int, int, int]]:
-        """The next smaller shares, of L1 and L2, of L3, or of both alike, for which kernel i goes
-        by the rows of its links."""
+    def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
+               way: int = 1) -> list[tuple[int, int, int]]:
+        """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, for
+        which kernel i goes by bands along `dim` of its links."""
         out = []
-        for step in ((1, 0), (0, 1), (1, 1)):
+        for step in ((way, 0), (0, way), (way, way)):
             cut = share
-            while max((cut := (cut[0] + step[0], cut[1] + step[1], cut[2]))[:2]) < len(SHARES):
+            while 0 <= min((cut := (cut[0] + step[0], cut[1] + step[1], cut[2]))[:2]) \
+                    and max(cut[:2]) < len(SHARES):
                 if self.rung(i, cut) is None:
                     break  # no tiling fits: none fits less either
-                if self._usable(i, cut, ends):
+                if self._usable(i, cut, ends, dim):
                     out.append(cut)
                     break
         return out
 
     def plan(self, first: int, last: int) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
-        going by rows: with rings of `RING_DEPTH` times the rows in flight where that costs no
-        more than the objective's `TIE`, else of them once (`_fitted`)."""
-        once = self._fitted(first, last, 1)
-        deep = self._fitted(first, last, RING_DEPTH) if once is not None else None
-        if deep is not None and figure(deep.usage, self.target.objective) <= \
-                figure(once.usage, self.target.objective) * (1 + TIE):
-            return deep
-        return once
+        going by bands: of rows, with rings of `RING_DEPTH` times the rows in flight where that
+        costs no more than the objective's `TIE`, else of them once; or of channels, each member
+        holding the whole image, the links whole (`_fitted`). The one of lower figure."""
+        objective = self.target.objective
+        once = self._fitted(first, last, BY_ROWS, 1)
+        deep = self._fitted(first, last, BY_ROWS, RING_DEPTH) if once is not None else None
+        if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
+            once = deep
+        ways = [once, self._fitted(first, last, BY_CHANNELS, 1), self._fitted(first, last, BY_CHANNELS, 1, False)]
+        return min((p for p in ways if p is not None), key=lambda p: figure(p.usage, objective), default=None)
 
-    def _fitted(self, first: int, last: int, depth: int) -> Plan | None:
-        """Kernels first .. last as one chain with rings `depth` times the rows in flight. From
-        each member's largest usable share, cut a level of the member whose cut frees the most
-        room for the least it adds to the objective's figure, until everything fits."""
+    def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True) -> Plan | None:
+        """Kernels first .. last as one chain going by bands along `dim` of its links, rings (by
+        rows) `depth` times the rows in flight, the links on chip or through external memory.
+        From each member's largest usable share, cut a level of the member whose cut frees the
+        most room for the least it adds to the objective's figure, until everything fits."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
-        shares = [self._first(i, e) for i, e in zip(members, ends)]
+        shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
         if None in shares:
             return None
         line = self.target.line_bytes
@@ -362,9 +389,11 @@ class Planner:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
             rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],
-                               self.target.compute_tiles, depth) for i, a, b in zip(members, rungs, rungs[1:])]
-            homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line for i, n in zip(members, rings))
-            took = together([self.usage(i, s, e) for i, s, e in zip(members, shares, ends)])
+                               self.target.compute_tiles, depth) if dim == BY_ROWS else None
+                     for i, a, b in zip(members, rungs, rungs[1:])]
+            homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line
+                        for i, n in zip(members, rings)) if on_chip else 0
+            took = together([self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)])
             return rings, _overflow(rungs, homes, self.target), took
 
         rings, over, took = state(shares)
@@ -372,17 +401,31 @@ class Planner:
         while over > 0:
             moves = []
             for m, (i, e) in enumerate(zip(members, ends)):
-                for cut in self._cuts(i, shares[m], e):
+                for cut in self._steps(i, shares[m], e, dim):
                     trial = shares[:m] + [cut] + shares[m + 1:]
                     _, after, costs = state(trial)
-                    if after < over:
-                        added = figure(costs, objective) - figure(took, objective)
-                        moves.append((max(added, 0.0) / (over - after), after, trial))
+                    if after < over:  # the least added per room freed; of equals, the least work added
+                        # to the engines (what is not the bottleneck may become it), then the least energy
+                        added = (figure(costs, objective) - figure(took, objective), sum(costs.busy) - sum(took.busy),
+                                 costs.pj - took.pj)
+                        moves.append((*(max(x, 0.0) / (over - after) for x in added), after, trial))
             if not moves:
                 return None
-            shares = min(moves, key=lambda move: move[:2])[2]
+            shares = min(moves, key=lambda move: move[:4])[4]
             rings, over, took = state(shares)
-        return Plan(first, tuple(shares), {self.links[i]: n for i, n in zip(members, rings)}, took)
+        while True:  # then give back what a member may take again beside the others, where it pays
+            grown = []
+            for m, (i, e) in enumerate(zip(members, ends)):
+                for more in self._steps(i, shares[m], e, dim, -1):
+                    trial = shares[:m] + [more] + shares[m + 1:]
+                    _, after, costs = state(trial)
+                    if after == 0 and _rank(costs, objective) < _rank(took, objective):
+                        grown.append((_rank(costs, objective), trial))
+            if not grown:
+                break
+            shares = min(grown)[1]
+            rings, over, took = state(shares)
+        return Plan(first, tuple(shares), {self.links[i]: n for i, n in zip(members, rings)}, took, on_chip)
 
     def chains(self) -> list[Plan]:
         """The cut of the kernels into chains and single kernels with the lowest figure of the
@@ -421,7 +464,7 @@ def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
     for plan in plans:
         for i, share in enumerate(plan.shares, plan.first):
             kernels[i] = dataclasses.replace(planner.lowered(i, share), depends_on=kernels[i].depends_on)
-        for t, ring in plan.rings.items():
+        for t, ring in plan.rings.items() if plan.on_chip else ():
             tensors[t] = dataclasses.replace(tensors[t], home="L3", ring=ring)
     chains = [[k.name for k in kernels[plan.first:plan.first + len(plan.shares)]] for plan in plans]
     links = frozenset(t for plan in plans for t in plan.rings)

@@ -213,7 +213,7 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
                     continue  # with one chunk, a chunk is all the channels
                 if not _could_fit(least, target, narrowest_C, Tn, Tc, holding):
                     continue  # not even one row of the narrowest tiles fits: none of these channels does
-                found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target.rows_share)
+                found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
                 if found is None:
                     continue
                 R, C = found

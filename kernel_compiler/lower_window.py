@@ -104,7 +104,7 @@ def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
     holdings = (True, False) if p.weights is not None or p.bias_bytes else (False,)
     channel_tiles = [p.Ci] if p.multiplier > 1 else channel_splits(p.Ci)
     return [WindowTiling(*found, Tc, whole) for whole in holdings for Tc in channel_tiles
-            if (found := tallest(p, lambda R, C: _fits(p, WindowTiling(R, C, Tc, whole), target), target.rows_share))]
+            if (found := tallest(p, lambda R, C: _fits(p, WindowTiling(R, C, Tc, whole), target), target))]
 
 
 def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:

@@ -2,9 +2,10 @@
 
 Each member after the first reads rows of a result of the one before it (a link tensor) while
 they are written, from the link's home in L3: all of it, or a ring of `ring` rows (row r in slot
-r mod ring). The validator has made every move that reads or writes a link at its home go by
-rows: dim 1 indexed by the kernel's outermost loop, so each compute tile visits the rows in
-increasing order, band by band.
+r mod ring); or from external memory, where it has no home. The validator has made every move
+that reads or writes a link at its home go by its bands: its band dim (rows, dim 1, or
+channels, the last: `Kernel.band_dim`) indexed by the kernel's outermost loop, so each compute
+tile visits them in increasing order. Below, "rows" are a link's slices along its band dim.
 
 Binding: each member is bound on its own, then its buffers are moved off those of the members
 before it (`away_from_chain`), since all of them live at once.
@@ -182,8 +183,9 @@ class Link:
 
     tensor: str
     writer: str  # the member that writes it
+    dim: int  # what its bands are of: rows (dim 1) or channels (the last dim)
     ring: int | None  # rows its home holds; None: all (or it stays in external memory)
-    row_elements: int  # elements of one row along dim 1
+    row_elements: int  # elements of one row (one channel, for a link by channels)
     covered: dict[int, int] = field(default_factory=dict)  # row -> elements the writer's issued moves wrote
     writers: dict[int, set[int]] = field(default_factory=dict)  # row -> tasks that wrote it
     readers: dict[int, set[int]] = field(default_factory=dict)  # row -> tasks that read it out of the ring
@@ -278,14 +280,15 @@ class _Span:
                      tuple(ref.step or ref.tile_shape), tuple(ref.tile_shape), shape)
 
     def at(self, env: dict[str, int]) -> tuple[int, int, int]:
-        """The rows [a, b) the tile covers at these loop values, and its elements."""
+        """The rows [a, b) (channels, for a link by channels) the tile covers at these loop
+        values, and its elements."""
         elements, rows = 1, (0, 0)
         for axis, (index, offset, step, extent, dim) in enumerate(zip(self.indices, self.offsets, self.steps,
                                                                       self.extents, self.shape)):
             start = offset + env.get(index, 0) * step
             low, high = max(start, 0), min(start + extent, dim)
             elements *= max(high - low, 0)
-            if axis == 1:
+            if axis == self.link.dim:
                 rows = (low, max(high, low))
         return rows[0], rows[1], elements
 
@@ -323,9 +326,9 @@ def _links(program: Program, members: list[int], bindings: list[Binding]) -> dic
     for k in kernels:
         for t in k.outputs:
             if any(t in later.inputs for later in kernels[kernels.index(k) + 1:]):
-                tensor = program.graph.tensors[t]
+                tensor, dim = program.graph.tensors[t], k.band_dim(t)
                 ring = tensor.ring if t in kept and tensor.ring is not None and tensor.ring < tensor.shape[1] else None
-                out[t] = Link(t, k.name, ring, tensor.size // max(tensor.shape[1], 1))
+                out[t] = Link(t, k.name, dim, ring, tensor.size // max(tensor.shape[dim], 1))
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from dfx import ObjectFileError, Program, dumps, loads
 from hardware import load_machine
-from kernel_compiler.compile import graph_passes, lower_kernels
+from kernel_compiler.compile import compile_graph, graph_passes, lower_kernels
 from kernel_compiler.residency import keep_on_chip
 from kernel_compiler.synchronise import synchronise
 from kernel_compiler.target import Level, load_target
@@ -114,6 +114,48 @@ def test_a_chain_runs_its_kernels_band_by_band_with_the_link_in_a_ring():
     assert np.array_equal(got_alone["t1"], got["t1"])
 
 
+# a pointwise 1x1 of 14 x 14 x 256 into 512 channels, then a depthwise 3x3 on its result: the
+# compiler chains them by channels (the pointwise in 8 tiles of 64 output channels, four to each
+# compute tile; the depthwise in chunks of 16 of them), the link through external memory
+BY_CHANNELS = [("CONV2D", ["x", "wp"], {}), ("DEPTHWISE_CONV2D", ["t0", "wd"], {"padding": [[1, 1], [1, 1]]})]
+WIDE = {"x": ((1, 14, 14, 256), "f32"), "wp": ((512, 1, 1, 256), "f32"), "wd": ((3, 3, 512, 1), "f32")}
+
+
+def test_a_pointwise_and_a_depthwise_chain_by_channels_through_external_memory():
+    standard = load_machine(STANDARD)
+    compiled = {chain: loads(dumps(compile_graph(graph_of(BY_CHANNELS, WIDE), "chain.dfg", load_target(STANDARD),
+                                                 chain=chain)), "chain.kpu") for chain in (True, False)}
+    chained = compiled[True]
+    pointwise, depthwise = chained.kernels
+    assert chained.chains == [["conv2d_0", "depthwise_conv2d_1"]] and chained.graph.tensors["t0"].home is None
+    assert pointwise.band_dim("t0") == depthwise.band_dim("t0") == 3 and pointwise.rows_loop().trip_count > 2
+    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WIDE.items())}
+    bindings = bind_program(chained, standard, "chain.kpu", bind_greedy)
+    sim = simulate(chained, standard, bindings, record_first=1 << 20)
+    t0 = np.einsum("nhwc,oc->nhwo", v["x"].astype(np.float64), v["wp"][:, 0, 0, :].astype(np.float64))
+    p = np.pad(t0, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    want = sum(p[:, i:i + 14, j:j + 14, :] * v["wd"][i, j, :, 0] for i in range(3) for j in range(3))
+    assert np.allclose(execute(chained, bindings, v)["t1"], want, rtol=1e-4, atol=1e-3)
+
+    def channels(label: str, loop: str, tile: int) -> list[tuple[set[int], int, int]]:
+        return [(set(range(t.args[loop] * tile, (t.args[loop] + 1) * tile)), start, end)
+                for t, start, end, _ in sim.first_tasks if t.label == label]
+    writes = channels("t0 L3->EXTERNAL", "tj", pointwise.tiling["Tn"])
+    reads = channels("t0 EXTERNAL->L3", "tc", depthwise.tiling["Tc"])
+    assert (len(writes), len(reads)) == (8, 32)
+    # each read of channels of t0 starts once every write of them has ended, and the first
+    # starts before the last write ends: the depthwise works while the pointwise does
+    assert all(w_end <= r_start for w, _, w_end in writes for r, r_start, _ in reads if w & r)
+    assert min(start for _, start, _ in reads) < max(end for _, _, end in writes)
+    spans = {unit: [(start, end) for t, start, end, _ in sim.first_tasks if t.unit == unit and t.phase == phase]
+             for unit, phase in (("vector", 1), ("array", 0))}
+    assert any(a0 < v1 and v0 < a1 for v0, v1 in spans["vector"] for a0, a1 in spans["array"])
+    # one after the other, the same kernels move the same bytes and take longer
+    alone = compiled[False]
+    alone_sim = simulate(alone, standard, bind_program(alone, standard, "chain.kpu", bind_greedy))
+    assert dram_bytes(alone_sim) == dram_bytes(sim) and sim.cycles < alone_sim.cycles
+
+
 def test_a_chain_of_three_reads_padded_bands_out_of_a_ring():
     # a second depthwise 3x3 after the pair reads the pointwise's result in bands with their halo
     # and padding, copied out of its ring by the BlockMovers; t0 and t1 never leave the chip
@@ -197,15 +239,17 @@ PAIR = ["depthwise_conv2d_0", "conv2d_1"]
      "too"),
     (lambda: program(True, ops=BESIDE, shapes=WQ, chains=[PAIR]),
      "chain [depthwise_conv2d_0, conv2d_1]: kernel 'conv2d_1' reads no result of kernel 'depthwise_conv2d_0'"),
-    (lambda: _homeless(program(True)), "chain [depthwise_conv2d_0, conv2d_1]: link 't0' has no home in L3"),
     (lambda: program(True, ops=BRANCH, shapes=WQ, chains=[PAIR]),
      "chain [depthwise_conv2d_0, conv2d_1]: link 't0' is read by kernel 'conv2d_2', which is not in the chain"),
     (lambda: program(True, shapes=BATCH2, l1=32 * 1024),
      "chain [depthwise_conv2d_0, conv2d_1]: link 't0' has shape [2, 16, 16, 16]; a link holds one image"),
-    # tiled for standard's L1, the depthwise goes by channels and the pointwise by output channels
+    # tiled for standard's L1, the depthwise goes by channels, but the pointwise by output
+    # channels, reading every input channel of each
     (lambda: program(True, l1=32 * 1024),
-     "chain [depthwise_conv2d_0, conv2d_1]: kernel 'depthwise_conv2d_0' op 8 moves link 't0' at L3 by '0' along "
-     "dim 1; a chain's kernels go by rows, the outermost loop of more than one trip ('tc')"),
+     "chain [depthwise_conv2d_0, conv2d_1]: kernel 'conv2d_1' op 0 moves link 't0' at EXTERNAL by '0' along dim 3; "
+     "a chain's kernels go by its bands, the outermost loop of more than one trip ('tj')"),
+    (lambda: program(True, l1=32 * 1024, ring=8),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by channels, but its home is a ring, which holds rows"),
     (lambda: _homeless(program(True, ring=8)), "tensor 't0': has a ring of 8 rows but no home in L3"),
     (lambda: program(False, ring=8), "tensor 't0': has a ring of 8 rows but links no chain's kernels"),
     # a link read outside a chain is ordered by a barrier as any intermediate
