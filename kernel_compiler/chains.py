@@ -34,6 +34,7 @@ lowering, before the homes and the barriers:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -62,6 +63,9 @@ WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # v1's conv1 .. pw1 chained: 277,896 cycles; twice over 232,674, the vector units busy 97%)
 RING_DEPTH = 2
 TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
+# by how much the cut of shares may fall short of the members tiled for the whole target before
+# every pair of shares is tried (a two-kernel chain): the cut goes wrong seldom, but far
+SHORT = 0.1
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
 Lower = Callable[[Graph, list[Op], str, Target], Kernel]
@@ -338,11 +342,17 @@ class Planner:
 
     def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
-        of its links: by rows, with the largest share of its rows for which any does; by
+        of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
         rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
-        return next(((s, s, r) for r in rows for s in range(len(SHARES)) if self._usable(i, (s, s, r), ends, dim)),
+        return next(((s, s, r) for s in range(len(SHARES)) for r in rows if self._usable(i, (s, s, r), ends, dim)),
                     None)
+
+    def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
+        """Every share for which kernel i goes by bands along `dim` of its links."""
+        rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
+        return [(n, l, r) for r in rows for n in range(len(SHARES)) for l in range(len(SHARES))
+                if self._usable(i, (n, l, r), ends, dim)]
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
                way: int = 1) -> list[tuple[int, int, int]]:
@@ -364,20 +374,39 @@ class Planner:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
         going by bands: of rows, with rings of `RING_DEPTH` times the rows in flight where that
         costs no more than the objective's `TIE`, else of them once; or of channels, each member
-        holding the whole image, the links whole (`_fitted`). The one of lower figure."""
+        holding the whole image, the links whole in L3 or through external memory (`_fitted`).
+        The one of lower figure (`_rank`); for two kernels where even that falls short of them
+        tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
+        usable shares."""
+        plans = self._ways(first, last, False)
+        if last == first + 1 and self._short(plans, first, last):
+            plans += self._ways(first, last, True)
+        return min(plans, key=lambda p: _rank(p.usage, self.target.objective), default=None)
+
+    def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
+        """The plans by rows (rings as deep as pays) and by channels, on chip and through external memory."""
         objective = self.target.objective
-        once = self._fitted(first, last, BY_ROWS, 1)
-        deep = self._fitted(first, last, BY_ROWS, RING_DEPTH) if once is not None else None
+        once = self._fitted(first, last, BY_ROWS, 1, search=search)
+        deep = self._fitted(first, last, BY_ROWS, RING_DEPTH, search=search) if once is not None else None
         if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
             once = deep
-        ways = [once, self._fitted(first, last, BY_CHANNELS, 1), self._fitted(first, last, BY_CHANNELS, 1, False)]
-        return min((p for p in ways if p is not None), key=lambda p: figure(p.usage, objective), default=None)
+        ways = [once, self._fitted(first, last, BY_CHANNELS, 1, search=search),
+                self._fitted(first, last, BY_CHANNELS, 1, False, search)]
+        return [p for p in ways if p is not None]
 
-    def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True) -> Plan | None:
+    def _short(self, plans: list[Plan], first: int, last: int) -> bool:
+        """Whether the best of `plans` costs more than the kernels tiled for the whole target by `SHORT`."""
+        objective = self.target.objective
+        bound = figure(self.unshared(first, last), objective) * (1 + SHORT)
+        return all(figure(p.usage, objective) > bound for p in plans)
+
+    def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True,
+                search: bool = False) -> Plan | None:
         """Kernels first .. last as one chain going by bands along `dim` of its links, rings (by
         rows) `depth` times the rows in flight, the links on chip or through external memory.
         From each member's largest usable share, cut a level of the member whose cut frees the
-        most room for the least it adds to the objective's figure, until everything fits."""
+        most room for the least it adds to the objective's figure, until everything fits; or,
+        with `search`, the best of every combination of usable shares that fits."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
         shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
@@ -398,20 +427,26 @@ class Planner:
 
         rings, over, took = state(shares)
         objective = self.target.objective
+        if search:
+            ways = [(_rank(u, objective), list(pair)) for pair in itertools.product(
+                *(self._usables(i, e, dim) for i, e in zip(members, ends)))
+                for _, fit, u in [state(list(pair))] if fit == 0]
+            if not ways:
+                return None
+            shares = min(ways)[1]
+            rings, over, took = state(shares)
         while over > 0:
             moves = []
             for m, (i, e) in enumerate(zip(members, ends)):
                 for cut in self._steps(i, shares[m], e, dim):
                     trial = shares[:m] + [cut] + shares[m + 1:]
                     _, after, costs = state(trial)
-                    if after < over:  # the least added per room freed; of equals, the least work added
-                        # to the engines (what is not the bottleneck may become it), then the least energy
-                        added = (figure(costs, objective) - figure(took, objective), sum(costs.busy) - sum(took.busy),
-                                 costs.pj - took.pj)
-                        moves.append((*(max(x, 0.0) / (over - after) for x in added), after, trial))
+                    if after < over:
+                        added = figure(costs, objective) - figure(took, objective)
+                        moves.append((max(added, 0.0) / (over - after), after, trial))
             if not moves:
                 return None
-            shares = min(moves, key=lambda move: move[:4])[4]
+            shares = min(moves, key=lambda move: move[:2])[2]
             rings, over, took = state(shares)
         while True:  # then give back what a member may take again beside the others, where it pays
             grown = []

@@ -36,7 +36,7 @@ from .bands import (
 from .errors import CompileError
 from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
-from .requirements import Buffer, could_fit, fits
+from .requirements import Buffer, extents, extents_fit, fits
 from .target import Target
 from .tiling import Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes
 
@@ -80,6 +80,9 @@ class ConvTiling(BandTiling):
         return loops
 
 
+# the buffers of a tiling depend on it and the problem alone: a chain's planner tries one
+# problem under many shares of the target, each search asking again for the same tilings
+@functools.lru_cache(maxsize=1 << 16)
 def tile_buffers(p: ConvProblem, t: ConvTiling) -> list[Buffer]:
     """One compute tile's L2 and L1 buffers, as `_kernel` makes them: the same for every holding
     of the operands (a load repeats or not by which loops run, whatever their order)."""
@@ -97,6 +100,7 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> list[Buffer]:
     return buffers
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
     """One compute tile's L3 buffers, as `_kernel` makes them, and apart the shared ones: a load
     into L3 placed outside the parallel loop, one copy of which serves every compute tile."""
@@ -190,9 +194,13 @@ def _could_fit(least: ConvProblem, target: Target, C: int, Tn: int, Tc: int, hol
     """Whether any tiling with these (or larger) C, Tn, Tc and this holding could fit: each buffer
     of any of them is at least its size in the tiling of one row of `least`, the problem
     single-buffered."""
-    t = ConvTiling(1, C, Tn, Tc, *holding)
+    return extents_fit(_least_extents(least, ConvTiling(1, C, Tn, Tc, *holding), target.line_bytes), target)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _least_extents(least: ConvProblem, t: ConvTiling, line: int) -> dict[str, tuple[int, int]]:
     private, shared = l3_buffers(least, t)
-    return could_fit(tile_buffers(least, t) + private + [("L3", s) for s in shared], target)
+    return extents(tuple(tile_buffers(least, t) + private + [("L3", s) for s in shared]), line)
 
 
 def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:

@@ -12,6 +12,8 @@ of them (`tiling.tile_buffers`, `lower_layout`), so what the compiler checked fi
 
 from __future__ import annotations
 
+import functools
+
 import math
 
 from dfx import Compute, DataMove, Graph, itemsize
@@ -79,10 +81,24 @@ def could_fit(buffers: list[Buffer], target: Target) -> bool:
     every level none larger than a bank and all within the level's bytes (L3: all its tiles'
     bytes, as if every one were shared). `fits` refuses whatever this refuses, so a search may
     pass over the tilings whose buffers only grow from these."""
+    return extents_fit(extents(tuple(buffers), target.line_bytes), target)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def extents(buffers: tuple[Buffer, ...], line: int) -> dict[str, tuple[int, int]]:
+    """Level -> (largest, total) of the buffers in whole lines: what `could_fit` compares."""
+    sizes: dict[str, list[int]] = {}
+    for level, size in buffers:
+        sizes.setdefault(level, []).append(-(-size // line) * line)
+    return {level: (max(s), sum(s)) for level, s in sizes.items()}
+
+
+def extents_fit(held: dict[str, tuple[int, int]], target: Target) -> bool:
+    """`could_fit` of buffers of these `extents`."""
     whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
     for name, level in (("L1", target.l1), ("L2", target.l2), ("L3", whole)):
-        sizes = [-(-b // target.line_bytes) * target.line_bytes for lvl, b in buffers if lvl == name]
-        if sizes and (max(sizes) > level.bank_bytes or sum(sizes) > level.banks * level.bank_bytes):
+        largest, total = held.get(name, (0, 0))
+        if largest > level.bank_bytes or total > level.banks * level.bank_bytes:
             return False
     return True
 
