@@ -348,6 +348,15 @@ class Planner:
         return next(((s, s, r) for s in range(len(SHARES)) for r in rows if self._usable(i, (s, s, r), ends, dim)),
                     None)
 
+    def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
+        """A chain by channels (`took`, its members `each`) with its pipeline's fill: a reader
+        waits for its writer's first band on each compute tile, and its work on the writer's last
+        comes after the writer's end (the lesser of the two's work over the writer's bands on a
+        compute tile: a pointwise in few tiles of output channels leaves its depthwise a long tail)."""
+        fill = sum(min(a.cycles, b.cycles) * self.target.compute_tiles / writer.rows_loop().trip_count
+                   for a, b, writer in zip(each, each[1:], kernels))
+        return dataclasses.replace(took, cycles=took.cycles + fill)
+
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
         """Every share for which kernel i goes by bands along `dim` of its links."""
         rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
@@ -422,7 +431,10 @@ class Planner:
                      for i, a, b in zip(members, rungs, rungs[1:])]
             homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line
                         for i, n in zip(members, rings)) if on_chip else 0
-            took = together([self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)])
+            each = [self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)]
+            took = together(each)
+            if dim == BY_CHANNELS:
+                took = self._filled(took, each, [r.kernel for r in rungs])
             return rings, _overflow(rungs, homes, self.target), took
 
         rings, over, took = state(shares)
