@@ -133,7 +133,8 @@ def main() -> None:
         "MobileNet v1 cut after its sixth convolution's activation; resnet18 is torchvision's, exported to ONNX "
         "(legacy exporter) at 96x96 with 1000 classes. Rows: intermediates through external memory "
         "(`--no-keep-on-chip`, which forms no chains either); kept in L3 and chained as the compiler chooses "
-        "(the default); the same ranked by energy (`--objective energy`).",
+        "(the default; a chain goes by rows, or by channels with its links in L3 or through external memory); "
+        "the same ranked by energy (`--objective energy`).",
         "",
         "Before this work (issue 22's table, the same machine and models): MobileNet v1 2,385,007 cycles and "
         "63.5 MB, MobileNet v2 2,072,134 cycles and 70.3 MB, conv1 .. dw3 20.3 MB.",
