@@ -201,7 +201,7 @@ class Kernel:
                     out.add(op.op_id)
         return out
 
-    def rows_loop(self) -> TileLoop | None:
+    def band_loop(self) -> TileLoop | None:
         """The outermost loop of more than one trip: the one a kernel of a chain steps its links
         by, band after band (bands of rows, or of channels)."""
         return next((l for l in self.tile_loops if l.trip_count > 1), None)
@@ -216,18 +216,18 @@ class Kernel:
                     yield op, ref
 
     def band_dim(self, tensor: str) -> int | None:
-        """The dim of `tensor` that `rows_loop` steps at its home (the first such move's): 1, rows,
+        """The dim of `tensor` that `band_loop` steps at its home (the first such move's): 1, rows,
         or the last, channels, for a chain's link; None where no move there indexes it so."""
-        rows = self.rows_loop()
-        return next((ref.tile_indices.index(rows.induction_var) for _, ref in self._at_home(tensor)
-                     if rows is not None and rows.induction_var in ref.tile_indices), None)
+        band = self.band_loop()
+        return next((ref.tile_indices.index(band.induction_var) for _, ref in self._at_home(tensor)
+                     if band is not None and band.induction_var in ref.tile_indices), None)
 
     def off_band(self, tensor: str, dim: int) -> tuple[DataMove, TileRef] | None:
         """The first move (and its end) of `tensor` at its home that indexes `dim` by another loop
-        than `rows_loop` (None: there is none)."""
-        rows = self.rows_loop()
+        than `band_loop` (None: there is none)."""
+        band = self.band_loop()
         return next(((op, ref) for op, ref in self._at_home(tensor)
-                     if ref.tile_indices[dim] != (rows.induction_var if rows else None)), None)
+                     if ref.tile_indices[dim] != (band.induction_var if band else None)), None)
 
     def carried_reads(self) -> dict[int, int]:
         """The moves that read what a later op of the body wrote on an earlier step of their

@@ -10,7 +10,7 @@ sits where its tile indices run, each on-chip read is of the tile its writer mad
 it (or, a K split's reload of partial sums, of the tile the last drain wrote a K block before),
 no partial sum leaves the chip before its last accumulation, a compute's operand tiles are the
 ones its result tile needs, every result is stored, and a move's fill and index table are the
-ones its graph op gives. And the chains (`_chain_links`, `_rows_problem`): kernels the loader
+ones its graph op gives. And the chains (`_chain_links`, `_bands_problem`): kernels the loader
 runs at once, band by band, whose links need no barrier."""
 
 from __future__ import annotations
@@ -315,19 +315,24 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
     visits the bands in order (loops step upward). A ring holds rows: its link goes by rows."""
     writer = {t: k for k in program.kernels for t in k.outputs}
     for tensor in sorted(links):
-        dim = writer[tensor].band_dim(tensor) if tensor in writer else None
+        k = writer[tensor]
+        dim = k.band_dim(tensor)
         chain = next(c for c in program.chains if links[tensor] <= set(c))
         place = f"chain [{', '.join(chain)}]"
+        if k.band_loop() is None:
+            return place, (f"link '{tensor}' goes by no bands: its writer, kernel '{k.name}', has no loop of more "
+                           f"than one trip")
         if dim not in (1, len(program.graph.tensors[tensor].shape) - 1):
-            return place, (f"link '{tensor}' goes by no band of rows or channels: its writer's outermost loop of more "
-                           f"than one trip indexes neither dim 1 nor the last at its home")
+            return place, (f"link '{tensor}' goes by no band of rows or channels: kernel '{k.name}', its writer, "
+                           f"moves it at its home by its outermost loop of more than one trip "
+                           f"('{k.band_loop().induction_var}') along neither dim 1 nor the last")
         if dim != 1 and program.graph.tensors[tensor].ring is not None:
             return place, f"link '{tensor}' goes by channels, but its home is a ring, which holds rows"
         for k in (k for k in program.kernels if k.name in links[tensor]):
             found = k.off_band(tensor, dim)
             if found is None:
                 continue
-            (op, ref), rows = found, k.rows_loop()
+            (op, ref), rows = found, k.band_loop()
             outer = f"'{rows.induction_var}'" if rows is not None else "none: it has no loop of more than one trip"
             return place, (f"kernel '{k.name}' op {op.op_id} moves link '{ref.tensor}' at {ref.level} by "
                            f"'{ref.tile_indices[dim]}' along dim {dim}; a chain's kernels go by its bands, the "

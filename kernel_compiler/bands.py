@@ -149,8 +149,8 @@ def channel_splits(dim: int) -> list[int]:
 def tallest(p: Layer, fit: Callable[[int, int], bool], target: Target) -> tuple[int, int] | None:
     """(R, C) of the tallest output tiles that fit, at most the target's `rows_share` of the rows,
     as wide as fit (a binary search on R: fitting only shrinks as R grows), or the whole image
-    alone for a target that asks for it; None where none fits."""
-    if target.whole_image:
+    alone for a target whose share is None; None where none fits."""
+    if target.rows_share is None:
         return (p.OH, p.OW) if fit(p.OH, p.OW) else None
     most = max(1, math.ceil(p.OH * target.rows_share))
     for C in widths(p.OW):

@@ -18,10 +18,13 @@ lowering, before the homes and the barriers:
 - The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
   again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
   shares cut member by member (the cut that frees the most room for the least cost first) until
-  all their buffers and the links' homes fit the target together. A member must go by bands of
-  its links: its outermost loop of more than one trip indexes their rows (or, the whole image in
-  one tile, their channels), stepping upward; one writing a link, in more bands than there are
-  compute tiles.
+  all their buffers and the links' homes fit the target together, then grown back where a
+  member's larger share still fits and ranks better (`_rank`); for two kernels whose cut falls
+  short by more than `SHORT`, every pair of usable shares is tried. A member must go by bands
+  of its links: its outermost loop of more than one trip indexes their rows (or, the whole
+  image in one tile, their channels), stepping upward; one writing a link, through more than
+  one band on each compute tile. A chain costs what its kinds of engine do, overlapping, plus
+  its pipeline's fill (`_filled`).
 - Each link's ring (by rows): the rows the reader's bands span on every compute tile at once,
   plus the rows the writer's next bands write on every compute tile (so neither waits on the
   other for room); the whole tensor where that is all of its rows, or by channels.
@@ -34,6 +37,7 @@ lowering, before the homes and the barriers:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from collections import Counter
@@ -60,7 +64,7 @@ MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, a
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # a ring holding the rows the writer and the reader work on this many times over, where that
 # costs no more: with room for one band of each, each waits on the other's every band (MobileNet
-# v1's conv1 .. pw1 chained: 277,896 cycles; twice over 232,674, the vector units busy 97%)
+# v1's conv1 .. pw1 chained: 279,274 cycles; twice over 232,674, the vector units busy 97%)
 RING_DEPTH = 2
 TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
 # by how much the cut of shares may fall short of the members tiled for the whole target before
@@ -90,6 +94,17 @@ class Plan:
     rings: dict[str, int | None]
     usage: Usage  # the members' (`together`)
     on_chip: bool = True
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Members at some shares: their links' rings, how far they are from fitting the target at
+    once (0: they fit), what they cost running together."""
+
+    shares: list[tuple[int, int, int]]
+    rings: list[int | None]
+    over: float
+    usage: Usage
 
 
 @dataclass(frozen=True)
@@ -132,7 +147,7 @@ def share_of(target: Target, near: float, l3: float, rows: float | None = 1.0) -
         return Level(level.banks, int(level.bank_bytes * share) // line * line)
 
     return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3),
-                               rows_share=rows or 1.0, whole_image=rows is None)
+                               rows_share=rows)
 
 
 def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
@@ -211,6 +226,12 @@ def _rank(u: Usage, objective: str) -> tuple[float, float, float]:
     return figure(u, objective), sum(u.busy), u.pj
 
 
+def _rows(dim: int) -> list[int]:
+    """The indices into `ROWS` of a member going by bands along `dim`: shares of its rows, or
+    the whole image."""
+    return [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
+
+
 def figure(u: Usage | Way, objective: str) -> float:
     """What the target's objective ranks by: cycles, pJ, or their product."""
     return {"latency": u.cycles, "energy": u.pj, "edp": u.pj * u.cycles}[objective]
@@ -231,7 +252,7 @@ def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
     side, or a plain L3 tile) indexes its `dim` by the outermost loop of more than one trip (loops
     step upward): the order a chain's kernels visit the bands of a link in."""
-    return kernel.rows_loop() is not None and kernel.off_band(tensor, dim) is None
+    return kernel.band_loop() is not None and kernel.off_band(tensor, dim) is None
 
 
 def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:
@@ -331,36 +352,39 @@ class Planner:
         """Kernels first .. last chained, each tiled for the whole target."""
         return together([self.usage(i, WHOLE, (i > first, i < last)) for i in range(first, last + 1)])
 
+    def _bands(self, kernel: Kernel) -> int:
+        """The bands of its links one compute tile of the kernel goes through: its outermost loop
+        of more than one trip, dealt to the compute tiles where that loop is the parallel one."""
+        loop = kernel.band_loop()
+        return loop.trip_count // self.target.compute_tiles if loop.parallel else loop.trip_count
+
     def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> bool:
         """Whether kernel i lowered for `share` goes by bands along `dim` of its links, and, where
-        it writes one, in more bands than there are compute tiles (else, dealt one to each, they
-        all end at once and the reader waits for the whole link)."""
+        it writes one, through more than one on each compute tile (with one, its bands all end at
+        once and the reader waits for the whole link)."""
         r = self.rung(i, share)
         return r is not None and all(goes_along(r.kernel, t, dim)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
-            and (not ends[1] or r.kernel.rows_loop().trip_count > self.target.compute_tiles)
+            and (not ends[1] or self._bands(r.kernel) > 1)
 
     def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
         of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
-        rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
-        return next(((s, s, r) for s in range(len(SHARES)) for r in rows if self._usable(i, (s, s, r), ends, dim)),
+        return next(((s, s, r) for s in range(len(SHARES)) for r in _rows(dim) if self._usable(i, (s, s, r), ends, dim)),
                     None)
 
     def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
-        """A chain by channels (`took`, its members `each`) with its pipeline's fill: a reader
-        waits for its writer's first band on each compute tile, and its work on the writer's last
-        comes after the writer's end (the lesser of the two's work over the writer's bands on a
-        compute tile: a pointwise in few tiles of output channels leaves its depthwise a long tail)."""
-        fill = sum(min(a.cycles, b.cycles) * self.target.compute_tiles / writer.rows_loop().trip_count
-                   for a, b, writer in zip(each, each[1:], kernels))
+        """A chain (`took`, its members `each`) with its pipeline's fill: a reader waits for its
+        writer's first band on each compute tile, and its work on the writer's last comes after
+        the writer's end (the lesser of the two's work over the writer's bands on a compute tile:
+        a pointwise in few tiles of output channels leaves its depthwise a long tail)."""
+        fill = sum(min(a.cycles, b.cycles) / self._bands(writer) for a, b, writer in zip(each, each[1:], kernels))
         return dataclasses.replace(took, cycles=took.cycles + fill)
 
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
         """Every share for which kernel i goes by bands along `dim` of its links."""
-        rows = [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
-        return [(n, l, r) for r in rows for n in range(len(SHARES)) for l in range(len(SHARES))
+        return [(n, l, r) for r in _rows(dim) for n in range(len(SHARES)) for l in range(len(SHARES))
                 if self._usable(i, (n, l, r), ends, dim)]
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
@@ -369,14 +393,14 @@ class Planner:
         which kernel i goes by bands along `dim` of its links."""
         out = []
         for step in ((way, 0), (0, way), (way, way)):
-            cut = share
-            while 0 <= min((cut := (cut[0] + step[0], cut[1] + step[1], cut[2]))[:2]) \
-                    and max(cut[:2]) < len(SHARES):
-                if self.rung(i, cut) is None:
-                    break  # no tiling fits: none fits less either
-                if self._usable(i, cut, ends, dim):
-                    out.append(cut)
+            near, l3 = share[0] + step[0], share[1] + step[1]
+            while 0 <= min(near, l3) and max(near, l3) < len(SHARES):
+                if self.rung(i, (near, l3, share[2])) is None:
+                    break  # no tiling fits: none fits a smaller share either (a larger one has one)
+                if self._usable(i, (near, l3, share[2]), ends, dim):
+                    out.append((near, l3, share[2]))
                     break
+                near, l3 = near + step[0], l3 + step[1]
         return out
 
     def plan(self, first: int, last: int) -> Plan | None:
@@ -400,11 +424,12 @@ class Planner:
         if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
             once = deep
         ways = [once, self._fitted(first, last, BY_CHANNELS, 1, search=search),
-                self._fitted(first, last, BY_CHANNELS, 1, False, search)]
+                self._fitted(first, last, BY_CHANNELS, 1, on_chip=False, search=search)]
         return [p for p in ways if p is not None]
 
     def _short(self, plans: list[Plan], first: int, last: int) -> bool:
-        """Whether the best of `plans` costs more than the kernels tiled for the whole target by `SHORT`."""
+        """Whether every one of `plans` (none: the cut found none that fits) costs more than the
+        kernels tiled for the whole target by `SHORT`."""
         objective = self.target.objective
         bound = figure(self.unshared(first, last), objective) * (1 + SHORT)
         return all(figure(p.usage, objective) > bound for p in plans)
@@ -412,18 +437,14 @@ class Planner:
     def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True,
                 search: bool = False) -> Plan | None:
         """Kernels first .. last as one chain going by bands along `dim` of its links, rings (by
-        rows) `depth` times the rows in flight, the links on chip or through external memory.
-        From each member's largest usable share, cut a level of the member whose cut frees the
-        most room for the least it adds to the objective's figure, until everything fits; or,
-        with `search`, the best of every combination of usable shares that fits."""
+        rows) `depth` times the rows in flight, the links on chip or through external memory:
+        their shares cut until everything fits (`_cut`), or, with `search`, the best of every
+        combination of usable shares that fits; then grown where that pays (`_grown`)."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
-        shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
-        if None in shares:
-            return None
         line = self.target.line_bytes
 
-        def state(shares: list[tuple[int, int, int]]) -> tuple[list[int | None], float, Usage]:
+        def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
             rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],
@@ -432,47 +453,51 @@ class Planner:
             homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line
                         for i, n in zip(members, rings)) if on_chip else 0
             each = [self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)]
-            took = together(each)
-            if dim == BY_CHANNELS:
-                took = self._filled(took, each, [r.kernel for r in rungs])
-            return rings, _overflow(rungs, homes, self.target), took
+            took = self._filled(together(each), each, [r.kernel for r in rungs])
+            return Fit(shares, rings, _overflow(rungs, homes, self.target), took)
 
-        rings, over, took = state(shares)
-        objective = self.target.objective
+        steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]
         if search:
-            ways = [(_rank(u, objective), list(pair)) for pair in itertools.product(
-                *(self._usables(i, e, dim) for i, e in zip(members, ends)))
-                for _, fit, u in [state(list(pair))] if fit == 0]
-            if not ways:
-                return None
-            shares = min(ways)[1]
-            rings, over, took = state(shares)
-        while over > 0:
+            fits = [f for pair in itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends)))
+                    if (f := state(list(pair))).over == 0]
+            fit = min(fits, key=lambda f: _rank(f.usage, self.target.objective), default=None)
+        else:
+            first_shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
+            fit = None if None in first_shares else self._cut(state(first_shares), state, steps)
+        if fit is None:
+            return None
+        fit = self._grown(fit, state, steps)
+        return Plan(first, tuple(fit.shares), {self.links[i]: n for i, n in zip(members, fit.rings)}, fit.usage,
+                    on_chip)
+
+    def _cut(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit | None:
+        """Cut a level of the member whose cut frees the most room for the least it adds to the
+        objective's figure, until everything fits (None: no cut helps)."""
+        objective = self.target.objective
+        while fit.over > 0:
             moves = []
-            for m, (i, e) in enumerate(zip(members, ends)):
-                for cut in self._steps(i, shares[m], e, dim):
-                    trial = shares[:m] + [cut] + shares[m + 1:]
-                    _, after, costs = state(trial)
-                    if after < over:
-                        added = figure(costs, objective) - figure(took, objective)
-                        moves.append((max(added, 0.0) / (over - after), after, trial))
+            for m, step in enumerate(steps):
+                for cut in step(fit.shares[m]):
+                    trial = state(fit.shares[:m] + [cut] + fit.shares[m + 1:])
+                    if trial.over < fit.over:
+                        added = figure(trial.usage, objective) - figure(fit.usage, objective)
+                        moves.append((max(added, 0.0) / (fit.over - trial.over), trial.over, m, trial))
             if not moves:
                 return None
-            shares = min(moves, key=lambda move: move[:2])[2]
-            rings, over, took = state(shares)
-        while True:  # then give back what a member may take again beside the others, where it pays
-            grown = []
-            for m, (i, e) in enumerate(zip(members, ends)):
-                for more in self._steps(i, shares[m], e, dim, -1):
-                    trial = shares[:m] + [more] + shares[m + 1:]
-                    _, after, costs = state(trial)
-                    if after == 0 and _rank(costs, objective) < _rank(took, objective):
-                        grown.append((_rank(costs, objective), trial))
+            fit = min(moves, key=lambda move: move[:3])[3]
+        return fit
+
+    def _grown(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit:
+        """Give a member the next larger share where it still fits beside the others and ranks
+        better (`_rank`), the best such each time, until none does."""
+        objective = self.target.objective
+        while True:
+            grown = [trial for m, step in enumerate(steps) for more in step(fit.shares[m], way=-1)
+                     if (trial := state(fit.shares[:m] + [more] + fit.shares[m + 1:])).over == 0
+                     and _rank(trial.usage, objective) < _rank(fit.usage, objective)]
             if not grown:
-                break
-            shares = min(grown)[1]
-            rings, over, took = state(shares)
-        return Plan(first, tuple(shares), {self.links[i]: n for i, n in zip(members, rings)}, took, on_chip)
+                return fit
+            fit = min(grown, key=lambda f: _rank(f.usage, objective))
 
     def chains(self) -> list[Plan]:
         """The cut of the kernels into chains and single kernels with the lowest figure of the
@@ -502,7 +527,8 @@ def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
                 lower: Lower) -> tuple[Graph, list[list[str]], frozenset[str]]:
     """Chain what pays: each chain's members replace their kernels in `kernels` (in place),
     lowered for their shares; its links get a home in L3 (a ring where it holds fewer rows than
-    the tensor). The graph so, the chains by kernel name, and their links."""
+    the tensor), but those of a chain planned through external memory. The graph so, the chains
+    by kernel name, and their links."""
     if target.costs is None:
         return graph, [], frozenset()  # nothing to rank the ways to run them by
     planner = Planner(kernels, graph, target, lower)

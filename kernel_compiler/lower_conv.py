@@ -83,7 +83,7 @@ class ConvTiling(BandTiling):
 # the buffers of a tiling depend on it and the problem alone: a chain's planner tries one
 # problem under many shares of the target, each search asking again for the same tilings
 @functools.lru_cache(maxsize=1 << 16)
-def tile_buffers(p: ConvProblem, t: ConvTiling) -> list[Buffer]:
+def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
     """One compute tile's L2 and L1 buffers, as `_kernel` makes them: the same for every holding
     of the operands (a load repeats or not by which loops run, whatever their order)."""
     runs = {v for v, n in t.trips(p).items() if n > 1}
@@ -97,11 +97,11 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> list[Buffer]:
     buffers += epilogue_buffers(p, t, runs, "L2", out_tile, t.Tn)
     if p.epilogue_operands:
         buffers.append(("L2", out_tile * p.out_bytes))  # the epilogue's result, before it leaves
-    return buffers
+    return tuple(buffers)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
+def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple[int, ...]]:
     """One compute tile's L3 buffers, as `_kernel` makes them, and apart the shared ones: a load
     into L3 placed outside the parallel loop, one copy of which serves every compute tile."""
     trips = t.trips(p)
@@ -126,7 +126,7 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[list[Buffer], list[int]]:
         else:
             buffers.append(("L3", size))
     buffers += epilogue_buffers(p, t, runs, "L3", out_tile, t.Tn)
-    return buffers, shared
+    return tuple(buffers), tuple(shared)
 
 
 def _busiest_share(p: ConvProblem, t: ConvTiling, target: Target) -> float:
@@ -200,7 +200,7 @@ def _could_fit(least: ConvProblem, target: Target, C: int, Tn: int, Tc: int, hol
 @functools.lru_cache(maxsize=1 << 16)
 def _least_extents(least: ConvProblem, t: ConvTiling, line: int) -> dict[str, tuple[int, int]]:
     private, shared = l3_buffers(least, t)
-    return extents(tuple(tile_buffers(least, t) + private + [("L3", s) for s in shared]), line)
+    return extents([*tile_buffers(least, t), *private, *(("L3", s) for s in shared)], line)
 
 
 def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:

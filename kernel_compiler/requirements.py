@@ -12,9 +12,8 @@ of them (`tiling.tile_buffers`, `lower_layout`), so what the compiler checked fi
 
 from __future__ import annotations
 
-import functools
-
 import math
+from collections.abc import Iterable, Sequence
 
 from dfx import Compute, DataMove, Graph, itemsize
 
@@ -60,7 +59,7 @@ def _level_fits(sizes: list[int], level: Level, line: int) -> bool:
     return True
 
 
-def fits(buffers: list[Buffer], target: Target, shared_l3: list[int] | None = None) -> bool:
+def fits(buffers: Sequence[Buffer], target: Target, shared_l3: Sequence[int] | None = None) -> bool:
     """Whether the buffers fit one compute tile's share of the target's banks at every level.
     With `shared_l3`, L3 buffers one copy of which serves every compute tile, L3 is packed whole:
     those once and the others once per compute tile."""
@@ -72,7 +71,7 @@ def fits(buffers: list[Buffer], target: Target, shared_l3: list[int] | None = No
         return False
     if shared_l3:
         whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
-        return _level_fits(sizes["L3"] * target.compute_tiles + shared_l3, whole, line)
+        return _level_fits([*sizes["L3"] * target.compute_tiles, *shared_l3], whole, line)
     return _level_fits(sizes["L3"], target.l3, line)
 
 
@@ -81,11 +80,10 @@ def could_fit(buffers: list[Buffer], target: Target) -> bool:
     every level none larger than a bank and all within the level's bytes (L3: all its tiles'
     bytes, as if every one were shared). `fits` refuses whatever this refuses, so a search may
     pass over the tilings whose buffers only grow from these."""
-    return extents_fit(extents(tuple(buffers), target.line_bytes), target)
+    return extents_fit(extents(buffers, target.line_bytes), target)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def extents(buffers: tuple[Buffer, ...], line: int) -> dict[str, tuple[int, int]]:
+def extents(buffers: Iterable[Buffer], line: int) -> dict[str, tuple[int, int]]:
     """Level -> (largest, total) of the buffers in whole lines: what `could_fit` compares."""
     sizes: dict[str, list[int]] = {}
     for level, size in buffers:

@@ -59,10 +59,9 @@ class Target:
     objective: str = "latency"  # one of OBJECTIVES
     costs: Costs | None = None  # what the objectives but latency rank by (None: latency only)
     # an output tile of a sliding-window op holds at most this share of its rows (a chain's member
-    # that must go by bands of rows takes less than 1), or, with `whole_image`, the whole image
-    # (a chain's member that goes by bands of channels)
-    rows_share: float = 1.0
-    whole_image: bool = False
+    # that must go by bands of rows takes less than 1); None: the whole image, no less (a chain's
+    # member that goes by bands of channels)
+    rows_share: float | None = 1.0
 
 
 def load_target(config: str, accelerator: str | None = None, objective: str = "latency") -> Target:

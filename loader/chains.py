@@ -340,7 +340,7 @@ def _reading_tiles(kernel: Kernel, binding: Binding, reads: list[int]) -> range:
 
 
 def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindings: list[Binding]) -> Iterator[Task]:
-    """The tasks of the chain of kernels at positions `members`, merged by rows (module doc)."""
+    """The tasks of the chain of kernels at positions `members`, merged by bands (module doc)."""
     links = _links(program, members, bindings)
     shapes = {name: t.shape for name, t in program.graph.tensors.items()}
     chain: list[_Member] = []

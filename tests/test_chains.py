@@ -130,14 +130,11 @@ def test_a_pointwise_and_a_depthwise_chain_by_channels_through_external_memory()
     chained = compiled[True]
     pointwise, depthwise = chained.kernels
     assert chained.chains == [["conv2d_0", "depthwise_conv2d_1"]] and chained.graph.tensors["t0"].home is None
-    assert pointwise.band_dim("t0") == depthwise.band_dim("t0") == 3 and pointwise.rows_loop().trip_count > 2
+    assert pointwise.band_dim("t0") == depthwise.band_dim("t0") == 3 and pointwise.band_loop().trip_count > 2
     v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WIDE.items())}
     bindings = bind_program(chained, standard, "chain.kpu", bind_cpsat)
     sim = simulate(chained, standard, bindings, record_first=1 << 20)
-    t0 = np.einsum("nhwc,oc->nhwo", v["x"].astype(np.float64), v["wp"][:, 0, 0, :].astype(np.float64))
-    p = np.pad(t0, [(0, 0), (1, 1), (1, 1), (0, 0)])
-    want = sum(p[:, i:i + 14, j:j + 14, :] * v["wd"][i, j, :, 0] for i in range(3) for j in range(3))
-    assert np.allclose(execute(chained, bindings, v)["t1"], want, rtol=1e-4, atol=1e-3)
+    assert np.allclose(execute(chained, bindings, v)["t1"], _reference_by_channels(v, 14), rtol=1e-4, atol=1e-3)
 
     def channels(label: str, loop: str, tile: int) -> list[tuple[set[int], int, int]]:
         return [(set(range(t.args[loop] * tile, (t.args[loop] + 1) * tile)), start, end)
@@ -156,6 +153,57 @@ def test_a_pointwise_and_a_depthwise_chain_by_channels_through_external_memory()
     alone = compiled[False]
     alone_sim = simulate(alone, standard, bind_program(alone, standard, "chain.kpu", bind_cpsat))
     assert dram_bytes(alone_sim) == dram_bytes(sim) and sim.cycles < alone_sim.cycles
+
+
+# the same pair on 16 x 16 x 16 into 64 channels, as the compiler's stages tile it for standard's
+# L1: the pointwise in 2 tiles of 32 output channels, the depthwise in 8 chunks of 8 channels
+NARROW = {"x": ((1, 16, 16, 16), "f32"), "wp": ((64, 1, 1, 16), "f32"), "wd": ((3, 3, 64, 1), "f32")}
+
+
+def _reference_by_channels(v: dict[str, np.ndarray], size: int) -> np.ndarray:
+    """The pointwise then the depthwise 3x3 (padding 1) on `size` x `size`, in float64."""
+    t0 = np.einsum("nhwc,oc->nhwo", v["x"].astype(np.float64), v["wp"][:, 0, 0, :].astype(np.float64))
+    p = np.pad(t0, [(0, 0), (1, 1), (1, 1), (0, 0)])
+    return sum(p[:, i:i + size, j:j + size, :] * v["wd"][i, j, :, 0] for i in range(3) for j in range(3))
+
+
+def test_a_link_by_channels_kept_whole_in_l3_never_reaches_external_memory():
+    standard = load_machine(STANDARD)
+    chained = loads(dumps(program(True, ops=BY_CHANNELS, shapes=NARROW, l1=32 * 1024)), "chain.kpu")
+    pointwise, depthwise = chained.kernels
+    assert chained.graph.tensors["t0"].home == "L3" and pointwise.band_dim("t0") == depthwise.band_dim("t0") == 3
+    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(NARROW.items())}
+    bindings = bind_program(chained, standard, "chain.kpu", bind_greedy)
+    sim = simulate(chained, standard, bindings, record_first=1 << 20)
+    assert np.allclose(execute(chained, bindings, v)["t1"], _reference_by_channels(v, 16), rtol=1e-4, atol=1e-4)
+    # the input, both weights and the result, exactly: t0 stays in L3
+    assert dram_bytes(sim) == {"read": 16 * 16 * 16 * 4 + 64 * 16 * 4 + 3 * 3 * 64 * 4, "write": 16 * 16 * 64 * 4}
+    # each padded band the depthwise copies out of the home starts once the pointwise's stores of
+    # its channels into the home have ended
+    tiles = {"tj": pointwise.tiling["Tn"], "tc": depthwise.tiling["Tc"]}
+    moves = {label: [(set(range(t.args[loop] * tiles[loop], (t.args[loop] + 1) * tiles[loop])), start, end)
+                     for t, start, end, _ in sim.first_tasks if t.label == label]
+             for label, loop in (("t0 L2->L3", "tj"), ("t0 L3->L3", "tc"))}
+    assert len(moves["t0 L3->L3"]) == 8
+    assert all(w_end <= r_start for w, _, w_end in moves["t0 L2->L3"] for r, r_start, _ in moves["t0 L3->L3"] if w & r)
+
+
+def test_a_link_by_rows_without_a_home_passes_through_external_memory_band_by_band():
+    standard = load_machine(STANDARD)
+    kept, through = (loads(dumps(p), "chain.kpu") for p in (program(True, ring=RING), _homeless(program(True))))
+    bindings = bind_program(through, standard, "chain.kpu", bind_greedy)
+    sim = simulate(through, standard, bindings, record_first=1 << 20)
+    assert np.allclose(execute(through, bindings, values())["t1"], reference(values()), rtol=1e-4, atol=1e-4)
+    # t0 out once and back once, beside what the chain with t0 in a ring moves
+    kept_bytes = dram_bytes(simulate(kept, standard, bind_program(kept, standard, "chain.kpu", bind_greedy)))
+    assert dram_bytes(sim) == {side: n + ROW_BYTES * 16 for side, n in kept_bytes.items()}
+    rows = {k: through.kernels[k].tiling["R"] for k in (0, 1)}
+    moves = {label: [(set(range(t.args["th"] * rows[k], min((t.args["th"] + 1) * rows[k], 16))), start, end)
+                     for t, start, end, _ in sim.first_tasks if t.label == label]
+             for label, k in (("t0 L3->EXTERNAL", 0), ("t0 EXTERNAL->L3", 1))}
+    assert all(w_end <= r_start for w, _, w_end in moves["t0 L3->EXTERNAL"]
+               for r, r_start, _ in moves["t0 EXTERNAL->L3"] if w & r)
+    assert min(start for _, start, _ in moves["t0 EXTERNAL->L3"]) < max(end for _, _, end in moves["t0 L3->EXTERNAL"])
 
 
 def test_a_chain_of_three_reads_padded_bands_out_of_a_ring():
@@ -228,6 +276,7 @@ BRANCH = [*CHAIN, ("CONV2D", ["t0", "wq"], {})]
 BESIDE = [DW, ("CONV2D", ["x", "wq"], {})]
 WQ = {**SHAPES, "wq": ((16, 1, 1, 16), "f32")}
 BATCH2 = {**SHAPES, "x": ((2, 16, 16, 16), "f32")}
+TINY = {"x": ((1, 2, 2, 4), "f32"), "wd": ((3, 3, 4, 1), "f32"), "wp": ((8, 1, 1, 4), "f32")}  # one tile each
 PAIR = ["depthwise_conv2d_0", "conv2d_1"]
 
 
@@ -252,6 +301,9 @@ PAIR = ["depthwise_conv2d_0", "conv2d_1"]
      "a chain's kernels go by its bands, the outermost loop of more than one trip ('tj')"),
     (lambda: program(True, l1=32 * 1024, ring=8),
      "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by channels, but its home is a ring, which holds rows"),
+    (lambda: program(True, shapes=TINY, l1=32 * 1024),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by no bands: its writer, kernel 'depthwise_conv2d_0', has "
+     "no loop of more than one trip"),
     (lambda: _homeless(program(True, ring=8)), "tensor 't0': has a ring of 8 rows but no home in L3"),
     (lambda: program(False, ring=8), "tensor 't0': has a ring of 8 rows but links no chain's kernels"),
     # a link read outside a chain is ordered by a barrier as any intermediate

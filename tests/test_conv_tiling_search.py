@@ -104,7 +104,7 @@ def test_the_search_counts_the_buffers_the_kernel_body_makes(ops, inputs, config
     compile_graph(graph_of(ops, inputs), "test.dfg", load_target(small if config == "small" else config))
     [(graph, p, t, kernel)] = made
     private, shared = lower_conv.l3_buffers(p, t)
-    counted = lower_conv.tile_buffers(p, t) + private + [("L3", size) for size in shared]
+    counted = [*lower_conv.tile_buffers(p, t), *private, *(("L3", size) for size in shared)]
     assert sorted(counted) == sorted(body_buffers(kernel.body, graph))
 
 
