@@ -46,6 +46,14 @@ VARIANTS = {"through external memory": ({"keep": False}, "latency"),
             "kept in L3, chained": ({}, "latency"),
             "kept in L3, chained, --objective energy": ({}, "energy")}
 TRACED = ("corpus mobilenet_v1", "kept in L3, chained")
+# what `--check` shows of the corpus MobileNets, whichever the tiling
+NOTE = ("The corpus MobileNets carry no weights: the loader draws them uniformly from [-1, 1], and with fan-ins "
+        "in the hundreds each layer multiplies the difference between any tiling's sums and the reference's "
+        "(another order of the same f32 additions) by several times: in MobileNet v2 from 5e-6 at its second "
+        "convolution to about 400 on logits of about 3,600. Each kernel's check (its results against the "
+        "reference of its ops on the values it received) passes on every row; the output's check against the "
+        "reference run of the whole graph passes where the softmax saturates to the same class in both, and "
+        "fails where the top class differs (`outputs FAIL, every kernel passes`).")
 
 
 def first_layers(graph: Graph, layers: int) -> Graph:
@@ -88,7 +96,14 @@ def measure(graph: Graph, options: dict, objective: str, work: Path, trace: Path
     s = json.loads(proc.stdout)
     return {"cycles": s["cycles"], "dram": s["dram_bytes"]["read"] + s["dram_bytes"]["write"], "budget": s["budget"],
             "pj": s["energy"]["total_pj"], "kept": len(s["homes"]), "chains": len(program.chains),
-            "check": "pass" if s["check"]["passed"] else "FAIL", "chained": [k for c in program.chains for k in c]}
+            "check": verdict(s["check"]), "chained": [k for c in program.chains for k in c]}
+
+
+def verdict(check: dict) -> str:
+    """`--check`'s: pass, or which part failed (the outputs alone, every kernel passing: see NOTE)."""
+    if check["passed"]:
+        return "pass"
+    return "outputs FAIL, every kernel passes" if all(k["passed"] for k in check["kernels"].values()) else "FAIL"
 
 
 def overlap(trace: Path, chained: list[str]) -> tuple[int, int, int]:
@@ -138,6 +153,8 @@ def main() -> None:
         "",
         "Before this work (issue 22's table, the same machine and models): MobileNet v1 2,385,007 cycles and "
         "63.5 MB, MobileNet v2 2,072,134 cycles and 70.3 MB, conv1 .. dw3 20.3 MB.",
+        "",
+        NOTE,
         "",
         "| workload | variant | kept in L3 | chains | cycles | x bound | DRAM bytes | x compulsory | energy mJ | check "
         "| issue 22 asks |",
