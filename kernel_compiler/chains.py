@@ -68,7 +68,8 @@ WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 RING_DEPTH = 2
 TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
 # by how much the cut of shares may fall short of the members tiled for the whole target before
-# every pair of shares is tried (a two-kernel chain): the cut goes wrong seldom, but far
+# every pair of shares is tried (a two-kernel chain): the cut goes wrong seldom, but far (the
+# search lowers each member under many shares: MobileNet v1 compiles in about 11 s, 6 without)
 SHORT = 0.1
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
@@ -371,8 +372,14 @@ class Planner:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
         of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
-        return next(((s, s, r) for s in range(len(SHARES)) for r in _rows(dim) if self._usable(i, (s, s, r), ends, dim)),
-                    None)
+        dead: set[int] = set()  # shares of rows no tiling fits at some share of memory, nor at a smaller one
+        for s in range(len(SHARES)):
+            for r in _rows(dim):
+                if r in dead or self.rung(i, (s, s, r)) is None:
+                    dead.add(r)
+                elif self._usable(i, (s, s, r), ends, dim):
+                    return s, s, r
+        return None
 
     def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: a reader waits for its
@@ -383,9 +390,21 @@ class Planner:
         return dataclasses.replace(took, cycles=took.cycles + fill)
 
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
-        """Every share for which kernel i goes by bands along `dim` of its links."""
-        return [(n, l, r) for r in _rows(dim) for n in range(len(SHARES)) for l in range(len(SHARES))
-                if self._usable(i, (n, l, r), ends, dim)]
+        """Every share for which kernel i goes by bands along `dim` of its links, its shares of
+        L1 and L2 and of L3 a step apart at most (the pair search's: the others cost lowerings
+        that seldom pay)."""
+        out = []
+        for r in _rows(dim):
+            fitted = [len(SHARES)] * len(SHARES)  # per share of L1 and L2, the smallest L3 share no tiling fits
+            for n in range(len(SHARES)):
+                # a smaller share fits no more than a larger one; L1 and L2 and L3 a step apart at most
+                for l in range(max(n - 1, 0), min(n + 2, *fitted[:n + 1])):
+                    if self.rung(i, (n, l, r)) is None:
+                        fitted[n] = l
+                        break
+                    if self._usable(i, (n, l, r), ends, dim):
+                        out.append((n, l, r))
+        return out
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
                way: int = 1) -> list[tuple[int, int, int]]:
