@@ -154,9 +154,9 @@ def tallest(p: Layer, fit: Callable[[int, int], bool], target: Target) -> tuple[
         return (p.OH, p.OW) if fit(p.OH, p.OW) else None
     most = max(1, math.ceil(p.OH * target.rows_share))
     for C in widths(p.OW):
-        R = bisect.bisect_left(range(1, most + 1), True, key=lambda R: not fit(R, C))
-        if R:
-            return R, C
+        if not fit(1, C):
+            continue  # no row of these fits: the search would find none, in as many tries as it halves
+        return bisect.bisect_left(range(2, most + 1), True, key=lambda R: not fit(R, C)) + 1, C
     return None
 
 

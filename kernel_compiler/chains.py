@@ -461,7 +461,11 @@ class Planner:
         combination of usable shares that fits; then grown where that pays (`_grown`)."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
-        line = self.target.line_bytes
+        line, objective = self.target.line_bytes, self.target.objective
+
+        def alone(shares: list[tuple[int, int, int]]) -> list[Usage]:
+            """What each member costs at its share."""
+            return [self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)]
 
         def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
@@ -471,15 +475,23 @@ class Planner:
                      for i, a, b in zip(members, rungs, rungs[1:])]
             homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line
                         for i, n in zip(members, rings)) if on_chip else 0
-            each = [self.usage(i, s, e if on_chip else (False, False)) for i, s, e in zip(members, shares, ends)]
+            each = alone(shares)
             took = self._filled(together(each), each, [r.kernel for r in rungs])
             return Fit(shares, rings, _overflow(rungs, homes, self.target), took)
 
         steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]
         if search:
-            fits = [f for pair in itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends)))
-                    if (f := state(list(pair))).over == 0]
-            fit = min(fits, key=lambda f: _rank(f.usage, self.target.objective), default=None)
+            # the pairs by the figure of their work without the fill, which no state of theirs
+            # beats: past the best fit's figure, none ranks better
+            floor = lambda pair: figure(together(alone(list(pair))), objective)
+            pairs = sorted(itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends))), key=floor)
+            fit = None
+            for pair in pairs:
+                if fit is not None and floor(pair) > figure(fit.usage, objective):
+                    break
+                f = state(list(pair))
+                if f.over == 0 and (fit is None or _rank(f.usage, objective) < _rank(fit.usage, objective)):
+                    fit = f
         else:
             first_shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
             fit = None if None in first_shares else self._cut(state(first_shares), state, steps)

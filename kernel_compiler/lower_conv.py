@@ -37,7 +37,7 @@ from .errors import CompileError
 from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
 from .requirements import Buffer, extents, extents_fit, fits
-from .target import Target
+from .target import Costs, Target
 from .tiling import Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
@@ -129,10 +129,10 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     return tuple(buffers), tuple(shared)
 
 
-def _busiest_share(p: ConvProblem, t: ConvTiling, target: Target) -> float:
+def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int) -> float:
     """The share of the tiles the compute tile with the most of them takes."""
     trips = t.trips(p)
-    parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
+    parallel = parallel_loop(t.loop_order(p), trips, compute_tiles)
     if parallel.loop is None:
         return 1.0
     return -(-trips[parallel.loop] // parallel.workers) / trips[parallel.loop]
@@ -140,9 +140,16 @@ def _busiest_share(p: ConvProblem, t: ConvTiling, target: Target) -> float:
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
     """Array cycles of the compute tile with the most tiles."""
+    return _array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
+
+
+# the estimates depend on the tiling and the target's array, engines and compute tiles, not on
+# its memories: a chain's planner asks them again for the same tilings under many shares of those
+@functools.lru_cache(maxsize=1 << 16)
+def _array_cycles(p: ConvProblem, t: ConvTiling, rows: int, cols: int, compute_tiles: int, dataflow: str) -> int:
     m = [(r * c, cr * cc * p.N) for r, cr in tile_sizes(p.OH, t.R) for c, cc in tile_sizes(p.OW, t.C)]
     k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
-    return int(array_cycles(m, tile_sizes(p.Co, t.Tn), k, target, dataflow) * _busiest_share(p, t, target))
+    return int(array_cycles(m, tile_sizes(p.Co, t.Tn), k, rows, cols, dataflow) * _busiest_share(p, t, compute_tiles))
 
 
 def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, int]:
@@ -151,15 +158,19 @@ def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, 
     weights each task takes from L3 down to L1 and the result's tiles coming up) or L2 bank (each
     operand's L2 tiles sit in one bank, whose one port takes every byte a BlockMover writes there
     and a Streamer reads back); without the target's costs, nothing."""
+    return _moves_bound_on(p, t, target.costs, target.compute_tiles)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_tiles: int) -> tuple[float, int]:
     dram, moves = dram_moves(p, t)
-    costs = target.costs
     if costs is None:
         return 0.0, dram
     order, trips = t.loop_order(p), t.trips(p)
     size = {s.name: s.bytes for s in band_streams(p, t)}
     chunks = [stream_traffic(Stream("x", POSITIONS + ("tk",), size["x"]), order, trips),
               stream_traffic(Stream("w", ("tj", "tk"), size["w"]), order, trips), size["y"]]
-    bank = 2 * max(chunks) * _busiest_share(p, t, target) / costs.streamer_bytes_per_cycle
+    bank = 2 * max(chunks) * _busiest_share(p, t, compute_tiles) / costs.streamer_bytes_per_cycle
     return max(link_cycles(costs, dram, moves, sum(chunks), sum(chunks)), bank), dram
 
 
@@ -190,17 +201,30 @@ def _fits(p: ConvProblem, target: Target, R: int, C: int, Tn: int, Tc: int, hold
     return fits(private, target, shared)
 
 
-def _could_fit(least: ConvProblem, target: Target, C: int, Tn: int, Tc: int, holding: tuple[str, str, str]) -> bool:
-    """Whether any tiling with these (or larger) C, Tn, Tc and this holding could fit: each buffer
-    of any of them is at least its size in the tiling of one row of `least`, the problem
-    single-buffered."""
-    return extents_fit(_least_extents(least, ConvTiling(1, C, Tn, Tc, *holding), target.line_bytes), target)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _least_extents(least: ConvProblem, t: ConvTiling, line: int) -> dict[str, tuple[int, int]]:
-    private, shared = l3_buffers(least, t)
-    return extents([*tile_buffers(least, t), *private, *(("L3", s) for s in shared)], line)
+# the channel tilings to try depend on the problem alone: a chain's planner searches each problem
+# again under many shares of the target
+@functools.lru_cache(maxsize=4096)
+def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> tuple:
+    """For each way of holding the operands and each tile of output channels (at least
+    `narrowest`'s or all), the tiles of input channels (likewise), each with the extents of the
+    least buffers any tiling with them takes: those of one row of the narrowest tiles, the
+    problem single-buffered ((holding, Tn, ((Tc, extents), ...)), ...)."""
+    least = replace(p, depth=1)  # single-buffered: no tiling of p has smaller buffers than the same of this
+    narrowest_C = widths(p.OW)[-1]
+    fewest_out, fewest_in = narrowest
+    out = []
+    for holding in HOLDINGS:
+        order, band_channels, _ = holding
+        for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= fewest_out]:
+            chunks = []
+            for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= fewest_in]:
+                if Tc == p.Ci and order == "positions" and band_channels == "chunk":
+                    continue  # with one chunk, a chunk is all the channels
+                t = ConvTiling(1, narrowest_C, Tn, Tc, *holding)
+                private, shared = l3_buffers(least, t)
+                chunks.append((Tc, extents([*tile_buffers(least, t), *private, *(("L3", s) for s in shared)], line)))
+            out.append((holding, Tn, tuple(chunks)))
+    return tuple(out)
 
 
 def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:
@@ -209,28 +233,21 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
     channels in tiles of at least `narrowest` (or all of them); smaller input chunks only while
     they let the output tiles grow."""
     out = []
-    least = replace(p, depth=1)  # single-buffered: no tiling of p has smaller buffers than the same of this
     on_tile: dict[tuple[int, int, int, int], bool] = {}
-    narrowest_C = widths(p.OW)[-1]
-    fewest_out, fewest_in = narrowest
-    for holding in HOLDINGS:
-        order, band_channels, _ = holding
-        for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= fewest_out]:
-            for Tc in [c for c in channel_splits(p.Ci) if c == p.Ci or c >= fewest_in]:
-                if Tc == p.Ci and order == "positions" and band_channels == "chunk":
-                    continue  # with one chunk, a chunk is all the channels
-                if not _could_fit(least, target, narrowest_C, Tn, Tc, holding):
-                    continue  # not even one row of the narrowest tiles fits: none of these channels does
-                found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
-                if found is None:
-                    continue
-                R, C = found
-                out.append(ConvTiling(R, C, Tn, Tc, *holding))
-                aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
-                if aligned is not None and aligned != R:
-                    out.append(ConvTiling(aligned, C, Tn, Tc, *holding))
-                if (R, C) == (p.OH, p.OW):
-                    break  # the whole image fits: smaller chunks would only cost steps
+    for holding, Tn, chunks in _channel_tilings(p, narrowest, target.line_bytes):
+        for Tc, least in chunks:
+            if not extents_fit(least, target):
+                continue  # not even one row of the narrowest tiles fits: none of these channels does
+            found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
+            if found is None:
+                continue
+            R, C = found
+            out.append(ConvTiling(R, C, Tn, Tc, *holding))
+            aligned = max((r for r in range(R, 0, -1) if r * C % target.rows == 0), default=None)
+            if aligned is not None and aligned != R:
+                out.append(ConvTiling(aligned, C, Tn, Tc, *holding))
+            if (R, C) == (p.OH, p.OW):
+                break  # the whole image fits: smaller chunks would only cost steps
     return out
 
 

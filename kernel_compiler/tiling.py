@@ -558,11 +558,12 @@ def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
 
 
 def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
-                 target: Target, dataflow: str) -> int:
-    """The array's cycles for a product in tiles of these (extent, count) sizes, as the simulator
-    counts them: each result tile's K steps back to back, the accumulators drained after the last."""
+                 rows: int, cols: int, dataflow: str) -> int:
+    """The array's cycles (`rows` x `cols`) for a product in tiles of these (extent, count) sizes,
+    as the simulator counts them: each result tile's K steps back to back, the accumulators
+    drained after the last."""
     def cycles(m: int, n: int, k: int, drain: bool) -> int:
-        return matmul_cycles(m, n, k, target.rows, target.cols, dataflow, drain)
+        return matmul_cycles(m, n, k, rows, cols, dataflow, drain)
 
     last = k_sizes[-1][0]
     total = 0
@@ -579,8 +580,8 @@ def tiled_cycles(M: int, N: int, K: int, Ti: int, Tj: int, Tk: int, target: Targ
     blocks of that many elements, each result tile's accumulators drained after each block."""
     m, n = tile_sizes(M, Ti), tile_sizes(N, Tj)
     if k_block is None:
-        return array_cycles(m, n, tile_sizes(K, Tk), target, dataflow)
-    return sum(count * array_cycles(m, n, tile_sizes(block, Tk), target, dataflow)
+        return array_cycles(m, n, tile_sizes(K, Tk), target.rows, target.cols, dataflow)
+    return sum(count * array_cycles(m, n, tile_sizes(block, Tk), target.rows, target.cols, dataflow)
                for block, count in tile_sizes(K, k_block))
 
 
