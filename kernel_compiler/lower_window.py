@@ -20,6 +20,7 @@ that balance the compute tiles best), then has the largest tiles.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -65,7 +66,10 @@ class WindowTiling(BandTiling):
         return loops
 
 
-def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[list[Buffer], list[int]]:
+# a tiling's buffers depend on it and the problem alone: a chain's planner searches each problem
+# again under many shares of the target
+@functools.lru_cache(maxsize=1 << 16)
+def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...], tuple[int, ...]]:
     """One compute tile's buffers, as `_kernel` makes them, and the shared L3 ones."""
     runs = {v for v, n in t.trips(p).items() if n > 1}
     band_h, band_w = p.band(t.R, t.C)
@@ -90,7 +94,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[list[Buffer], lis
         # below L3, a weight or bias tile is the one of this tile of channels
         below = loops if name == "x" else ("tc",) if name == "w" or p.bias_along else ()
         buffers += [(level, tiles[name] * load_depth(p.depth, runs, below)) for level in ("L2", "L1")]
-    return buffers, shared
+    return tuple(buffers), tuple(shared)
 
 
 def _fits(p: WindowProblem, t: WindowTiling, target: Target) -> bool:

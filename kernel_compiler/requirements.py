@@ -39,10 +39,9 @@ def body_buffers(body: list, graph: Graph) -> list[Buffer]:
     return out
 
 
-def _level_fits(sizes: list[int], level: Level, line: int) -> bool:
-    """First-fit decreasing of buffers, each in whole lines of `line` bytes as the binder places
-    them, into the level's banks (the binder does it exactly)."""
-    sizes = [-(-s // line) * line for s in sizes]
+def _level_fits(sizes: list[int], level: Level) -> bool:
+    """First-fit decreasing of buffers (in whole lines, as the binder places them) into the
+    level's banks (the binder does it exactly)."""
     total = sum(sizes)
     if total <= level.bank_bytes:  # all in the first bank
         return True
@@ -63,16 +62,16 @@ def fits(buffers: Sequence[Buffer], target: Target, shared_l3: Sequence[int] | N
     """Whether the buffers fit one compute tile's share of the target's banks at every level.
     With `shared_l3`, L3 buffers one copy of which serves every compute tile, L3 is packed whole:
     those once and the others once per compute tile."""
+    line = target.line_bytes
     sizes: dict[str, list[int]] = {"L1": [], "L2": [], "L3": []}
     for level, size in buffers:
-        sizes[level].append(size)
-    line = target.line_bytes
-    if not (_level_fits(sizes["L1"], target.l1, line) and _level_fits(sizes["L2"], target.l2, line)):
+        sizes[level].append(-(-size // line) * line)  # each buffer starts on a line, takes whole lines
+    if not (_level_fits(sizes["L1"], target.l1) and _level_fits(sizes["L2"], target.l2)):
         return False
     if shared_l3:
         whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
-        return _level_fits([*sizes["L3"] * target.compute_tiles, *shared_l3], whole, line)
-    return _level_fits(sizes["L3"], target.l3, line)
+        return _level_fits([*sizes["L3"] * target.compute_tiles, *(-(-s // line) * line for s in shared_l3)], whole)
+    return _level_fits(sizes["L3"], target.l3)
 
 
 def could_fit(buffers: list[Buffer], target: Target) -> bool:
