@@ -317,6 +317,7 @@ class Planner:
         self.proxy = [first.setdefault(_signature(g, graph), i) for i, g in enumerate(self.groups)]
         self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
         self._usage: dict[tuple, Usage] = {}
+        self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -328,15 +329,22 @@ class Planner:
                           share_of(self.target, SHARES[near], SHARES[l3], ROWS[rows]))
 
     def rung(self, i: int, share: tuple[int, int, int]) -> Rung | None:
-        """Kernel i's proxy lowered for `share` (None: no tiling fits it)."""
+        """Kernel i's proxy lowered for `share` (None: no tiling fits it; nor, without lowering,
+        where none fits a larger share of L1 and L2 and of L3 with the same share of its rows)."""
         key = (self.proxy[i], *share)
         if key not in self._rungs:
-            try:
-                m = self.lowered(self.proxy[i], share)
-                self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
-                                        l3_demand(m, self.graph, self.target))
-            except CompileError:
+            near, l3, rows = share
+            unfit = self._unfit.setdefault((self.proxy[i], rows), [])
+            if any(n <= near and l <= l3 for n, l in unfit):
                 self._rungs[key] = None
+            else:
+                try:
+                    m = self.lowered(self.proxy[i], share)
+                    self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
+                                            l3_demand(m, self.graph, self.target))
+                except CompileError:
+                    self._rungs[key] = None
+                    unfit.append((near, l3))
         return self._rungs[key]
 
     def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:
@@ -372,14 +380,8 @@ class Planner:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
         of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
-        dead: set[int] = set()  # shares of rows no tiling fits at some share of memory, nor at a smaller one
-        for s in range(len(SHARES)):
-            for r in _rows(dim):
-                if r in dead or self.rung(i, (s, s, r)) is None:
-                    dead.add(r)
-                elif self._usable(i, (s, s, r), ends, dim):
-                    return s, s, r
-        return None
+        return next(((s, s, r) for s in range(len(SHARES)) for r in _rows(dim) if self._usable(i, (s, s, r), ends, dim)),
+                    None)
 
     def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: a reader waits for its
@@ -393,18 +395,8 @@ class Planner:
         """Every share for which kernel i goes by bands along `dim` of its links, its shares of
         L1 and L2 and of L3 a step apart at most (the pair search's: the others cost lowerings
         that seldom pay)."""
-        out = []
-        for r in _rows(dim):
-            fitted = [len(SHARES)] * len(SHARES)  # per share of L1 and L2, the smallest L3 share no tiling fits
-            for n in range(len(SHARES)):
-                # a smaller share fits no more than a larger one; L1 and L2 and L3 a step apart at most
-                for l in range(max(n - 1, 0), min(n + 2, *fitted[:n + 1])):
-                    if self.rung(i, (n, l, r)) is None:
-                        fitted[n] = l
-                        break
-                    if self._usable(i, (n, l, r), ends, dim):
-                        out.append((n, l, r))
-        return out
+        return [(n, l, r) for r in _rows(dim) for n in range(len(SHARES))
+                for l in range(max(n - 1, 0), min(n + 2, len(SHARES))) if self._usable(i, (n, l, r), ends, dim)]
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
                way: int = 1) -> list[tuple[int, int, int]]:
@@ -415,7 +407,7 @@ class Planner:
             near, l3 = share[0] + step[0], share[1] + step[1]
             while 0 <= min(near, l3) and max(near, l3) < len(SHARES):
                 if self.rung(i, (near, l3, share[2])) is None:
-                    break  # no tiling fits: none fits a smaller share either (a larger one has one)
+                    break  # no tiling fits: none fits a smaller share either
                 if self._usable(i, (near, l3, share[2]), ends, dim):
                     out.append((near, l3, share[2]))
                     break
