@@ -380,8 +380,8 @@ class Planner:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
         of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
-        return next(((s, s, r) for s in range(len(SHARES)) for r in _rows(dim) if self._usable(i, (s, s, r), ends, dim)),
-                    None)
+        shares = ((s, s, r) for s in range(len(SHARES)) for r in _rows(dim))
+        return next((share for share in shares if self._usable(i, share, ends, dim)), None)
 
     def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: a reader waits for its
