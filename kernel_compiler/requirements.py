@@ -74,16 +74,8 @@ def fits(buffers: Sequence[Buffer], target: Target, shared_l3: Sequence[int] | N
     return _level_fits(sizes["L3"], target.l3)
 
 
-def could_fit(buffers: list[Buffer], target: Target) -> bool:
-    """Whether buffers no smaller than these could fit, whichever of the L3 ones are shared: at
-    every level none larger than a bank and all within the level's bytes (L3: all its tiles'
-    bytes, as if every one were shared). `fits` refuses whatever this refuses, so a search may
-    pass over the tilings whose buffers only grow from these."""
-    return extents_fit(extents(buffers, target.line_bytes), target)
-
-
 def extents(buffers: Iterable[Buffer], line: int) -> dict[str, tuple[int, int]]:
-    """Level -> (largest, total) of the buffers in whole lines: what `could_fit` compares."""
+    """Level -> (largest, total) of the buffers in whole lines: what `extents_fit` compares."""
     sizes: dict[str, list[int]] = {}
     for level, size in buffers:
         sizes.setdefault(level, []).append(-(-size // line) * line)
@@ -91,7 +83,10 @@ def extents(buffers: Iterable[Buffer], line: int) -> dict[str, tuple[int, int]]:
 
 
 def extents_fit(held: dict[str, tuple[int, int]], target: Target) -> bool:
-    """`could_fit` of buffers of these `extents`."""
+    """Whether buffers no smaller than those of these `extents` could fit, whichever of the L3
+    ones are shared: at every level none larger than a bank and all within the level's bytes
+    (L3: all its tiles' bytes, as if every one were shared). `fits` refuses whatever this
+    refuses, so a search may pass over the tilings whose buffers only grow from these."""
     whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
     for name, level in (("L1", target.l1), ("L2", target.l2), ("L3", whole)):
         largest, total = held.get(name, (0, 0))
