@@ -37,7 +37,7 @@ from .errors import CompileError
 from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
 from .requirements import Buffer, extents, extents_fit, fits
-from .target import Costs, Target
+from .target import Costs, Level, Target
 from .tiling import Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
@@ -227,13 +227,20 @@ def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> t
     return tuple(out)
 
 
+@functools.lru_cache(maxsize=4096)
+def _on_tile(p: ConvProblem, l1: Level, l2: Level, line: int) -> dict[tuple[int, int, int, int], bool]:
+    """Whether a tiling's L2 and L1 buffers fit these levels, per (R, C, Tn, Tc), as found: the
+    same under every share of L3 and of the rows a chain's planner tries."""
+    return {}
+
+
 def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:
     """For each way of holding the operands and each channel tiling, the tallest output tiles
     that fit, as wide as fit, and those cut down to whole blocks of array rows. Output and input
     channels in tiles of at least `narrowest` (or all of them); smaller input chunks only while
     they let the output tiles grow."""
     out = []
-    on_tile: dict[tuple[int, int, int, int], bool] = {}
+    on_tile = _on_tile(p, target.l1, target.l2, target.line_bytes)
     for holding, Tn, chunks in _channel_tilings(p, narrowest, target.line_bytes):
         for Tc, least in chunks:
             if not extents_fit(least, target):
