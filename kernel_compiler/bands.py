@@ -148,15 +148,16 @@ def channel_splits(dim: int) -> list[int]:
 
 def tallest(p: Layer, fit: Callable[[int, int], bool], target: Target) -> tuple[int, int] | None:
     """(R, C) of the tallest output tiles that fit, at most the target's `rows_share` of the rows,
-    as wide as fit (a binary search on R: fitting only shrinks as R grows), or the whole image
-    alone for a target whose share is None; None where none fits."""
+    as wide as fit (a binary search on R: fitting mostly shrinks as R grows; where it does not,
+    as where the loop dealt to the compute tiles changes with R, the search's probes decide), or
+    the whole image alone for a target whose share is None; None where none fits."""
     if target.rows_share is None:
         return (p.OH, p.OW) if fit(p.OH, p.OW) else None
     most = max(1, math.ceil(p.OH * target.rows_share))
     for C in widths(p.OW):
-        if not fit(1, C):
-            continue  # no row of these fits: the search would find none, in as many tries as it halves
-        return bisect.bisect_left(range(2, most + 1), True, key=lambda R: not fit(R, C)) + 1, C
+        R = bisect.bisect_left(range(1, most + 1), True, key=lambda R: not fit(R, C))
+        if R:
+            return R, C
     return None
 
 

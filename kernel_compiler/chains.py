@@ -69,7 +69,7 @@ RING_DEPTH = 2
 TIE = 0.01  # by how much of the objective's figure a chain must pay: the estimates' rounding
 # by how much the cut of shares may fall short of the members tiled for the whole target before
 # every pair of shares is tried (a two-kernel chain): the cut goes wrong seldom, but far (the
-# search lowers each member under many shares: MobileNet v1 compiles in about 6 s, 2.5 without)
+# search lowers each member under many shares: MobileNet v1 takes 991 lowerings, 381 without)
 SHORT = 0.1
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
@@ -330,7 +330,7 @@ class Planner:
 
     def rung(self, i: int, share: tuple[int, int, int]) -> Rung | None:
         """Kernel i's proxy lowered for `share` (None: no tiling fits it; nor, without lowering,
-        where none fits a larger share of L1 and L2 and of L3 with the same share of its rows)."""
+        where none fits a share no smaller of L1 and L2 and of L3, with the same share of its rows)."""
         key = (self.proxy[i], *share)
         if key not in self._rungs:
             near, l3, rows = share
@@ -407,7 +407,7 @@ class Planner:
             near, l3 = share[0] + step[0], share[1] + step[1]
             while 0 <= min(near, l3) and max(near, l3) < len(SHARES):
                 if self.rung(i, (near, l3, share[2])) is None:
-                    break  # no tiling fits: none fits a smaller share either
+                    break  # no tiling fits: none fits a smaller share either (a larger one has one)
                 if self._usable(i, (near, l3, share[2]), ends, dim):
                     out.append((near, l3, share[2]))
                     break
@@ -475,11 +475,12 @@ class Planner:
         if search:
             # the pairs by the figure of their work without the fill, which no state of theirs
             # beats: past the best fit's figure, none ranks better
-            floor = lambda pair: figure(together(alone(list(pair))), objective)
-            pairs = sorted(itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends))), key=floor)
+            pairs = sorted(((figure(together(alone(list(pair))), objective), pair) for pair in
+                            itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends)))),
+                           key=lambda floored: floored[0])
             fit = None
-            for pair in pairs:
-                if fit is not None and floor(pair) > figure(fit.usage, objective):
+            for floor, pair in pairs:
+                if fit is not None and floor > figure(fit.usage, objective):
                     break
                 f = state(list(pair))
                 if f.over == 0 and (fit is None or _rank(f.usage, objective) < _rank(fit.usage, objective)):

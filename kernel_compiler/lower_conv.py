@@ -204,7 +204,7 @@ def _fits(p: ConvProblem, target: Target, R: int, C: int, Tn: int, Tc: int, hold
 # the channel tilings to try depend on the problem alone: a chain's planner searches each problem
 # again under many shares of the target
 @functools.lru_cache(maxsize=4096)
-def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> tuple:
+def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> tuple[tuple, ...]:
     """For each way of holding the operands and each tile of output channels (at least
     `narrowest`'s or all), the tiles of input channels (likewise), each with the extents of the
     least buffers any tiling with them takes: those of one row of the narrowest tiles, the
@@ -229,8 +229,8 @@ def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> t
 
 @functools.lru_cache(maxsize=4096)
 def _on_tile(p: ConvProblem, l1: Level, l2: Level, line: int) -> dict[tuple[int, int, int, int], bool]:
-    """Whether a tiling's L2 and L1 buffers fit these levels, per (R, C, Tn, Tc), as found: the
-    same under every share of L3 and of the rows a chain's planner tries."""
+    """The record, which `_fits` fills, of whether a tiling's L2 and L1 buffers fit these levels,
+    per (R, C, Tn, Tc): one for every share of L3 and of the rows a chain's planner tries."""
     return {}
 
 
@@ -242,8 +242,8 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
     out = []
     on_tile = _on_tile(p, target.l1, target.l2, target.line_bytes)
     for holding, Tn, chunks in _channel_tilings(p, narrowest, target.line_bytes):
-        for Tc, least in chunks:
-            if not extents_fit(least, target):
+        for Tc, least_extents in chunks:
+            if not extents_fit(least_extents, target):
                 continue  # not even one row of the narrowest tiles fits: none of these channels does
             found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
             if found is None:
@@ -275,14 +275,10 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvTiling, str] | None:
     scored = []  # (cycles: the array's or the moves' where longer, DRAM bytes, tiling, dataflow)
-    array = {}  # the array's cycles depend on the tiles and the loop order, not on where operands are held
     for t in _candidates(p, target, narrowest):
         moves, dram = _moves_bound(p, t, target)
         for dataflow in dataflows:
-            key = (t.R, t.C, t.Tn, t.Tc, t.order, dataflow)
-            if key not in array:
-                array[key] = _cycles(p, t, target, dataflow)
-            scored.append((math.ceil(max(array[key], moves)), dram, t, dataflow))
+            scored.append((math.ceil(max(_cycles(p, t, target, dataflow), moves)), dram, t, dataflow))
     if not scored:
         return None
     fewest = min(s[0] for s in scored)
