@@ -28,7 +28,7 @@ test: $(VENV)/.installed-test
 test-models: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -m models
 
-# The property and fuzz tests with fresh random draws, twenty times as many (about half an hour).
+# The property and fuzz tests with fresh random draws, twenty times as many (about a quarter of an hour).
 fuzz: $(VENV)/.installed-test
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest tests/test_fuzz_dfg.py tests/test_fuzz_hlo.py tests/test_fuzz_onnx.py \
 		tests/test_fuzz_inputs.py \
