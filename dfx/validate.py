@@ -332,8 +332,8 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
             found = k.off_band(tensor, dim)
             if found is None:
                 continue
-            (op, ref), rows = found, k.band_loop()
-            outer = f"'{rows.induction_var}'" if rows is not None else "none: it has no loop of more than one trip"
+            (op, ref), band = found, k.band_loop()
+            outer = f"'{band.induction_var}'" if band is not None else "none: it has no loop of more than one trip"
             return place, (f"kernel '{k.name}' op {op.op_id} moves link '{ref.tensor}' at {ref.level} by "
                            f"'{ref.tile_indices[dim]}' along dim {dim}; a chain's kernels go by its bands, the "
                            f"outermost loop of more than one trip ({outer})")

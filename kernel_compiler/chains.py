@@ -47,7 +47,7 @@ from typing import Callable
 from dfx import DataMove, Graph, Kernel, Op, home_bytes, itemsize
 
 from .errors import CompileError
-from .requirements import body_buffers, fits
+from .requirements import body_buffers, fits, in_lines
 from .residency import l3_demand, workers
 from .target import Level, Target
 from .tiling import link_busy
@@ -465,7 +465,7 @@ class Planner:
             rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],
                                self.target.compute_tiles, depth) if dim == BY_ROWS else None
                      for i, a, b in zip(members, rungs, rungs[1:])]
-            homes = sum(-(-ring_bytes(self.links[i], n, self.graph) // line) * line
+            homes = sum(in_lines(ring_bytes(self.links[i], n, self.graph), line)
                         for i, n in zip(members, rings)) if on_chip else 0
             each = alone(shares)
             took = self._filled(together(each), each, [r.kernel for r in rungs])

@@ -24,6 +24,11 @@ ON_CHIP = ("L3", "L2", "L1")
 Buffer = tuple[str, int]  # (level, bytes)
 
 
+def in_lines(size: int, line: int) -> int:
+    """The bytes a buffer of `size` takes: the binder starts each on a line, and it takes whole lines."""
+    return -(-size // line) * line
+
+
 def body_buffers(body: list, graph: Graph) -> list[Buffer]:
     """The on-chip buffers of a kernel body, one compute tile's."""
     out: list[Buffer] = []
@@ -65,12 +70,12 @@ def fits(buffers: Sequence[Buffer], target: Target, shared_l3: Sequence[int] | N
     line = target.line_bytes
     sizes: dict[str, list[int]] = {"L1": [], "L2": [], "L3": []}
     for level, size in buffers:
-        sizes[level].append(-(-size // line) * line)  # each buffer starts on a line, takes whole lines
+        sizes[level].append(in_lines(size, line))
     if not (_level_fits(sizes["L1"], target.l1) and _level_fits(sizes["L2"], target.l2)):
         return False
     if shared_l3:
         whole = Level(1, target.l3.banks * target.l3.bank_bytes * target.compute_tiles)
-        return _level_fits([*sizes["L3"] * target.compute_tiles, *(-(-s // line) * line for s in shared_l3)], whole)
+        return _level_fits([*sizes["L3"] * target.compute_tiles, *(in_lines(s, line) for s in shared_l3)], whole)
     return _level_fits(sizes["L3"], target.l3)
 
 
@@ -78,7 +83,7 @@ def extents(buffers: Iterable[Buffer], line: int) -> dict[str, tuple[int, int]]:
     """Level -> (largest, total) of the buffers in whole lines: what `extents_fit` compares."""
     sizes: dict[str, list[int]] = {}
     for level, size in buffers:
-        sizes.setdefault(level, []).append(-(-size // line) * line)
+        sizes.setdefault(level, []).append(in_lines(size, line))
     return {level: (max(s), sum(s)) for level, s in sizes.items()}
 
 

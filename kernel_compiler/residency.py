@@ -18,6 +18,7 @@ import math
 from dfx import DataMove, Graph, Kernel, Resident, home_bytes, itemsize, pack_homes
 from dfx.kernel import IndexTensor
 
+from .requirements import in_lines
 from .target import Target
 
 
@@ -38,7 +39,7 @@ def l3_demand(kernel: Kernel, graph: Graph, target: Target) -> int:
         if not isinstance(op, DataMove) or op.move_type == "VIEW" or op.destination.level != "L3":
             continue
         tile = math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype)
-        total += -(-tile * op.depth // line) * line * (1 if op.op_id in shared else tiles)
+        total += in_lines(tile * op.depth, line) * (1 if op.op_id in shared else tiles)
     return total
 
 
