@@ -139,7 +139,7 @@ def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int) -> float:
 
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
-    """Array cycles of the compute tile with the most tiles."""
+    """Array cycles of the compute tile with the most work."""
     return _array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
 
 
@@ -147,9 +147,25 @@ def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int
 # its memories: a chain's planner asks them again for the same tilings under many shares of those
 @functools.lru_cache(maxsize=1 << 16)
 def _array_cycles(p: ConvProblem, t: ConvTiling, rows: int, cols: int, compute_tiles: int, dataflow: str) -> int:
-    m = [(r * c, cr * cc * p.N) for r, cr in tile_sizes(p.OH, t.R) for c, cc in tile_sizes(p.OW, t.C)]
+    """The loader deals the parallel loop's steps round-robin, and the last step may be short (a
+    tile of 64 of 320 output channels beside one of 256): the busiest compute tile's steps are
+    summed, not the whole's share."""
+    sizes = {"b0": [(1, p.N)], "th": tile_sizes(p.OH, t.R), "tw": tile_sizes(p.OW, t.C), "tj": tile_sizes(p.Co, t.Tn)}
     k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
-    return int(array_cycles(m, tile_sizes(p.Co, t.Tn), k, rows, cols, dataflow) * _busiest_share(p, t, compute_tiles))
+
+    def work(along: str | None = None, extent: int = 0) -> int:
+        """The array's cycles over every loop but `along`, which takes one step of `extent`."""
+        mine = {**sizes, along: [(extent, 1)]} if along else sizes
+        m = [(r * c, n * cr * cc) for _, n in mine["b0"] for r, cr in mine["th"] for c, cc in mine["tw"]]
+        return array_cycles(m, mine["tj"], k, rows, cols, dataflow)
+
+    trips = t.trips(p)
+    parallel = parallel_loop(t.loop_order(p), trips, compute_tiles)
+    if parallel.loop is None:
+        return work()
+    steps = [extent for extent, count in sizes[parallel.loop] for _ in range(count)]
+    cycles = {extent: work(parallel.loop, extent) for extent in set(steps)}
+    return max(sum(cycles[e] for e in steps[w::parallel.workers]) for w in range(parallel.workers))
 
 
 def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, int]:
