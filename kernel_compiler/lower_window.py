@@ -112,13 +112,15 @@ def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
 
 
 def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
-    """The busiest compute tile's share of the work over an even share."""
+    """The busiest compute tile's share of the work over an even share: the loader deals the
+    parallel loop's steps round-robin, and the last one may be short."""
     trips = t.trips(p)
     parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
     if parallel.loop is None:
         return float(target.compute_tiles)
-    n = trips[parallel.loop]
-    return -(-n // parallel.workers) * target.compute_tiles / n
+    dim, tile = {"b0": (p.N, 1), "th": (p.OH, t.R), "tw": (p.OW, t.C), "tc": (p.Ci, t.Tc)}[parallel.loop]
+    steps = [min(tile, dim - start) for start in range(0, dim, tile)]
+    return max(sum(steps[w::parallel.workers]) for w in range(parallel.workers)) * target.compute_tiles / dim
 
 
 def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) -> float:
