@@ -181,8 +181,9 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
     load = [-(-c // unit) for c in cycles]
 
     port_load: dict[int, int] = {}  # L2 buffer -> load of the streams using its bank's port
-    for s_index, i in port_buffers(buffers, streams).items():
-        port_load[i] = port_load.get(i, 0) + load[s_index]
+    for s_index, slots in port_buffers(buffers, streams).items():
+        for i in slots:
+            port_load[i] = port_load.get(i, 0) + -(-load[s_index] // len(slots))
 
     # --- Memory: each buffer gets one bank of its pool and a line-aligned address; buffers live
     # at the same time never overlap within a bank; every bank's capacity holds.

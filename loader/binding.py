@@ -86,9 +86,13 @@ def engine_count(kind: str, machine: Machine) -> int:
             "streamer": machine.engines.streamer}[kind]
 
 
-def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, int]:
-    """Stream index -> index of the L2 buffer whose bank port it uses."""
-    l2 = {(b.op_id, b.worker): i for i, b in enumerate(buffers) if b.level == "L2"}
+def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, list[int]]:
+    """Stream index -> indices of the L2 buffers whose bank ports it uses: one, or each slot of a
+    double-buffered one, in turn (an equal share of its moves each)."""
+    l2: dict[tuple[int, int], list[int]] = {}
+    for i, b in enumerate(buffers):
+        if b.level == "L2":
+            l2.setdefault((b.op_id, b.worker), []).append(i)
     return {s_index: l2[s.l2_buffer, s.worker] for s_index, s in enumerate(streams)
             if (s.l2_buffer, s.worker) in l2}
 
@@ -102,9 +106,10 @@ def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machi
         key = (s.kind, binding.engines[s.op_id, s.worker])
         loads[key] = loads.get(key, 0) + c
     buffers = [bb.buffer for bb in binding.buffers]
-    for s_index, i in port_buffers(buffers, streams).items():
-        key = ("l2bank", binding.buffers[i].bank)
-        loads[key] = loads.get(key, 0) + cycles[s_index]
+    for s_index, slots in port_buffers(buffers, streams).items():
+        for i in slots:
+            key = ("l2bank", binding.buffers[i].bank)
+            loads[key] = loads.get(key, 0) + -(-cycles[s_index] // len(slots))
     ports = machine.l2_bank_ports
     return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
 

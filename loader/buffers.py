@@ -1,7 +1,9 @@
 """What a kernel asks of a machine: its buffers and its streams, per worker (compute tile).
 
-A buffer is one stream's tile at one on-chip level, times its buffering depth. A stream is
-one data move of the body run by one worker; it needs one engine of the move's kind.
+A buffer is one stream's tile at one on-chip level, times its buffering depth; a load into L2
+more than one deep (but in a chain) is a buffer per slot, each one tile, which the binder may
+place in different banks. A stream is one data move of the body run by one worker; it needs one
+engine of the move's kind.
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ class Buffer:
     # bytes. Inside one loop nest every buffer is live throughout: (0, len(body)).
     live_start: int = 0
     live_end: int = 1
+    # which of its move's slots (a load `depth` deep into L2 is a buffer per slot, `kernel_demands`),
+    # None for a buffer of all its slots
+    slot: int | None = None
 
     @property
     def bytes(self) -> int:
@@ -135,6 +140,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int,
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
     shared = kernel.shared_moves()
+    chained = any(kernel.name in chain for chain in program.chains)
     for op in kernel.body:
         # a view names bytes already in external memory: no buffer, no engine
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
@@ -151,7 +157,14 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int,
         # a shared move is worker 0's, its one buffer read by every worker
         copies = 1 if op.op_id in shared else workers
         for w in range(copies):
-            if dst.level in ON_CHIP and not in_home(dst, homes):
+            if dst.level == "L2" and depth > 1 and not chained:
+                # a buffer per slot, which the binder may put in different banks: the move filling
+                # one slot and the one draining the other then go through two banks' ports. Not
+                # in a chain, whose members are bound one by one and run at once: MobileNet v1's
+                # first chain took 40% longer with its members' slots parted so
+                buffers += [Buffer(op.op_id, w, dst.tensor, "L2", tile_bytes, 1, 0, len(kernel.body), slot)
+                            for slot in range(depth)]
+            elif dst.level in ON_CHIP and not in_home(dst, homes):
                 buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, depth, 0, len(kernel.body)))
             if isinstance(op, DataMove):
                 src_level, dst_level = move_levels(op, homes)

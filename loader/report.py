@@ -394,7 +394,8 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
             buf = bb.buffer
             buffers.append({"kernel": b.kernel, "tensor": buf.tensor, "level": buf.level,
                             "compute_tile": buf.worker, "bank": bb.bank, "address": bb.address,
-                            "end": bb.end, "bytes": buf.bytes, "depth": buf.depth, "op_id": buf.op_id})
+                            "end": bb.end, "bytes": buf.bytes, "depth": buf.depth, "slot": buf.slot,
+                            "op_id": buf.op_id})
     engines = []
     for b, k in zip(bindings, program.kernels):
         kept = frozenset(h.tensor for h in b.homes)
@@ -443,7 +444,8 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
         t.add_column(col)
     for b in view["buffers"]:
         t.add_row(b["kernel"], shown(b["tensor"]), b["level"], str(b["compute_tile"]), str(b["bank"]),
-                  f"0x{b['address']:06x}-0x{b['end']:06x}", f"{b['bytes']:,}", str(b["depth"]))
+                  f"0x{b['address']:06x}-0x{b['end']:06x}", f"{b['bytes']:,}",
+                  str(b["depth"]) if b["slot"] is None else f"slot {b['slot']}")
     console.print(t)
     if view["homes"]:
         t = Table(title="kept in L3 between kernels", title_justify="left")

@@ -132,9 +132,10 @@ class TaskStream:
     def _previous_users(self, kernel: Kernel, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes; of
         each move that first writes a home in L3, those under the home's region."""
-        users = {(bb.buffer.worker, bb.buffer.op_id):
-                 {user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end)}
-                 for bb in binding.buffers}
+        users: dict[tuple[int, int], set[int]] = {}
+        for bb in binding.buffers:  # a buffer's slots: the first fill of each waits for all their bytes
+            users.setdefault((bb.buffer.worker, bb.buffer.op_id), set()).update(
+                user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end))
         for home in binding.homes:
             if home.tensor in kernel.outputs:  # its writer (a home's span may start before, in its chain)
                 region = _region(home)
@@ -211,7 +212,7 @@ class _KernelFacts:
     ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
     last_step: dict[str, int] = field(init=False)  # each loop's last step
     computes: dict = field(init=False)  # `compute_ops`
-    l2_banks: dict[tuple[int, int], int] = field(init=False)  # `_l2_banks`
+    l2_banks: dict[tuple[int, int], tuple[int, ...]] = field(init=False)  # `_l2_banks`
 
     def __post_init__(self):
         self.homes = frozenset(h.tensor for h in self.binding.homes)
@@ -318,8 +319,8 @@ class _ViewPlan(_Plan):
 
 
 class _MovePlan(_Plan):
-    __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "transpose", "args", "bytes", "src_shape",
-                 "dst_shape", "table", "itemsize", "in_place", "stream")
+    __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "l2_slots", "port", "transpose", "args",
+                 "bytes", "src_shape", "dst_shape", "table", "itemsize", "in_place", "stream")
 
     def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts)
@@ -331,7 +332,12 @@ class _MovePlan(_Plan):
         self.unit = engine_kind(self.src_level, self.dst_level)
         self.engine = None if self.in_place else facts.binding.engines[op.op_id, worker]
         self.stream = facts.streams + op.op_id
-        self.l2_bank = facts.l2_banks.get((op.op_id, worker))
+        # the bank of the L2 buffer whose port it uses; a double-buffered one's slots may lie in
+        # several: the one its filler's latest instance wrote (`port`: that filler's plan, linked
+        # after the plans are made)
+        banks = facts.l2_banks.get((op.op_id, worker), (None,))
+        self.l2_bank, self.l2_slots = banks[0], banks if len(set(banks)) > 1 else None
+        self.port: _Plan | None = None
         self.transpose = op.transpose or op.permutation is not None
         self.label = f"{dst.tensor} {self.src_level}->{self.dst_level}"
         running = _running(facts.kernel, op)
@@ -356,11 +362,17 @@ class _MovePlan(_Plan):
         args = {}  # a loop, not a comprehension: no function made per task
         for v in self.args:
             args[v] = env[v]
+        bank = self.l2_bank
+        if self.l2_slots is not None:
+            if self.port is None:
+                port = l2_port_op(self.op)
+                self.port = self if port == self.op_id else next(d for d in self.deps if d.op_id == port)
+            bank = self.l2_slots[(self.port.instances - 1) % len(self.l2_slots)]
         # Task's fields in order: most tasks are moves, and keywords would cost more than the task.
         # Its stream is the op: one queue per op across kernels, a later kernel's move waits
         # behind the earlier kernel's (but in a chain, whose kernels run at once)
         return Task(tid, self.unit, self.engine, deps, self.stream, self.phase, self.label, args,
-                    nbytes, self.src_level, self.dst_level, self.l2_bank, self.transpose)
+                    nbytes, self.src_level, self.dst_level, bank, self.transpose)
 
 
 class _ComputePlan(_Plan):
@@ -448,9 +460,13 @@ class _BarrierPlan(_Plan):
         return Task(tid, "barrier", self.worker, deps, stream=self.op_id, phase=self.phase, label=self.label)
 
 
-def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], int]:
-    """(op_id, worker) -> the bank of the L2 buffer whose port a move uses."""
-    filled = {(b.buffer.op_id, b.buffer.worker): b.bank for b in binding.buffers if b.buffer.level == "L2"}
+def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], tuple[int, ...]]:
+    """(op_id, worker) -> the banks, slot by slot, of the L2 buffer whose port a move uses."""
+    slots: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for b in binding.buffers:
+        if b.buffer.level == "L2":
+            slots.setdefault((b.buffer.op_id, b.buffer.worker), []).append((b.buffer.slot or 0, b.bank))
+    filled = {key: tuple(bank for _, bank in sorted(banks)) for key, banks in slots.items()}
     out = {}
     for op in kernel.body:
         port = l2_port_op(op) if isinstance(op, DataMove) else None
