@@ -44,6 +44,12 @@ class Resident:
     last: int
 
 
+def in_lines(size: int, line: int) -> int:
+    """The bytes a buffer (or a home) of `size` takes: each starts on a line and takes whole lines,
+    as the compiler counts them and the loader places them."""
+    return -(-size // line) * line
+
+
 def home_bytes(t: Tensor) -> int:
     """The bytes of a tensor's home: all of it, or with a ring, `ring` rows along dim 1."""
     whole = t.size * itemsize(t.dtype)
@@ -64,12 +70,12 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
     homes: list[Home] = []
     live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order
     for r in wanted:
-        size = -(-r.bytes // line) * line
+        size = in_lines(r.bytes, line)
         live = [h for h in live if h.last >= r.first]
         beside = sorted((h for h in live if h.first <= r.last), key=lambda h: -h.address)
         address = (capacity - size) // line * line
         for h in beside:  # highest first: go below each region this one would share a byte with
-            if address < h.address + -(-h.bytes // line) * line and h.address < address + size:
+            if address < h.address + in_lines(h.bytes, line) and h.address < address + size:
                 address = h.address - size
         if address < 0:
             continue

@@ -44,10 +44,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from dfx import DataMove, Graph, Kernel, Op, home_bytes, itemsize
+from dfx import DataMove, Graph, Kernel, Op, home_bytes, in_lines, itemsize
 
 from .errors import CompileError
-from .requirements import body_buffers, fits, in_lines
+from .requirements import body_buffers, fits
 from .residency import l3_demand, workers
 from .target import Level, Target
 from .tiling import link_busy

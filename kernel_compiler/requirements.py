@@ -16,18 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from dfx import Compute, DataMove, Graph, itemsize
+from dfx import Compute, DataMove, Graph, in_lines, itemsize
 
 from .target import Level, Target
 
 ON_CHIP = ("L3", "L2", "L1")
 
 Buffer = tuple[str, int]  # (level, bytes)
-
-
-def in_lines(size: int, line: int) -> int:
-    """The bytes a buffer of `size` takes: the binder starts each on a line, and it takes whole lines."""
-    return -(-size // line) * line
 
 
 def body_buffers(body: list, graph: Graph) -> list[Buffer]:

@@ -15,10 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dfx import DataMove, Graph, Kernel, Resident, home_bytes, itemsize, pack_homes
+from dfx import DataMove, Graph, Kernel, Resident, home_bytes, in_lines, itemsize, pack_homes
 from dfx.kernel import IndexTensor
 
-from .requirements import in_lines
 from .target import Target
 
 

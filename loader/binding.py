@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from collections.abc import Callable
 
-from dfx import Home
+from dfx import Home, in_lines
 from hardware import Machine, move_timer
 
 from .buffers import Buffer, StreamReq, level_banks
@@ -114,10 +114,6 @@ def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machi
     return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
 
 
-def _align(n: int, line: int) -> int:
-    return -(-n // line) * line
-
-
 def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[StreamReq],
                 machine: Machine, where: str) -> Binding:
     """First fit of buffers in order; engines of each kind dealt round-robin to streams."""
@@ -131,7 +127,7 @@ def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[
             used = fill.get((b.level, owner, bank), 0)
             if used + b.bytes <= size:
                 bound.append(BoundBuffer(b, bank, used))
-                fill[b.level, owner, bank] = _align(used + b.bytes, machine.line_bytes)
+                fill[b.level, owner, bank] = in_lines(used + b.bytes, machine.line_bytes)
                 break
         else:
             raise BindError(f"{where}: kernel '{kernel}': greedy first fit cannot place "

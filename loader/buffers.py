@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, home_bytes, itemsize, pack_homes
+from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, home_bytes, in_lines, itemsize, pack_homes
 from hardware import Machine
 
 from .schedule import workers_for
@@ -192,7 +192,7 @@ def home_layout(program: Program, machine: Machine) -> list[Home]:
         return []
     count, capacity = level_banks(machine, "L3")
     line = machine.line_bytes
-    own = [sum(-(-b.bytes // line) * line for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
+    own = [sum(in_lines(b.bytes, line) for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
                if b.level == "L3") for k in kernels]
     demands = [sum(own[first:last + 1]) for first, last in spans]
     return pack_homes([r for _, r in sorted(wanted, key=lambda w: w[0])], demands, capacity, line)

@@ -34,10 +34,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef
+from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines
 from hardware import Machine, Task
 
-from .binding import BindError, Binding, BoundBuffer, _align
+from .binding import BindError, Binding, BoundBuffer
 from .buffers import COPY, home_move, in_home, level_banks
 from .relocate import Occupancy, place_of, relocate
 from .schedule import placement, worker_stream
@@ -100,7 +100,7 @@ def _packed(members: list[Binding], level: str, machine: Machine) -> list[Bindin
                 units.setdefault((m, bb.buffer.op_id, bb.buffer.worker), []).append((i, bb))
     line = machine.line_bytes
     for (m, _, _), unit in sorted(units.items(), key=lambda u: -sum(bb.buffer.bytes for _, bb in u[1])):
-        sizes = [_align(bb.buffer.bytes, line) for _, bb in unit]
+        sizes = [in_lines(bb.buffer.bytes, line) for _, bb in unit]
         pool = place_of(unit[0][1])[:2]
         need = sum(sizes[:-1]) + unit[-1][1].buffer.bytes  # the last one's end needs no alignment
         bank = next((k for k in range(count) if fill.get((pool, k), 0) + need <= size), None)
@@ -146,7 +146,7 @@ def _squeezed(binding: Binding, earlier: list[Binding], machine: Machine) -> Bin
         used = sorted({k for level, owner, k in taken.spans if (level, owner) == (buffer.level, buffer.owner)})
         empty = next(k for k in range(count + 1) if k not in used)  # the lowest bank no buffer holds yet
         spot = next(((k, start) for k in [*used, *([empty] if empty < count else [])]
-                     for start in [0, *(_align(e, machine.line_bytes) for _, e, _ in taken.spans.get(
+                     for start in [0, *(in_lines(e, machine.line_bytes) for _, e, _ in taken.spans.get(
                          (buffer.level, buffer.owner, k), []))]
                      if start + buffer.bytes <= size
                      and not taken.under((buffer.level, buffer.owner, k), start, start + buffer.bytes)), None)

@@ -14,9 +14,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import replace
 
+from dfx import in_lines
 from hardware import Machine
 
-from .binding import Binding, BoundBuffer, _align
+from .binding import Binding, BoundBuffer
 from .buffers import level_banks
 
 Place = tuple[str, int, int]  # (level, L1 owner worker or -1, bank)
@@ -114,6 +115,6 @@ def _offsets(spans: list[tuple[int, int, int]], extent: int, size: int, line: in
     top = (size - extent) // line * line
     candidates = {0, top}
     for s, e, _ in spans:
-        candidates.add(_align(e, line))
+        candidates.add(in_lines(e, line))
         candidates.add((s - extent) // line * line)
     return sorted(o for o in candidates if 0 <= o <= top)
