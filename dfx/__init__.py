@@ -18,7 +18,7 @@ _EXPORTS = {
                     "read_hashed", "write"], "objfile"),
     **dict.fromkeys(["OutputError", "OutputFiles"], "output_files"),
     **dict.fromkeys(["REGISTRY", "OpDef", "ShapeError", "accumulation_dtype", "convert", "lookup"], "ops"),
-    "Program": "program",
+    **dict.fromkeys(["Program", "chain_spans"], "program"),
 }
 
 __all__ = list(_EXPORTS)

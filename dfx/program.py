@@ -24,10 +24,15 @@ class Program:
     def spans(self) -> list[tuple[int, int]]:
         """Each kernel (by position) -> the first and last position of the kernels running while
         it runs: its chain's, or its own."""
-        out = [(i, i) for i in range(len(self.kernels))]
-        position = {k.name: i for i, k in enumerate(self.kernels)}
-        for chain in self.chains:
-            members = [position[name] for name in chain]
-            for i in members:
-                out[i] = (min(members), max(members))
-        return out
+        return chain_spans(self.kernels, self.chains)
+
+
+def chain_spans(kernels: list[Kernel], chains: list[list[str]]) -> list[tuple[int, int]]:
+    """`Program.spans` of kernels in execution order and their chains (by kernel name)."""
+    out = [(i, i) for i in range(len(kernels))]
+    position = {k.name: i for i, k in enumerate(kernels)}
+    for chain in chains:
+        members = [position[name] for name in chain]
+        for i in members:
+            out[i] = (min(members), max(members))
+    return out

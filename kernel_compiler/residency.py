@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dfx import DataMove, Graph, Kernel, Resident, home_bytes, in_lines, itemsize, pack_homes
+from dfx import DataMove, Graph, Kernel, Resident, chain_spans, home_bytes, in_lines, itemsize, pack_homes
 from dfx.kernel import IndexTensor
 
 from .target import Target
@@ -71,18 +71,6 @@ def _without(kernel: Kernel, tensors: dict[str, int]) -> dict:
     return out
 
 
-def spans(kernels: list[Kernel], chains: list[list[str]]) -> list[tuple[int, int]]:
-    """Each kernel (by position) -> the first and last position of the kernels running while it
-    runs: its chain's (`Program.chains`: they run at once), or its own."""
-    out = [(i, i) for i in range(len(kernels))]
-    position = {k.name: i for i, k in enumerate(kernels)}
-    for chain in chains:
-        members = [position[name] for name in chain]
-        for i in members:
-            out[i] = (min(members), max(members))
-    return out
-
-
 def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: list[list[str]] | None = None) -> Graph:
     """The graph with a home in L3 for each intermediate that fits there across its kernels, in
     the order they are written; each kernel's DRAM hints without them. Kernels in execution order.
@@ -90,7 +78,7 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
     and kept as it is: no other home is taken that would leave it out. The kernels of a chain
     run at once: a home live during one is live during all, and each needs room for all their
     buffers."""
-    span = spans(kernels, chains or [])
+    span = chain_spans(kernels, chains or [])
     writer: dict[str, int] = {}
     last_reader: dict[str, int] = {}
     for i, k in enumerate(kernels):
