@@ -17,10 +17,11 @@ lowering, before the homes and the barriers:
   the one before (its link), which nothing else reads, one image along dim 0.
 - The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
   again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
-  shares cut member by member (the cut that frees the most room for the least cost first) until
-  all their buffers and the links' homes fit the target together, then grown back where a
-  member's larger share still fits and ranks better (`_rank`); for two kernels whose cut falls
-  short by more than `SHORT`, every pair of usable shares is tried. A member must go by bands
+  shares cut member by member (the cut that frees the most room for the least cost first: the
+  objective's figure, then energy) until all their buffers and the links' homes fit the target
+  together, then grown back where a member's larger share still fits and ranks better
+  (`_rank`); for two kernels whose cut falls short by more than `SHORT`, every pair of usable
+  shares is tried. A member must go by bands
   of its links: its outermost loop of more than one trip indexes their rows (or, the whole
   image in one tile, their channels), stepping upward; one writing a link, through more than
   one band on each compute tile. A chain costs what its kinds of engine do, overlapping, plus
@@ -496,7 +497,8 @@ class Planner:
 
     def _cut(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit | None:
         """Cut a level of the member whose cut frees the most room for the least it adds to the
-        objective's figure, until everything fits (None: no cut helps)."""
+        objective's figure, then to the energy (a cut that costs no cycles may cost DRAM bytes),
+        until everything fits (None: no cut helps)."""
         objective = self.target.objective
         while fit.over > 0:
             moves = []
@@ -504,11 +506,13 @@ class Planner:
                 for cut in step(fit.shares[m]):
                     trial = state(fit.shares[:m] + [cut] + fit.shares[m + 1:])
                     if trial.over < fit.over:
+                        freed = fit.over - trial.over
                         added = figure(trial.usage, objective) - figure(fit.usage, objective)
-                        moves.append((max(added, 0.0) / (fit.over - trial.over), trial.over, m, trial))
+                        pj = trial.usage.pj - fit.usage.pj
+                        moves.append((max(added, 0.0) / freed, max(pj, 0.0) / freed, trial.over, m, trial))
             if not moves:
                 return None
-            fit = min(moves, key=lambda move: move[:3])[3]
+            fit = min(moves, key=lambda move: move[:4])[4]
         return fit
 
     def _grown(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit:
