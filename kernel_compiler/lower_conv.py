@@ -38,7 +38,9 @@ from .lower_matmul import choose_dataflow
 from .lower_vector import epilogue_work
 from .requirements import Buffer, extents, extents_fit, fits
 from .target import Costs, Level, Target
-from .tiling import Stream, array_cycles, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes
+from .tiling import (
+    Stream, array_cycles, busiest_steps, first_fit, link_cycles, parallel_loop, stream_traffic, tile_sizes,
+)
 
 ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", "th", "tw", "tk")}
 
@@ -159,13 +161,10 @@ def _array_cycles(p: ConvProblem, t: ConvTiling, rows: int, cols: int, compute_t
         m = [(r * c, n * cr * cc) for _, n in mine["b0"] for r, cr in mine["th"] for c, cc in mine["tw"]]
         return array_cycles(m, mine["tj"], k, rows, cols, dataflow)
 
-    trips = t.trips(p)
-    parallel = parallel_loop(t.loop_order(p), trips, compute_tiles)
+    parallel = parallel_loop(t.loop_order(p), t.trips(p), compute_tiles)
     if parallel.loop is None:
         return work()
-    steps = [extent for extent, count in sizes[parallel.loop] for _ in range(count)]
-    cycles = {extent: work(parallel.loop, extent) for extent in set(steps)}
-    return max(sum(cycles[e] for e in steps[w::parallel.workers]) for w in range(parallel.workers))
+    return int(busiest_steps(sizes[parallel.loop], parallel.workers, lambda extent: work(parallel.loop, extent)))
 
 
 def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, int]:

@@ -34,7 +34,7 @@ from .errors import CompileError
 from .lower_vector import epilogue_work
 from .requirements import Buffer, fits
 from .target import Target
-from .tiling import first_fit, link_cycles, parallel_loop
+from .tiling import busiest_steps, first_fit, link_cycles, parallel_loop, tile_sizes
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,7 @@ def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
     if parallel.loop is None:
         return float(target.compute_tiles)
     dim, tile = {"b0": (p.N, 1), "th": (p.OH, t.R), "tw": (p.OW, t.C), "tc": (p.Ci, t.Tc)}[parallel.loop]
-    steps = [min(tile, dim - start) for start in range(0, dim, tile)]
-    return max(sum(steps[w::parallel.workers]) for w in range(parallel.workers)) * target.compute_tiles / dim
+    return busiest_steps(tile_sizes(dim, tile), parallel.workers, lambda extent: extent) * target.compute_tiles / dim
 
 
 def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) -> float:

@@ -557,6 +557,15 @@ def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
     return [(tile, dim // tile)] + ([(dim % tile, 1)] if dim % tile else [])
 
 
+def busiest_steps(sizes: list[tuple[int, int]], workers: int, cost: Callable[[int], float]) -> float:
+    """What the compute tile with the most takes of a parallel loop's steps, tiles of these
+    (extent, count) sizes in order, which the loader deals round-robin (the last may be short):
+    the sum of `cost` (of an extent) over its own."""
+    steps = [extent for extent, count in sizes for _ in range(count)]
+    costs = {extent: cost(extent) for extent in set(steps)}
+    return max(sum(costs[e] for e in steps[w::workers]) for w in range(workers))
+
+
 def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
                  rows: int, cols: int, dataflow: str) -> int:
     """The array's cycles (`rows` x `cols`) for a product in tiles of these (extent, count) sizes,

@@ -1,8 +1,8 @@
 """What a kernel asks of a machine: its buffers and its streams, per worker (compute tile).
 
 A buffer is one stream's tile at one on-chip level, times its buffering depth; a load into L2
-more than one deep (but in a chain) is a buffer per slot, each one tile, which the binder may
-place in different banks. A stream is one data move of the body run by one worker; it needs one
+more than one deep may be a buffer per slot (`kernel_demands`), which the binder may place in
+different banks. A stream is one data move of the body run by one worker; it needs one
 engine of the move's kind.
 """
 
@@ -133,14 +133,18 @@ def op_runs(kernel: Kernel, op) -> int:
     return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
 
 
-def kernel_demands(kernel: Kernel, program: Program, workers: int,
-                   homes: frozenset[str] = frozenset()) -> tuple[list[Buffer], list[StreamReq]]:
-    """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3."""
+def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozenset[str] = frozenset(),
+                   line: int | None = None) -> tuple[list[Buffer], list[StreamReq]]:
+    """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3. With
+    the machine's `line`, a load more than one deep into L2 whose tile is whole lines (so its
+    slots take the lines the compiler counted for all of them) is a buffer per slot, but in a
+    chain, whose members are bound one by one and run at once (MobileNet v1's first chain took
+    40% longer with its members' slots parted)."""
     g = program.graph
     buffers: list[Buffer] = []
     streams: list[StreamReq] = []
     shared = kernel.shared_moves()
-    chained = any(kernel.name in chain for chain in program.chains)
+    slots = line is not None and not any(kernel.name in chain for chain in program.chains)
     for op in kernel.body:
         # a view names bytes already in external memory: no buffer, no engine
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
@@ -157,11 +161,9 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int,
         # a shared move is worker 0's, its one buffer read by every worker
         copies = 1 if op.op_id in shared else workers
         for w in range(copies):
-            if dst.level == "L2" and depth > 1 and not chained:
-                # a buffer per slot, which the binder may put in different banks: the move filling
-                # one slot and the one draining the other then go through two banks' ports. Not
-                # in a chain, whose members are bound one by one and run at once: MobileNet v1's
-                # first chain took 40% longer with its members' slots parted so
+            if slots and depth > 1 and dst.level == "L2" and op.move_type == "LOAD" and tile_bytes % line == 0:
+                # the binder may put the slots in different banks: the move filling one and the
+                # one draining the other then go through two banks' ports
                 buffers += [Buffer(op.op_id, w, dst.tensor, "L2", tile_bytes, 1, 0, len(kernel.body), slot)
                             for slot in range(depth)]
             elif dst.level in ON_CHIP and not in_home(dst, homes):

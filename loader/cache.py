@@ -291,7 +291,7 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
         limit = l3_limit(homes, i, level_banks(machine, "L3")[1])
         if any(bb.buffer.level == "L3" and bb.end > limit for bb in b.buffers):
             raise EntryError(f"{where}: an L3 buffer reaches into a home")
-        buffers, streams = kernel_demands(kernel, program, b.workers, kept)
+        buffers, streams = kernel_demands(kernel, program, b.workers, kept, machine.line_bytes)
         # each once, in the kernel's order, as every binder keeps them (see estimate_makespan)
         if [bb.buffer for bb in b.buffers] != buffers:
             raise EntryError(f"{where}: the bound buffers are not the kernel's")

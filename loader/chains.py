@@ -91,26 +91,16 @@ def _packed(members: list[Binding], level: str, machine: Machine) -> list[Bindin
     count, size = level_banks(machine, level)
     fill: dict[tuple, int] = {}  # (pool, bank) -> bytes used
     where: dict[tuple[int, int], BoundBuffer] = {}  # (member, buffer) -> its new place
-    # a buffer's slots (`buffers.kernel_demands`) go together, one after the other, as the
-    # compiler counts the buffer: all its slots' bytes in one bank
-    units: dict[tuple[int, int, int], list[tuple[int, BoundBuffer]]] = {}
-    for m, b in enumerate(members):
-        for i, bb in enumerate(b.buffers):
-            if bb.buffer.level == level:
-                units.setdefault((m, bb.buffer.op_id, bb.buffer.worker), []).append((i, bb))
-    line = machine.line_bytes
-    for (m, _, _), unit in sorted(units.items(), key=lambda u: -sum(bb.buffer.bytes for _, bb in u[1])):
-        sizes = [in_lines(bb.buffer.bytes, line) for _, bb in unit]
-        pool = place_of(unit[0][1])[:2]
-        need = sum(sizes[:-1]) + unit[-1][1].buffer.bytes  # the last one's end needs no alignment
-        bank = next((k for k in range(count) if fill.get((pool, k), 0) + need <= size), None)
+    at_level = [(m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers)
+                if bb.buffer.level == level]
+    for m, i, bb in sorted(at_level, key=lambda x: -x[2].buffer.bytes):
+        pool = place_of(bb)[:2]
+        bank = next((k for k in range(count) if fill.get((pool, k), 0) + bb.buffer.bytes <= size), None)
         if bank is None:
             return None
         start = fill.get((pool, bank), 0)
-        for (i, bb), taken in zip(unit, sizes):
-            where[m, i] = BoundBuffer(bb.buffer, bank, start)
-            start += taken
-        fill[pool, bank] = start
+        where[m, i] = BoundBuffer(bb.buffer, bank, start)
+        fill[pool, bank] = in_lines(start + bb.buffer.bytes, machine.line_bytes)
     return [replace(b, buffers=[where.get((m, i), bb) for i, bb in enumerate(b.buffers)]) for m, b in enumerate(members)]
 
 

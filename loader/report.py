@@ -440,7 +440,7 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
         for note in b["notes"]:
             console.print(f"  {note}")
     t = Table(title="bound buffers", title_justify="left")
-    for col in ("kernel", "tensor", "level", "tile", "bank", "address range", "bytes", "depth"):
+    for col in ("kernel", "tensor", "level", "tile", "bank", "address range", "bytes", "depth or slot"):
         t.add_column(col)
     for b in view["buffers"]:
         t.add_row(b["kernel"], shown(b["tensor"]), b["level"], str(b["compute_tile"]), str(b["bank"]),

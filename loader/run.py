@@ -96,7 +96,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             if short is not None:
                 error = error or BindError(f"{where}: kernel '{k.name}': {short}")
                 continue
-            buffers, streams = kernel_demands(k, program, workers, kept)
+            buffers, streams = kernel_demands(k, program, workers, kept, machine.line_bytes)
             start = time.perf_counter()
             try:
                 binding = binder(k.name, workers, buffers, streams, room, where)

@@ -25,7 +25,7 @@ def _run(binder):
 def test_a_double_buffered_l2_load_is_a_buffer_per_slot():
     program, _, _ = _run(bind_greedy)
     k = program.kernels[0]
-    buffers, _ = kernel_demands(k, program, 2)
+    buffers, _ = kernel_demands(k, program, 2, line=64)
     for op in k.body:
         if getattr(op, "destination", None) is not None and op.destination.level == "L2" and op.depth == 2:
             slots = [b for b in buffers if b.op_id == op.op_id and b.worker == 0]
