@@ -4,11 +4,15 @@ through two banks' ports, not one port taking every byte twice (a GEMV streaming
 
 from __future__ import annotations
 
+import pytest
+
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.target import load_target
 from loader import bind_cpsat, bind_greedy, bind_program, simulate
 from loader.buffers import kernel_demands
+from conftest import shrunk_config
+from test_partial_sums import gemm, split_program
 from test_vector_kernels import STANDARD, graph_of
 
 # MobileNet v1's classifier as a product: one row of 1024 by 1024 x 1000 weights (4 MB)
@@ -47,3 +51,21 @@ def test_cp_sat_parts_the_weights_slots_over_two_banks_and_the_gemv_runs_faster(
     # per compute tile that takes 4,096,000 bytes * 2 / 2 tiles / 64 bytes a cycle = 64,000 cycles
     # at least (66,853 when the slots were one buffer); through two ports, less
     assert sim.cycles < 60_000
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> str:
+    """standard with 8 KB L2 banks and 128 KB of L3, as tests/test_partial_sums.py splits K on."""
+    return shrunk_config(tmp_path_factory, "standard", "split", (2, 64), (8, 8), (4, 4))
+
+
+def test_a_ring_of_partial_sums_in_l2_stays_one_buffer(small, monkeypatch):
+    """A K split's ring of partial sums in L2 is read back by the tile it holds, not by the latest
+    drain's: its slots are not parted (only loads are), so every reload finds its bank."""
+    program = split_program(gemm(96, 160, 512), small, monkeypatch, "L2", "tj", 2, 2, 2)
+    k = program.kernels[0]
+    ring = [op for op in k.body if getattr(op, "move_type", None) == "STORE" and op.destination.level == "L2"]
+    assert ring and ring[0].depth > 1
+    buffers, _ = kernel_demands(k, program, 2, line=64)
+    assert [b.slot for b in buffers if b.op_id == ring[0].op_id] == [None, None]  # one buffer per compute tile
+    assert any(b.slot is not None for b in buffers)  # while its double-buffered loads are parted
