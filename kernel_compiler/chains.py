@@ -21,10 +21,9 @@ lowering, before the homes and the barriers:
   objective's figure, then energy) until all their buffers and the links' homes fit the target
   together, then grown back where a member's larger share still fits and ranks better
   (`_rank`); for two kernels whose cut falls short by more than `SHORT`, every pair of usable
-  shares is tried. A member must go by bands
-  of its links: its outermost loop of more than one trip indexes their rows (or, the whole
-  image in one tile, their channels), stepping upward; one writing a link, through more than
-  one band on each compute tile. A chain costs what its kinds of engine do, overlapping, plus
+  shares is tried. A member must go by bands of its links: its outermost loop of more than one
+  trip indexes their rows (or, the whole image in one tile, their channels), stepping upward;
+  one writing a link, through more than one band on each compute tile. A chain costs what its kinds of engine do, overlapping, plus
   its pipeline's fill (`_filled`).
 - Each link's ring (by rows): the rows the reader's bands span on every compute tile at once,
   plus the rows the writer's next bands write on every compute tile (so neither waits on the

@@ -3,8 +3,8 @@
 The loader binds exactly these (`loader/buffers.kernel_demands`, per compute tile): one buffer
 for each data move whose destination is on chip, the tile's bytes times the move's depth (a load
 into L2 of a tile of whole lines, outside chains: a buffer per slot, which may lie in its own
-bank), and one for each COMPUTE whose result stays on chip (L3, L2 or L1), one deep. The array's accumulators
-and the vector unit's registers (REGISTER) hold no buffer, nor does a VIEW (its destination is
+bank), and one for each COMPUTE whose result stays on chip (L3, L2 or L1), one deep. The array's
+accumulators and the vector unit's registers (REGISTER) hold no buffer, nor does a VIEW (its destination is
 external memory). Every lowering records them as the kernel's `requirements`, so the compiler
 and the binder agree on what a kernel needs. Vector kernels size their tiles by exactly these
 buffers (`lower_vector.choose_space`); matmul and layout kernels by a count that never falls short
