@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from dfx import DataMove
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.target import load_target
@@ -31,7 +32,7 @@ def test_a_double_buffered_l2_load_is_a_buffer_per_slot():
     k = program.kernels[0]
     buffers, _ = kernel_demands(k, program, 2, line=64)
     for op in k.body:
-        if getattr(op, "destination", None) is not None and op.destination.level == "L2" and op.depth == 2:
+        if isinstance(op, DataMove) and op.move_type == "LOAD" and op.destination.level == "L2" and op.depth == 2:
             slots = [b for b in buffers if b.op_id == op.op_id and b.worker == 0]
             assert [b.slot for b in slots] == [0, 1] and {b.depth for b in slots} == {1}
             assert slots[0].bytes == slots[1].bytes > 0
@@ -64,7 +65,8 @@ def test_a_ring_of_partial_sums_in_l2_stays_one_buffer(small, monkeypatch):
     drain's: its slots are not parted (only loads are), so every reload finds its bank."""
     program = split_program(gemm(96, 160, 512), small, monkeypatch, "L2", "tj", 2, 2, 2)
     k = program.kernels[0]
-    ring = [op for op in k.body if getattr(op, "move_type", None) == "STORE" and op.destination.level == "L2"]
+    ring = [op for op in k.body
+            if isinstance(op, DataMove) and op.move_type == "STORE" and op.destination.level == "L2"]
     assert ring and ring[0].depth > 1
     buffers, _ = kernel_demands(k, program, 2, line=64)
     assert [b.slot for b in buffers if b.op_id == ring[0].op_id] == [None, None]  # one buffer per compute tile
