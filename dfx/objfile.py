@@ -440,7 +440,8 @@ def _body_op(d: dict[str, Any]) -> DataMove | Compute | Barrier:
                         fill=NON_FINITE.get(d.get("fill"), d.get("fill")), when=d.get("when"), **place)
     if d["type"] == "COMPUTE":
         return Compute(d["op_id"], d["compute_type"], [_tile_ref(i) for i in d["inputs"]],
-                       _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), **place)
+                       _tile_ref(d["output"]), accumulate=d.get("accumulate", "false"), depth=d.get("depth", 1),
+                       **place)
     return Barrier(d["op_id"], list(d["wait_for"]), d.get("kernel"), **place)
 
 

@@ -49,6 +49,7 @@ class Layer:
     out_bytes: int
     epilogue_operands: tuple[tuple[int, bool], ...]  # (bytes per element, varies along positions)
     depth: int  # buffers of a load that repeats
+    results: int  # buffers of a result tile that repeats (`result_depth`)
 
     def band(self, R: int, C: int) -> tuple[int, int]:
         """Rows and columns of the input band an output tile of R x C positions needs."""
@@ -69,7 +70,7 @@ def layer(kind: type[L], graph: Graph, ops: list[Op], depth: int, **own) -> L:
     return kind(N, H, W, Ci, OH, OW, Co, hw, w.shape if w else None, itemsize(x.dtype), itemsize(w.dtype) if w else 0,
                 itemsize(bias.dtype) if bias else 0, bias is not None and bias.shape == (Co,) and Co > 1,
                 itemsize(graph.tensors[ops[-1].outputs[0]].dtype),
-                tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epilogue_operands), depth, **own)
+                tuple((itemsize(t.dtype), math.prod(t.shape[:-1]) > 1) for t in epilogue_operands), depth, 1, **own)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,13 @@ def load_depth(depth: int, runs: AbstractSet[str], loops: Iterable[str]) -> int:
     """Buffers of a load whose tile is indexed by `loops`: `depth` where it repeats (a loop that
     runs indexes it), else one."""
     return depth if not runs.isdisjoint(loops) else 1
+
+
+def result_depth(p: Layer, t: BandTiling, runs: AbstractSet[str]) -> int:
+    """Buffers of the result tile at every level it goes through (the accumulators, the
+    epilogue's results, the stores'): `p.results` where output tiles repeat, so the next one is
+    computed while this one drains, goes through its epilogue and is stored."""
+    return load_depth(p.results, runs, POSITIONS + (t.CHANNEL,))
 
 
 def band_elements(window, out_dim: int, out_tile: int, dim: int) -> int:
@@ -228,12 +236,13 @@ class Body:
                      tuple(v if v in self.order else None for v in (*POSITIONS, t.CHANNEL)))
 
     def finish(self, graph: Graph, ops: list[Op], result_level: str, space: Space, place: dict,
-               level: str) -> list[Stream]:
+               level: str, depth: int) -> list[Stream]:
         """Append, after the op just appended (the anchor's result at `result_level`), the epilogue
-        (its operands loaded to `level`) and the stores of its result from `level`; its streams."""
+        (its operands loaded to `level`) and the stores of its result from `level`, the result
+        tile's buffers `depth` deep (`result_depth`); its streams."""
         final, last, streams = epilogue(self.ops, graph, ops[1:], ops[0].outputs[0], result_level,
-                                        len(self.ops) - 1, space, self.order, self.depth, place, level)
-        store(self.ops, final, list(range(4)), space, last, place, source=level)
+                                        len(self.ops) - 1, space, self.order, self.depth, place, level, depth)
+        store(self.ops, final, list(range(4)), space, last, place, source=level, depth=depth)
         return streams
 
 

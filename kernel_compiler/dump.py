@@ -59,7 +59,7 @@ def dump_kernel(k: Kernel) -> str:
                    f"{f' when {op.when}' if op.when else ''}"
         elif isinstance(op, Compute):
             what = f"{op.compute_type} {', '.join(_ref(i) for i in op.inputs)} -> {_ref(op.output)} " \
-                   f"accumulate={op.accumulate}"
+                   f"accumulate={op.accumulate}{f' depth {op.depth}' if op.depth > 1 else ''}"
         else:
             what = f"BARRIER waits for {f'kernel {op.kernel} ' if op.kernel else ''}ops {op.wait_for}"
         lines.append(f"  {op.op_id:>3} {place:<9} {what}")

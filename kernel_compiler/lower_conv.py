@@ -31,7 +31,7 @@ from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
     CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_moves,
-    epilogue_buffers, layer, load_depth, output_ref, tallest, widths,
+    epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest, widths,
 )
 from .errors import CompileError
 from .lower_matmul import choose_dataflow
@@ -48,6 +48,7 @@ ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", 
 @dataclass(frozen=True)
 class ConvProblem(Layer):
     c_bytes: int  # per element of the convolution's result (before its epilogue)
+    epilogue: bool  # whether ops follow it: their result is a buffer in L2 of its own
 
     @property
     def KH(self) -> int:
@@ -90,14 +91,14 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
     of the operands (a load repeats or not by which loops run, whatever their order)."""
     runs = {v for v, n in t.trips(p).items() if n > 1}
     band_h, band_w = p.band(t.R, t.C)
-    out_tile = t.R * t.C * t.Tn
+    out_tile = t.R * t.C * t.Tn * result_depth(p, t, runs)
     x = band_h * band_w * t.Tc * p.x_bytes * load_depth(p.depth, runs, POSITIONS + ("tk",))
     w = t.Tn * p.KH * p.KW * t.Tc * p.w_bytes * load_depth(p.depth, runs, ("tj", "tk"))
     buffers: list[Buffer] = [("L2", out_tile * p.c_bytes), ("L2", x), ("L1", x), ("L2", w), ("L1", w)]
     if p.bias_bytes:
         buffers.append(("L2", (t.Tn if p.bias_along else 1) * p.bias_bytes))
-    buffers += epilogue_buffers(p, t, runs, "L2", out_tile, t.Tn)
-    if p.epilogue_operands:
+    buffers += epilogue_buffers(p, t, runs, "L2", t.R * t.C * t.Tn, t.Tn)
+    if p.epilogue:
         buffers.append(("L2", out_tile * p.out_bytes))  # the epilogue's result, before it leaves
     return tuple(buffers)
 
@@ -114,7 +115,7 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     loops = t.stream_loops(p)
     band_h, band_w = p.band(t.R, t.C)
     out_tile = t.R * t.C * t.Tn
-    buffers: list[Buffer] = [("L3", out_tile * p.out_bytes)]
+    buffers: list[Buffer] = [("L3", out_tile * p.out_bytes * result_depth(p, t, runs))]
     shared: list[int] = []
     loads = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
                   * load_depth(p.depth, runs, loops["x"]),
@@ -141,8 +142,20 @@ def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int) -> float:
 
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
-    """Array cycles of the compute tile with the most work."""
-    return _array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
+    """Array cycles of the compute tile with the most work, with its waits for the drains."""
+    return math.ceil(_array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
+                     + _drain(p, t, target))
+
+
+def _drain(p: ConvProblem, t: ConvTiling, target: Target) -> float:
+    """With one buffer of result tiles (`result_depth`), the array waits for each tile's drain
+    through a Streamer before it starts the next: the busiest compute tile's result tiles, each
+    a drain long. None with two, nor without the target's costs."""
+    trips = t.trips(p)
+    if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
+        return 0.0
+    tiles = p.N * trips["th"] * trips["tw"] * trips["tj"] * _busiest_share(p, t, target.compute_tiles)
+    return tiles * t.R * t.C * t.Tn * p.c_bytes / target.costs.streamer_bytes_per_cycle
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -224,7 +237,7 @@ def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> t
     `narrowest`'s or all), the tiles of input channels (likewise), each with the extents of the
     least buffers any tiling with them takes: those of one row of the narrowest tiles, the
     problem single-buffered ((holding, Tn, ((Tc, extents), ...)), ...)."""
-    least = replace(p, depth=1)  # single-buffered: no tiling of p has smaller buffers than the same of this
+    least = replace(p, depth=1, results=1)  # single-buffered: no tiling of p has smaller buffers than the same of this
     narrowest_C = widths(p.OW)[-1]
     fewest_out, fewest_in = narrowest
     out = []
@@ -249,18 +262,24 @@ def _on_tile(p: ConvProblem, l1: Level, l2: Level, line: int) -> dict[tuple[int,
     return {}
 
 
-def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> list[ConvTiling]:
+def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int],
+                within: dict[tuple, tuple[int, int]] | None = None) -> list[ConvTiling]:
     """For each way of holding the operands and each channel tiling, the tallest output tiles
     that fit, as wide as fit, and those cut down to whole blocks of array rows. Output and input
     channels in tiles of at least `narrowest` (or all of them); smaller input chunks only while
-    they let the output tiles grow."""
+    they let the output tiles grow. With `within`, only tiles no taller nor wider than its
+    (R, C) for the holding and channel tiles (those of the same problem with less to hold)."""
     out = []
     on_tile = _on_tile(p, target.l1, target.l2, target.line_bytes)
     for holding, Tn, chunks in _channel_tilings(p, narrowest, target.line_bytes):
         for Tc, least_extents in chunks:
             if not extents_fit(least_extents, target):
                 continue  # not even one row of the narrowest tiles fits: none of these channels does
-            found = tallest(p, lambda R, C: _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
+            most = (p.OH, p.OW) if within is None else within.get((*holding, Tn, Tc))
+            if most is None:
+                continue
+            found = tallest(p, lambda R, C: R <= most[0] and C <= most[1]
+                            and _fits(p, target, R, C, Tn, Tc, holding, on_tile), target)
             if found is None:
                 continue
             R, C = found
@@ -274,10 +293,10 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int]) -> l
 
 
 def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
-                       narrowest: tuple[int, int]) -> tuple[ConvTiling, str]:
-    """The tiling (and dataflow) with the fewest external-memory bytes among those within
-    CYCLE_SLACK of the fewest array cycles, its channel tiles at least `narrowest` (output,
-    input); ValueError when none fits."""
+                       narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str]:
+    """The tiling (and dataflow, and the problem with its result tiles one or two deep) with the
+    fewest external-memory bytes among those within CYCLE_SLACK of the fewest array cycles, its
+    channel tiles at least `narrowest` (output, input); ValueError when none fits."""
     found = _best_tiling(p, target, dataflows, narrowest)
     if found is None:
         raise ValueError("no tiling fits")
@@ -286,20 +305,33 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 
 # The choice depends on its arguments alone, and networks repeat their convolutions (ResNet-50's
 # 53 are 23 problems, ShuffleNet's 129 per-group ones 8): each is searched once per process.
+# Result tiles double-buffered (where loads are) or single, whichever ranks better: two cost
+# room the tiles could have, one costs the array a wait for each tile's drain.
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
-                 narrowest: tuple[int, int]) -> tuple[ConvTiling, str] | None:
-    scored = []  # (cycles: the array's or the moves' where longer, DRAM bytes, tiling, dataflow)
-    for t in _candidates(p, target, narrowest):
-        moves, dram = _moves_bound(p, t, target)
-        for dataflow in dataflows:
-            scored.append((math.ceil(max(_cycles(p, t, target, dataflow), moves)), dram, t, dataflow))
+                 narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str] | None:
+    single = _candidates(p, target, narrowest)
+    tried = [(p, single)]
+    if p.depth == 2 and target.costs is not None:
+        within: dict[tuple, tuple[int, int]] = {}
+        for t in single:  # the tallest first
+            within.setdefault((t.order, t.band_channels, t.weights, t.Tn, t.Tc), (t.R, t.C))
+        doubled = replace(p, results=2)
+        tried.append((doubled, _candidates(doubled, target, narrowest, within)))
+    scored = []  # (cycles: the array's or the moves' where longer, DRAM bytes, tiling, dataflow, problem)
+    for q, candidates in tried:
+        for t in candidates:
+            moves, dram = _moves_bound(q, t, target)
+            drain = _drain(q, t, target)
+            for dataflow in dataflows:
+                array = _array_cycles(q, t, target.rows, target.cols, target.compute_tiles, dataflow) + drain
+                scored.append((math.ceil(max(array, moves)), dram, t, dataflow, q))
     if not scored:
         return None
     fewest = min(s[0] for s in scored)
-    _, _, t, dataflow = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
-                            key=lambda s: (s[1], s[0], -s[2].R * s[2].C, s[3]))
-    return t, dataflow
+    _, _, t, dataflow, q = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
+                               key=lambda s: (s[1], s[0], -s[2].R * s[2].C, s[3], -s[4].results))
+    return q, t, dataflow
 
 
 def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
@@ -316,7 +348,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
                            f"there is nothing to tile")
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
-    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype))
+    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue=len(ops) > 1)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)
@@ -326,7 +358,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
     if found is None:
         raise CompileError(f"{where}: no tiling of CONV2D {list(x.shape)} by {list(w.shape)} fits target "
                            f"'{target.name}'")
-    (problem, _), (tiling, chosen) = found
+    _, (problem, tiling, chosen) = found
     return _kernel(graph, ops, name, target, problem, tiling, chosen)
 
 
@@ -370,12 +402,14 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     inner = order[-1] if order else None
     space = builder.output_space(p, t, t.Tn)
     c_ref = lambda level: output_ref(op.outputs[0], level, space)
+    depth = result_depth(p, t, set(order))
     body.append(Compute(len(body), "CONV2D_TILE", inputs, c_ref("REGISTER"), at=inner,
-                        accumulate="tk > 0" if "tk" in order else "false", depends_on=deps))
+                        accumulate="tk > 0" if "tk" in order else "false", depends_on=deps, depth=depth))
     # the accumulators drain to L2 after the last chunk of input channels; an epilogue runs there
     place = {"after": "tk"} if "tk" in order else {"at": inner}
-    body.append(DataMove(len(body), "STORE", c_ref("REGISTER"), c_ref("L2"), depends_on=[len(body) - 1], **place))
-    extra = builder.finish(graph, ops, "L2", space, place, level="L2")
+    body.append(DataMove(len(body), "STORE", c_ref("REGISTER"), c_ref("L2"), depth=depth,
+                         depends_on=[len(body) - 1], **place))
+    extra = builder.finish(graph, ops, "L2", space, place, level="L2", depth=depth)
 
     macs = p.N * p.OH * p.OW * p.Co * p.KH * p.KW * p.Ci
     return band_kernel(graph, ops, name, target, p, t, body, extra, dataflow, {"Tn": t.Tn, "Tc": t.Tc}, lambda dram: {

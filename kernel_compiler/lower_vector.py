@@ -191,13 +191,14 @@ def load(body: list, tensor: str, dims: list[int | None], space: Space, at: str 
 
 
 def store(body: list, tensor: str, dims: list[int | None], space: Space, after: int, place: dict,
-          source: str = "L1") -> None:
-    """Append the hops that take a result tile from level `source` back to external memory."""
+          source: str = "L1", depth: int = 1) -> None:
+    """Append the hops that take a result tile from level `source` back to external memory, each
+    on-chip one `depth` deep."""
     prev = [after]
     hops = LEVELS[: LEVELS.index(source) + 1][::-1]
     for src, dst in zip(hops, hops[1:]):
         body.append(DataMove(len(body), "STORE", tile_ref(tensor, src, dims, space), tile_ref(tensor, dst, dims, space),
-                             depends_on=prev, **place))
+                             depth=1 if dst == "EXTERNAL" else depth, depends_on=prev, **place))
         prev = [len(body) - 1]
 
 
@@ -213,11 +214,13 @@ def placement_of(dims: list[int | None], space: Space, order: tuple[str, ...]) -
 
 
 def epilogue(body: list, graph: Graph, ops: list[Op], result: str, result_level: str, result_at: int, space: Space,
-             order: tuple[str, ...], depth: int, place: dict, level: str = "L1") -> tuple[str, int, list[Stream]]:
+             order: tuple[str, ...], depth: int, place: dict, level: str = "L1",
+             result_depth: int = 1) -> tuple[str, int, list[Stream]]:
     """Append the epilogue's ops, applied on the vector unit to the result tile: the loads of each
-    op's other operands to `level` (indexed by the loops they vary along) and its compute, reading
-    the running result where it names it; the last result is written to `level`. (final result
-    tensor, id of its last compute, the operand streams)."""
+    op's other operands to `level` (indexed by the loops they vary along, `depth` deep where they
+    repeat) and its compute, reading the running result where it names it, its result
+    `result_depth` deep; the last result is written to `level`. (final result tensor, id of its
+    last compute, the operand streams)."""
     streams = []
     for op in ops:
         inputs, deps = [], [result_at]
@@ -236,7 +239,7 @@ def epilogue(body: list, graph: Graph, ops: list[Op], result: str, result_level:
         out_level = level if op is ops[-1] else "REGISTER"
         body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs,
                             tile_ref(result, out_level, aligned_dims(graph.tensors[result].shape, space.shape), space),
-                            depends_on=deps, **place))
+                            depends_on=deps, depth=result_depth, **place))
         result_at, result_level = len(body) - 1, out_level
     return result, result_at, streams
 

@@ -3,7 +3,7 @@
 The loader binds exactly these (`loader/buffers.kernel_demands`, per compute tile): one buffer
 for each data move whose destination is on chip, the tile's bytes times the move's depth (a load
 into L2 of a tile of whole lines, outside chains: a buffer per slot, which may lie in its own
-bank), and one for each COMPUTE whose result stays on chip (L3, L2 or L1), one deep. The array's
+bank), and one for each COMPUTE whose result stays on chip (L3, L2 or L1), its `depth` deep. The array's
 accumulators and the vector unit's registers (REGISTER) hold no buffer, nor does a VIEW (its destination is
 external memory). Every lowering records them as the kernel's `requirements`, so the compiler
 and the binder agree on what a kernel needs. Vector kernels size their tiles by exactly these
@@ -32,7 +32,7 @@ def body_buffers(body: list, graph: Graph) -> list[Buffer]:
         if isinstance(op, DataMove):
             ref, depth = op.destination, op.depth
         elif isinstance(op, Compute):
-            ref, depth = op.output, 1
+            ref, depth = op.output, op.depth
         else:  # a barrier holds nothing
             continue
         if ref.level in ON_CHIP:

@@ -156,18 +156,18 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
         dst = op.destination if isinstance(op, DataMove) else op.output
         tile_bytes = math.prod(dst.tile_shape) * itemsize(g.tensors[dst.tensor].dtype)
-        depth = op.depth if isinstance(op, DataMove) else 1
         runs = op_runs(kernel, op)
         # a shared move is worker 0's, its one buffer read by every worker
         copies = 1 if op.op_id in shared else workers
         for w in range(copies):
-            if slots and depth > 1 and dst.level == "L2" and op.move_type == "LOAD" and tile_bytes % line == 0:
+            if slots and op.depth > 1 and dst.level == "L2" and isinstance(op, DataMove) and op.move_type == "LOAD" \
+                    and tile_bytes % line == 0:
                 # the binder may put the slots in different banks: the move filling one and the
                 # one draining the other then go through two banks' ports
                 buffers += [Buffer(op.op_id, w, dst.tensor, "L2", tile_bytes, 1, 0, len(kernel.body), slot)
-                            for slot in range(depth)]
+                            for slot in range(op.depth)]
             elif dst.level in ON_CHIP and not in_home(dst, homes):
-                buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, depth, 0, len(kernel.body)))
+                buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, op.depth, 0, len(kernel.body)))
             if isinstance(op, DataMove):
                 src_level, dst_level = move_levels(op, homes)
                 streams.append(StreamReq(op.op_id, w, engine_kind(src_level, dst_level), dst.tensor,

@@ -3,8 +3,9 @@
 Dependencies of a task:
 - the body's `depends_on`: the latest instance of that op on the same worker;
 - buffer reuse: instance n of a move into a buffer of depth d waits until the readers of
-  instance n - d are done (depth 2 lets the next tile load while this one computes); the
-  array's accumulators are a depth-1 buffer drained by the REGISTER -> L2 store;
+  instance n - d are done (depth 2 lets the next tile load while this one computes); a
+  compute's result likewise, by its depth (the array's accumulators, drained by the REGISTER ->
+  L2 store: two deep, the array starts the next output tile while that store runs);
 - barriers, the only order between kernels: a BARRIER becomes a task (no cycles) on each
   compute tile that waits for the last instance of each op it lists, on every compute tile of
   the kernel it names; the moves that depend on it start after it;
@@ -278,7 +279,7 @@ class _Plan:
         self.op, self.op_id, self.worker = op, op.op_id, worker
         self.key = (worker, op.op_id)
         self.deps: tuple[_Plan, ...] = ()  # the plans of the ops it depends on, linked by `_plans`
-        self.depth = op.depth if isinstance(op, DataMove) else 1
+        self.depth = 1 if isinstance(op, Barrier) else op.depth
         self.first_fill_waits = facts.previous_users.get(self.key, ())
         # each instance is a new one of its buffer, except a compute's that accumulate into the last
         rule = accumulate_rule(op) if isinstance(op, Compute) else False

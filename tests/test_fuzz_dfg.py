@@ -21,7 +21,7 @@ NOISE = "|<>:,x?-0123456789 \tfi"
 TARGET = load_target(str(Path(__file__).parent.parent / "configs" / "standard.json"))
 
 
-@settings(max_examples=examples(400), suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.sampled_from(TEXTS), mutations=st.lists(mutation(NOISE), min_size=1, max_size=6))
 def test_mutated_dfg_compiles_or_fails_cleanly(text, mutations):
     try:
