@@ -166,9 +166,12 @@ def tallest(p: Layer, fit: Callable[[int, int], bool], target: Target) -> tuple[
         return (p.OH, p.OW) if fit(p.OH, p.OW) else None
     most = max(1, math.ceil(p.OH * target.rows_share))
     for C in widths(p.OW):
-        if most == p.OH and fit(most, C):  # all the rows fit: the search, on a fit not monotone in R, may miss them
-            return most, C
-        R = bisect.bisect_left(range(1, most + 1), True, key=lambda R: not fit(R, C))
+        top = most
+        if most == p.OH:  # all the rows first: the search, on a fit not monotone in R, may miss them
+            if fit(most, C):
+                return most, C
+            top -= 1  # the search below them
+        R = bisect.bisect_left(range(1, top + 1), True, key=lambda R: not fit(R, C))
         if R:
             return R, C
     return None

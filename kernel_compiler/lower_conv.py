@@ -132,13 +132,21 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     return tuple(buffers), tuple(shared)
 
 
+def _loop_sizes(p: ConvProblem, t: ConvTiling) -> dict[str, list[tuple[int, int]]]:
+    """The (extent, count) sizes of the tiles each loop over positions or output channels steps."""
+    return {"b0": [(1, p.N)], "th": tile_sizes(p.OH, t.R), "tw": tile_sizes(p.OW, t.C), "tj": tile_sizes(p.Co, t.Tn)}
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int) -> float:
-    """The share of the tiles the compute tile with the most of them takes."""
-    trips = t.trips(p)
-    parallel = parallel_loop(t.loop_order(p), trips, compute_tiles)
+    """The share of the work the compute tile with the most takes: the extents of its own steps
+    of the parallel loop (dealt round-robin, the last maybe short: `tiling.busiest_steps`) over
+    the loop's whole."""
+    parallel = parallel_loop(t.loop_order(p), t.trips(p), compute_tiles)
     if parallel.loop is None:
         return 1.0
-    return -(-trips[parallel.loop] // parallel.workers) / trips[parallel.loop]
+    sizes = _loop_sizes(p, t)[parallel.loop]
+    return busiest_steps(sizes, parallel.workers, lambda extent: extent) / sum(e * n for e, n in sizes)
 
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
@@ -149,13 +157,13 @@ def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int
 
 def _drain(p: ConvProblem, t: ConvTiling, target: Target) -> float:
     """With one buffer of result tiles (`result_depth`), the array waits for each tile's drain
-    through a Streamer before it starts the next: the busiest compute tile's result tiles, each
-    a drain long. None with two, nor without the target's costs."""
+    through a Streamer before it starts the next: the busiest compute tile's result bytes over a
+    Streamer's rate. None with two, nor without the target's costs."""
     trips = t.trips(p)
     if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
         return 0.0
-    tiles = p.N * trips["th"] * trips["tw"] * trips["tj"] * _busiest_share(p, t, target.compute_tiles)
-    return tiles * t.R * t.C * t.Tn * p.c_bytes / target.costs.streamer_bytes_per_cycle
+    drained = p.N * p.OH * p.OW * p.Co * p.c_bytes * _busiest_share(p, t, target.compute_tiles)
+    return drained / target.costs.streamer_bytes_per_cycle
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -165,7 +173,7 @@ def _array_cycles(p: ConvProblem, t: ConvTiling, rows: int, cols: int, compute_t
     """The loader deals the parallel loop's steps round-robin, and the last step may be short (a
     tile of 64 of 320 output channels beside one of 256): the busiest compute tile's steps are
     summed, not the whole's share."""
-    sizes = {"b0": [(1, p.N)], "th": tile_sizes(p.OH, t.R), "tw": tile_sizes(p.OW, t.C), "tj": tile_sizes(p.Co, t.Tn)}
+    sizes = _loop_sizes(p, t)
     k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
 
     def work(along: str | None = None, extent: int = 0) -> int:
