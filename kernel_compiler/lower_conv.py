@@ -138,14 +138,17 @@ def _loop_sizes(p: ConvProblem, t: ConvTiling) -> dict[str, list[tuple[int, int]
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int) -> float:
-    """The share of the work the compute tile with the most takes: the extents of its own steps
-    of the parallel loop (dealt round-robin, the last maybe short: `tiling.busiest_steps`) over
-    the loop's whole."""
+def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int, along: tuple[str, ...]) -> float:
+    """The share of a stream whose tiles the loops `along` index that the busiest compute tile
+    moves: where the parallel loop is one of them, the extents of its own steps of that loop
+    (dealt round-robin, the last maybe short: `tiling.busiest_steps`) over the loop's whole; else
+    its count of steps over all of them (each moves the same tile)."""
     parallel = parallel_loop(t.loop_order(p), t.trips(p), compute_tiles)
     if parallel.loop is None:
         return 1.0
     sizes = _loop_sizes(p, t)[parallel.loop]
+    if parallel.loop not in along:
+        sizes = [(1, count) for _, count in sizes]
     return busiest_steps(sizes, parallel.workers, lambda extent: extent) / sum(e * n for e, n in sizes)
 
 
@@ -162,8 +165,8 @@ def _drain(p: ConvProblem, t: ConvTiling, target: Target) -> float:
     trips = t.trips(p)
     if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
         return 0.0
-    drained = p.N * p.OH * p.OW * p.Co * p.c_bytes * _busiest_share(p, t, target.compute_tiles)
-    return drained / target.costs.streamer_bytes_per_cycle
+    share = _busiest_share(p, t, target.compute_tiles, POSITIONS + ("tj",))
+    return p.N * p.OH * p.OW * p.Co * p.c_bytes * share / target.costs.streamer_bytes_per_cycle
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -204,10 +207,11 @@ def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_
         return 0.0, dram
     order, trips = t.loop_order(p), t.trips(p)
     size = {s.name: s.bytes for s in band_streams(p, t)}
-    chunks = [stream_traffic(Stream("x", POSITIONS + ("tk",), size["x"]), order, trips),
-              stream_traffic(Stream("w", ("tj", "tk"), size["w"]), order, trips), size["y"]]
-    bank = 2 * max(chunks) * _busiest_share(p, t, compute_tiles) / costs.streamer_bytes_per_cycle
-    return max(link_cycles(costs, dram, moves, sum(chunks), sum(chunks)), bank), dram
+    loops = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
+    chunks = {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in loops.items()}
+    bank = 2 * max(chunks[name] * _busiest_share(p, t, compute_tiles, along) for name, along in loops.items()) \
+        / costs.streamer_bytes_per_cycle
+    return max(link_cycles(costs, dram, moves, sum(chunks.values()), sum(chunks.values())), bank), dram
 
 
 # How the operands are held, (loop order, input band in L3, weights in L3); the others are

@@ -28,7 +28,7 @@ from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
     CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, dram_moves,
-    epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
+    epilogue_buffers, layer, load_depth, output_ref, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
@@ -82,8 +82,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...
              "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
     buffers: list[Buffer] = []
     for level in ("L1", "L2", "L3"):
-        buffers += [(level, out_tile * p.out_bytes * result_depth(p, t, runs))] \
-            + epilogue_buffers(p, t, runs, level, out_tile, channels)
+        buffers += [(level, out_tile * p.out_bytes)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
     shared: list[int] = []
     for name, loops in t.stream_loops(p).items():
         if name not in tiles:
@@ -194,9 +193,10 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
     space = builder.output_space(p, t, t.Tc * p.multiplier)
     # the vector unit keeps the result in its registers for an epilogue, else writes it to L1
     level = "REGISTER" if ops[1:] else "L1"
-    depth = result_depth(p, t, set(order))
     body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs, output_ref(op.outputs[0], level, space),
-                        at=inner, depends_on=deps, depth=depth))
-    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth)
+                        at=inner, depends_on=deps))
+    # one buffer of result tiles: the vector unit computes the next tile into its registers while
+    # this one is stored
+    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=1)
     return band_kernel(graph, ops, name, target, p, t, body, extra, "vector", {"Tc": t.Tc},
                        lambda dram: {"vector_elements": dict(sorted(epilogue_work(graph, ops).items()))})

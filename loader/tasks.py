@@ -5,7 +5,7 @@ Dependencies of a task:
 - buffer reuse: instance n of a move into a buffer of depth d waits until the readers of
   instance n - d are done (depth 2 lets the next tile load while this one computes); a
   compute's result likewise, by its depth (the array's accumulators, drained by the REGISTER ->
-  L2 store: two deep, the array starts the next output tile while that store runs);
+  L2 store: where they are two deep, the array starts the next output tile while that store runs);
 - barriers, the only order between kernels: a BARRIER becomes a task (no cycles) on each
   compute tile that waits for the last instance of each op it lists, on every compute tile of
   the kernel it names; the moves that depend on it start after it;

@@ -93,6 +93,9 @@ def test_each_distinct_matmul_is_searched_once():
      {"x": ((1, 17, 13, 24), "f32"), "w": ((40, 3, 3, 24), "f32"), "b": ((40,), "f32"), "c": ((40,), "f32")}),
     ([("CONV2D", ["x", "w"], {}), ("MUL", ["t0", "s"], {})],
      {"x": ((2, 30, 30, 64), "f32"), "w": ((48, 5, 5, 64), "f32"), "s": ((2, 26, 26, 48), "f32")}),
+    # an epilogue with no operand (ReLU6) still holds its result in L2; the result tiles two deep
+    ([("CONV2D", ["x", "w"], {}), ("CLAMP", ["t0"], {"min": 0.0, "max": 6.0})],
+     {"x": ((1, 56, 56, 64), "f32"), "w": ((128, 1, 1, 64), "f32")}),
 ])
 @pytest.mark.parametrize("config", [STANDARD, "small"])
 def test_the_search_counts_the_buffers_the_kernel_body_makes(ops, inputs, config, small, monkeypatch):
