@@ -82,6 +82,14 @@ def test_a_chained_pointwise_convolution_takes_its_result_tiles_two_deep_and_run
     np.testing.assert_allclose(got["t3"], want, rtol=1e-5, atol=1e-4)
 
 
+def test_ranked_by_energy_result_tiles_stay_one_deep():
+    """A second buffer of result tiles is room the tiles could have had, for cycles: under the
+    energy objective the tiler does not search for it (MobileNet v2: 12.22 mJ with it, 11.73
+    without)."""
+    program = compile_graph(graph_of(*PAIR), "test.dfg", load_target(STANDARD, objective="energy"))
+    assert {op.depth for k in program.kernels for op in _result_ops(k)} == {1}
+
+
 def test_a_result_depth_out_of_range_is_refused():
     obj = orjson.loads(dumps(compile_graph(graph_of(*PAIR), "test.dfg", load_target(STANDARD))))
     compute = next(op for k in obj["body"]["kernels"] for op in k["body"] if op["type"] == "COMPUTE")
