@@ -561,9 +561,14 @@ def busiest_steps(sizes: list[tuple[int, int]], workers: int, cost: Callable[[in
     """What the compute tile with the most takes of a parallel loop's steps, tiles of these
     (extent, count) sizes in order, which the loader deals round-robin (the last may be short):
     the sum of `cost` (of an extent) over its own."""
-    steps = [extent for extent, count in sizes for _ in range(count)]
-    costs = {extent: cost(extent) for extent in set(steps)}
-    return max(sum(costs[e] for e in steps[w::workers]) for w in range(workers))
+    totals = [0] * workers
+    start = 0
+    for extent, count in sizes:
+        each = cost(extent)
+        for w in range(workers):  # the steps start + i of the block with (start + i) % workers == w
+            totals[w] += each * len(range(start + (w - start) % workers, start + count, workers))
+        start += count
+    return max(totals)
 
 
 def array_cycles(m_sizes: list[tuple[int, int]], n_sizes: list[tuple[int, int]], k_sizes: list[tuple[int, int]],
