@@ -10,6 +10,7 @@ stores (`Body`), the kernel around it. A lowering keeps its weights, its compute
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Callable, Iterable, Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,7 @@ from dfx import DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 from .lower_vector import Space, dram_hints, epilogue, kernel_reads, store, tile_ref, traffic
 from .requirements import Buffer, body_buffers, requirements
 from .target import Target
-from .tiling import Stream, parallel_loop, stream_moves, stream_traffic
+from .tiling import Stream, busiest_steps, parallel_loop, stream_moves, stream_traffic, tile_sizes
 
 POSITIONS = ("b0", "th", "tw")  # images, bands of output rows, bands of output columns
 CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
@@ -76,8 +77,9 @@ def layer(kind: type[L], graph: Graph, ops: list[Op], depth: int, **own) -> L:
 @dataclass(frozen=True)
 class BandTiling:
     """Output tiles of R rows by C columns. A lowering's tiling names its other loops: `CHANNEL`
-    (over output channels), `nest()` (all, outermost first), `channel_trips(p)`, and
-    `stream_loops(p)`, those each stream's tile index depends on (x: the input, w: the weights, y:
+    (over output channels), `nest()` (all, outermost first), `channel_trips(p)`,
+    `channel_extent(p)` (the channels `CHANNEL` steps over, and a tile's), and `stream_loops(p)`,
+    those each stream's tile index depends on (x: the input, w: the weights, y:
     the kernel's result, bias)."""
 
     CHANNEL: ClassVar[str]
@@ -91,6 +93,29 @@ class BandTiling:
         """The loops that run (more than one trip), outermost first."""
         trips = self.trips(p)
         return tuple(v for v in self.nest() if trips[v] > 1)
+
+    def step_sizes(self, p: Layer) -> dict[str, list[tuple[int, int]]]:
+        """The (extent, count) sizes of the tiles each loop over positions or the channels of the
+        result steps (`channel_extent`: the channels and a tile's)."""
+        channels, tile = self.channel_extent(p)
+        return {"b0": [(1, p.N)], "th": tile_sizes(p.OH, self.R), "tw": tile_sizes(p.OW, self.C),
+                self.CHANNEL: tile_sizes(channels, tile)}
+
+
+# a chain's planner asks again for the same tilings under many shares of the target
+@functools.lru_cache(maxsize=1 << 16)
+def busiest_share(p: Layer, t: BandTiling, compute_tiles: int, along: tuple[str, ...] | None = None) -> float:
+    """The share of work (or of a stream whose tiles the loops `along` index) that the busiest
+    compute tile takes: where the parallel loop grows it (any, without `along`), the extents of
+    that tile's own steps of the loop (dealt round-robin, the last maybe short:
+    `tiling.busiest_steps`) over the loop's whole; else its count of steps over all of them."""
+    parallel = parallel_loop(t.loop_order(p), t.trips(p), compute_tiles)
+    if parallel.loop is None:
+        return 1.0
+    sizes = t.step_sizes(p)[parallel.loop]
+    if along is not None and parallel.loop not in along:
+        sizes = [(1, count) for _, count in sizes]
+    return busiest_steps(sizes, parallel.workers, lambda extent: extent) / sum(e * n for e, n in sizes)
 
 
 def load_depth(depth: int, runs: AbstractSet[str], loops: Iterable[str]) -> int:

@@ -30,8 +30,8 @@ from dfx import Compute, DataMove, Graph, Kernel, Op, TileRef, itemsize, lookup
 from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
-    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, channel_splits, dram_moves,
-    epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest, widths,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits,
+    dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest, widths,
 )
 from .errors import CompileError
 from .lower_matmul import choose_dataflow
@@ -70,6 +70,9 @@ class ConvTiling(BandTiling):
 
     def channel_trips(self, p: ConvProblem) -> dict[str, int]:
         return {"tj": -(-p.Co // self.Tn), "tk": -(-p.Ci // self.Tc)}
+
+    def channel_extent(self, p: ConvProblem) -> tuple[int, int]:
+        return p.Co, self.Tn
 
     def nest(self) -> tuple[str, ...]:
         return ORDERS[self.order]
@@ -132,26 +135,6 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     return tuple(buffers), tuple(shared)
 
 
-def _loop_sizes(p: ConvProblem, t: ConvTiling) -> dict[str, list[tuple[int, int]]]:
-    """The (extent, count) sizes of the tiles each loop over positions or output channels steps."""
-    return {"b0": [(1, p.N)], "th": tile_sizes(p.OH, t.R), "tw": tile_sizes(p.OW, t.C), "tj": tile_sizes(p.Co, t.Tn)}
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _busiest_share(p: ConvProblem, t: ConvTiling, compute_tiles: int, along: tuple[str, ...]) -> float:
-    """The share of a stream whose tiles the loops `along` index that the busiest compute tile
-    moves: where the parallel loop is one of them, the extents of its own steps of that loop
-    (dealt round-robin, the last maybe short: `tiling.busiest_steps`) over the loop's whole; else
-    its count of steps over all of them (each moves the same tile)."""
-    parallel = parallel_loop(t.loop_order(p), t.trips(p), compute_tiles)
-    if parallel.loop is None:
-        return 1.0
-    sizes = _loop_sizes(p, t)[parallel.loop]
-    if parallel.loop not in along:
-        sizes = [(1, count) for _, count in sizes]
-    return busiest_steps(sizes, parallel.workers, lambda extent: extent) / sum(e * n for e, n in sizes)
-
-
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
     """Array cycles of the compute tile with the most work, with its waits for the drains."""
     return math.ceil(_array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
@@ -165,7 +148,7 @@ def _drain(p: ConvProblem, t: ConvTiling, target: Target) -> float:
     trips = t.trips(p)
     if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
         return 0.0
-    share = _busiest_share(p, t, target.compute_tiles, POSITIONS + ("tj",))
+    share = busiest_share(p, t, target.compute_tiles, POSITIONS + ("tj",))
     return p.N * p.OH * p.OW * p.Co * p.c_bytes * share / target.costs.streamer_bytes_per_cycle
 
 
@@ -176,7 +159,7 @@ def _array_cycles(p: ConvProblem, t: ConvTiling, rows: int, cols: int, compute_t
     """The loader deals the parallel loop's steps round-robin, and the last step may be short (a
     tile of 64 of 320 output channels beside one of 256): the busiest compute tile's steps are
     summed, not the whole's share."""
-    sizes = _loop_sizes(p, t)
+    sizes = t.step_sizes(p)
     k = [(p.KH * p.KW * size, count) for size, count in tile_sizes(p.Ci, t.Tc)]
 
     def work(along: str | None = None, extent: int = 0) -> int:
@@ -209,7 +192,7 @@ def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_
     size = {s.name: s.bytes for s in band_streams(p, t)}
     loops = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
     chunks = {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in loops.items()}
-    bank = 2 * max(chunks[name] * _busiest_share(p, t, compute_tiles, along) for name, along in loops.items()) \
+    bank = 2 * max(chunks[name] * busiest_share(p, t, compute_tiles, along) for name, along in loops.items()) \
         / costs.streamer_bytes_per_cycle
     return max(link_cycles(costs, dram, moves, sum(chunks.values()), sum(chunks.values())), bank), dram
 

@@ -27,14 +27,14 @@ from dataclasses import dataclass, replace
 from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
-    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, channel_splits, dram_bytes, dram_moves,
-    epilogue_buffers, layer, load_depth, output_ref, tallest,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, busiest_share, channel_splits, dram_bytes,
+    dram_moves, epilogue_buffers, layer, load_depth, output_ref, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
 from .requirements import Buffer, fits
 from .target import Target
-from .tiling import busiest_steps, first_fit, link_cycles, parallel_loop, tile_sizes
+from .tiling import first_fit, link_cycles
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,9 @@ class WindowTiling(BandTiling):
 
     def channel_trips(self, p: WindowProblem) -> dict[str, int]:
         return {"tc": -(-p.Ci // self.Tc)}
+
+    def channel_extent(self, p: WindowProblem) -> tuple[int, int]:
+        return p.Ci, self.Tc
 
     def nest(self) -> tuple[str, ...]:
         return POSITIONS + ("tc",)
@@ -114,12 +117,7 @@ def _candidates(p: WindowProblem, target: Target) -> list[WindowTiling]:
 def _balance(p: WindowProblem, t: WindowTiling, target: Target) -> float:
     """The busiest compute tile's share of the work over an even share: the loader deals the
     parallel loop's steps round-robin, and the last one may be short."""
-    trips = t.trips(p)
-    parallel = parallel_loop(t.loop_order(p), trips, target.compute_tiles)
-    if parallel.loop is None:
-        return float(target.compute_tiles)
-    dim, tile = {"b0": (p.N, 1), "th": (p.OH, t.R), "tw": (p.OW, t.C), "tc": (p.Ci, t.Tc)}[parallel.loop]
-    return busiest_steps(tile_sizes(dim, tile), parallel.workers, lambda extent: extent) * target.compute_tiles / dim
+    return busiest_share(p, t, target.compute_tiles) * target.compute_tiles
 
 
 def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) -> float:

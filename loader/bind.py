@@ -30,7 +30,7 @@ from ortools.sat.python import cp_model
 from hardware import Machine
 
 from .binding import (UNIT_NAME, BindError, Binding, BoundBuffer, _kib, bind_greedy, check_capacity, engine_count,
-                      estimate_makespan, port_buffers, stream_cycles)
+                      estimate_makespan, port_loads, stream_cycles)
 from .buffers import Buffer, StreamReq, level_banks
 
 SEED = 1  # fixed, so the same kernel binds the same way run after run
@@ -180,10 +180,7 @@ def build_model(buffers: list[Buffer], streams: list[StreamReq],
     unit = load_unit(cycles)
     load = [-(-c // unit) for c in cycles]
 
-    port_load: dict[int, int] = {}  # L2 buffer -> load of the streams using its bank's port
-    for s_index, slots in port_buffers(buffers, streams).items():
-        for i in slots:
-            port_load[i] = port_load.get(i, 0) + -(-load[s_index] // len(slots))
+    port_load = port_loads(buffers, streams, load)  # L2 buffer -> load of the streams using its bank's port
 
     # --- Memory: each buffer gets one bank of its pool and a line-aligned address; buffers live
     # at the same time never overlap within a bank; every bank's capacity holds.

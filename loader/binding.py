@@ -86,15 +86,20 @@ def engine_count(kind: str, machine: Machine) -> int:
             "streamer": machine.engines.streamer}[kind]
 
 
-def port_buffers(buffers: list[Buffer], streams: list[StreamReq]) -> dict[int, list[int]]:
-    """Stream index -> indices of the L2 buffers whose bank ports it uses: one, or each slot of a
-    double-buffered one, in turn (an equal share of its moves each)."""
+def port_loads(buffers: list[Buffer], streams: list[StreamReq], per_stream: list[int]) -> dict[int, int]:
+    """Index of each L2 buffer -> the load (`per_stream`, by stream index) of the streams using its
+    bank's port: a stream's whole, or of a double-buffered one parted by slots, an equal share
+    for each slot (it uses them in turn)."""
     l2: dict[tuple[int, int], list[int]] = {}
     for i, b in enumerate(buffers):
         if b.level == "L2":
             l2.setdefault((b.op_id, b.worker), []).append(i)
-    return {s_index: l2[s.l2_buffer, s.worker] for s_index, s in enumerate(streams)
-            if (s.l2_buffer, s.worker) in l2}
+    loads: dict[int, int] = {}
+    for s, load in zip(streams, per_stream):
+        slots = l2.get((s.l2_buffer, s.worker), [])
+        for i in slots:
+            loads[i] = loads.get(i, 0) + -(-load // len(slots))
+    return loads
 
 
 def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machine) -> int:
@@ -105,11 +110,9 @@ def estimate_makespan(binding: Binding, streams: list[StreamReq], machine: Machi
     for s, c in zip(streams, cycles):
         key = (s.kind, binding.engines[s.op_id, s.worker])
         loads[key] = loads.get(key, 0) + c
-    buffers = [bb.buffer for bb in binding.buffers]
-    for s_index, slots in port_buffers(buffers, streams).items():
-        for i in slots:
-            key = ("l2bank", binding.buffers[i].bank)
-            loads[key] = loads.get(key, 0) + -(-cycles[s_index] // len(slots))
+    for i, c in port_loads([bb.buffer for bb in binding.buffers], streams, cycles).items():
+        key = ("l2bank", binding.buffers[i].bank)
+        loads[key] = loads.get(key, 0) + c
     ports = machine.l2_bank_ports
     return max((-(-v // ports) if kind == "l2bank" else v for (kind, _), v in loads.items()), default=0)
 
