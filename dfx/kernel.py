@@ -146,8 +146,9 @@ class Compute:
     accumulate: str = "false"  # expression over loop variables, e.g. "tk > 0"
     depends_on: list[int] = field(default_factory=list)
     # buffers of its result, as a move's: 2 lets the next result tile be computed while this
-    # one drains or is stored (the array's accumulators, an epilogue's result in L2 or L1)
-    depth: int = 1
+    # one drains or is stored (the array's accumulators, an epilogue's result in L2 or L1); left
+    # out of the object at 1, so an object without deeper results reads as it did before them
+    depth: int = field(default=1, metadata={"omit_default": True})
     type: str = "COMPUTE"
 
 

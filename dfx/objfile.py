@@ -49,20 +49,24 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf}
 
 
 @cache
-def _field_names(cls: type) -> tuple[str, ...] | None:
-    """The fields of a dataclass type (None for another type), asked once per type: a program
-    holds hundreds of thousands of dataclass instances."""
-    return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else None
+def _field_names(cls: type) -> tuple[tuple[str, Any], ...] | None:
+    """The fields of a dataclass type (None for another type), each with the value at which it is
+    left out (None, or its default where its metadata says `omit_default`), asked once per type:
+    a program holds hundreds of thousands of dataclass instances."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    return tuple((f.name, f.default if f.metadata.get("omit_default") else None) for f in dataclasses.fields(cls))
 
 
 def _plain(value: Any) -> Any:
-    """Dataclasses to dicts, dropping fields left at None so the file stays small; an infinite
-    float as its NON_FINITE string."""
+    """Dataclasses to dicts, dropping fields left at None (or at a default they are left out at)
+    so the file stays small; an infinite float as its NON_FINITE string."""
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
     names = _field_names(type(value))
     if names is not None:
-        return {name: _plain(v) for name in names if (v := getattr(value, name)) is not None}
+        return {name: _plain(v) for name, omitted in names
+                if (v := getattr(value, name)) is not None and v != omitted}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):

@@ -97,3 +97,14 @@ def test_a_result_depth_out_of_range_is_refused():
     for depth in (0, 9, 2.0):
         compute["depth"] = depth
         assert not _conforms()(obj), depth
+
+
+def test_a_result_one_deep_is_left_out_of_the_object():
+    """So an object whose results are all one deep reads as objects did before depths: only the
+    deeper ones are written."""
+    for objective, written in (("latency", {2}), ("energy", set())):
+        obj = orjson.loads(dumps(compile_graph(graph_of(*PAIR), "test.dfg", load_target(STANDARD, objective=objective))))
+        computes = [op for k in obj["body"]["kernels"] for op in k["body"] if op["type"] == "COMPUTE"]
+        assert computes and {op["depth"] for op in computes if "depth" in op} == written, objective
+        assert {op.depth for k in loads(orjson.dumps(obj)).kernels for op in k.body
+                if isinstance(op, Compute)} == written | {1}, objective
