@@ -163,3 +163,16 @@ def test_rings_twice_as_deep_keep_the_writer_and_the_reader_from_waiting_on_each
     assert rings == {1: [8, 8], 2: [12, 16]}
     # with room for one band of each, the vector units waited on the array and back
     assert cycles[2] < 0.9 * cycles[1]
+
+
+def test_a_chain_pays_against_what_its_members_cost_apart_not_the_whole_network():
+    """A chain is taken where it saves more than TIE of its members' figure on their own, wherever
+    in the network it sits: 10 M cycles before it do not raise the bar."""
+    before = chains.Way(10_000_000.0, 0.0, [])
+    apart = chains.Usage(100_000.0, 1e9)  # the members each on their own
+    for saved, taken in ((5_000.0, True), (500.0, False)):
+        chained = before.then(chains.Usage(apart.cycles - saved, apart.pj))
+        assert chained.better(before.then(apart), "latency", apart) is taken, saved
+    # by pJ alike, under the energy objective
+    cheaper = before.then(chains.Usage(apart.cycles, apart.pj * 0.98))
+    assert cheaper.better(before.then(apart), "energy", apart)
