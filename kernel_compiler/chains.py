@@ -65,7 +65,7 @@ MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, a
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # a ring holding the rows the writer and the reader work on this many times over, where that
 # costs no more: with room for one band of each, each waits on the other's every band (MobileNet
-# v1's conv1 .. pw1 chained: 279,274 cycles; twice over 232,674, the vector units busy 97%)
+# v1's conv1 .. pw1 chained: 240,229 cycles; twice over 227,483)
 RING_DEPTH = 2
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a
@@ -232,6 +232,16 @@ def _rank(u: Usage, objective: str) -> tuple[float, float, float]:
     return figure(u, objective), sum(u.busy), u.pj
 
 
+def _whole_rows(kernel: Kernel, graph: Graph) -> bool:
+    """Whether a kernel on the vector unit takes whole rows of its output a tile (one on the array
+    need not). A tile of part of a row holds few outputs, and its step's moves (its band in
+    through three levels, its result out), not its vector work, set its pace, which `usage` does
+    not count: MobileNet v2's dw10 chained between its 1x1s at 4 x 8 outputs a tile kept its
+    vector unit 39% busy, and the chain ran 26,480 cycles longer than its first 1x1 alone and
+    the other two chained."""
+    return kernel.dataflow != "vector" or kernel.tiling["C"] >= graph.tensors[kernel.outputs[0]].shape[2]
+
+
 def _rows(dim: int) -> list[int]:
     """The indices into `ROWS` of a member going by bands along `dim`: shares of its rows, or
     the whole image."""
@@ -375,11 +385,12 @@ class Planner:
     def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> bool:
         """Whether kernel i lowered for `share` goes by bands along `dim` of its links, and, where
         it writes one, through more than one on each compute tile (with one, its bands all end at
-        once and the reader waits for the whole link)."""
+        once and the reader waits for the whole link); on the vector unit, by tiles of whole rows
+        (`_whole_rows`)."""
         r = self.rung(i, share)
         return r is not None and all(goes_along(r.kernel, t, dim)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
-            and (not ends[1] or self._bands(r.kernel) > 1)
+            and (not ends[1] or self._bands(r.kernel) > 1) and _whole_rows(r.kernel, self.graph)
 
     def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
