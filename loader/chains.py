@@ -8,7 +8,8 @@ channels, the last: `Kernel.band_dim`) indexed by the kernel's outermost loop, s
 tile visits them in increasing order. Below, "rows" are a link's slices along its band dim.
 
 Binding: each member is bound on its own, then its buffers are moved off those of the members
-before it (`away_from_chain`), since all of them live at once.
+before it (`away_from_chain`), since all of them live at once, and its engines of each kind
+renumbered to put its busiest on theirs least busy (`spread_engines`).
 
 Tasks: the members' op instances are merged into one stream (`chain_tasks`), taking each time
 the downstream-most member with a ready instance among the next ones of its compute tiles (each
@@ -37,7 +38,8 @@ from typing import Iterator
 from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines
 from hardware import Machine, Task
 
-from .binding import BindError, Binding, BoundBuffer
+from .binding import BindError, Binding, BoundBuffer, engine_count, stream_cycles
+from .buffers import StreamReq
 from .buffers import COPY, home_move, in_home, level_banks
 from .relocate import Occupancy, place_of, relocate
 from .schedule import placement, worker_stream
@@ -82,6 +84,33 @@ def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, 
                             f"buffers of the kernels before it in the chain, which run at the same time")
         members = packed
     return members
+
+
+def spread_engines(binding: Binding, streams: list[StreamReq], machine: Machine,
+                   busy: dict[tuple[str, int], int]) -> tuple[Binding, dict[tuple[str, int], int]]:
+    """A chain member's `binding` with its engines of each kind renumbered, its busiest onto the
+    one the members before it keep least busy (`busy`: (kind, engine) -> their cycles), and the
+    chain's cycles on each engine with its own. Alone, each member's binder sees the engines of a
+    kind alike and puts its first streams on the first ones: chained, every member's band loads
+    came to one Streamer and every member's drains to another (MobileNet v2's first chain: a
+    depthwise's small stores queued behind a 1x1's 336-cycle drains while four Streamers
+    idled). A renumbering leaves the member's own loads and queues as its binder made them."""
+    own: dict[tuple[str, int], int] = {}
+    for s, cycles in zip(streams, stream_cycles(streams, machine)):
+        key = (s.kind, binding.engines[s.op_id, s.worker])
+        own[key] = own.get(key, 0) + cycles
+    renumber, total = {}, dict(busy)
+    for kind in sorted({s.kind for s in streams}):
+        count = engine_count(kind, machine)
+        mine = sorted(range(count), key=lambda e: (-own.get((kind, e), 0), e))
+        theirs = sorted(range(count), key=lambda e: (busy.get((kind, e), 0), e))
+        for e, to in zip(mine, theirs):
+            renumber[kind, e] = to
+            total[kind, to] = busy.get((kind, to), 0) + own.get((kind, e), 0)
+    engines = dict(binding.engines)
+    for s in streams:
+        engines[s.op_id, s.worker] = renumber[s.kind, binding.engines[s.op_id, s.worker]]
+    return replace(binding, engines=engines), total
 
 
 def _packed(members: list[Binding], level: str, machine: Machine) -> list[Binding] | None:

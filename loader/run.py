@@ -13,7 +13,7 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import home_layout, kernel_demands, level_banks
-from .chains import away_from_chain, chain_head, chain_names, chain_tasks
+from .chains import away_from_chain, chain_head, chain_names, chain_tasks, spread_engines
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import ring_shortfall, workers_for
@@ -88,6 +88,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     homes = home_layout(program, machine)
     kept = frozenset(h.tensor for h in homes)
     spans = program.spans()
+    busy: dict[tuple[str, int], int] = {}  # the engines' cycles of the chain's kernels bound so far
     for i, k in enumerate(program.kernels):
         error: BindError | None = None
         room = below_homes(machine, homes, i)
@@ -101,6 +102,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             try:
                 binding = binder(k.name, workers, buffers, streams, room, where)
                 chained = bindings[spans[i][0]:]  # the chain's kernels before it
+                if spans[i][1] > spans[i][0]:  # a chain's kernel
+                    binding, engaged = spread_engines(binding, streams, room, busy if chained else {})
                 if chained:
                     *chained, binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
                     bindings[spans[i][0]:] = chained
@@ -119,6 +122,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             binding.notes.extend(f"'{t}' stays in external memory: L3 has no room for it beside the kernels "
                                  f"it lives across" for t in k.outputs
                                  if program.graph.tensors[t].home == "L3" and t not in kept)
+            if spans[i][1] > spans[i][0]:
+                busy = engaged
             for bb in binding.buffers:
                 taken.claim(bb, len(bindings))
             if workers < workers_for(k, machine.compute.tiles):

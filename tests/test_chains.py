@@ -16,7 +16,10 @@ from kernel_compiler.residency import keep_on_chip
 from kernel_compiler.synchronise import synchronise
 from kernel_compiler.target import Level, load_target
 from loader import BindError, LoadError, bind_cpsat, bind_greedy, bind_program, execute, simulate
+from loader.binding import Binding, stream_cycles
+from loader.buffers import StreamReq
 from loader.cache import EntryError, check
+from loader.chains import spread_engines
 from loader.report import dram_bytes, homes_view
 from test_vector_kernels import STANDARD, graph_of, random
 
@@ -344,3 +347,22 @@ def test_a_kernel_whose_banks_find_no_free_bank_each_is_squeezed_in_beside_the_c
     with pytest.raises(BindError, match=r"^chain.kpu: chain \[a, b\]: kernel 'b' finds no room in L1"):
         away_from_chain(bound("b", [(0, 0, 32768), (1, 0, 32768), (2, 0, 8192)]), [before], standard, "chain.kpu",
                         "chain [a, b]")
+
+
+def test_a_chain_member_takes_the_engines_the_members_before_it_keep_least_busy():
+    """Each member's binder sees a kind's engines alike and takes the first ones; chained, its
+    engines are renumbered, its busiest onto the chain's least busy, its streams kept apart as
+    its binder put them."""
+    standard = load_machine(STANDARD)
+    streams = [StreamReq(op, 0, "streamer", "t", "L2", "L1", nbytes, 10, None) for op, nbytes in ((1, 6400), (2, 640))]
+    binding = Binding("k", 1, [], {(1, 0): 0, (2, 0): 1, (3, 0): 0}, "cp-sat")  # op 3: a DMA's
+    streams.append(StreamReq(3, 0, "dma", "t", "EXTERNAL", "L3", 64, 1, None))
+    busy = {("streamer", 0): 5000, ("streamer", 1): 100}
+    spread, total = spread_engines(binding, streams, standard, busy)
+    # streamers 2 .. 7 idle, then 1, then 0: the busy stream takes 2, the light one 3
+    assert spread.engines == {(1, 0): 2, (2, 0): 3, (3, 0): 0}
+    cycles = dict(zip((1, 2, 3), stream_cycles(streams, standard)))
+    assert total == {("streamer", 0): 5000, ("streamer", 1): 100, ("streamer", 2): cycles[1],
+                     ("streamer", 3): cycles[2], ("dma", 0): cycles[3]} | {
+        ("streamer", e): 0 for e in range(4, 8)} | {("dma", 1): 0}
+    assert busy == {("streamer", 0): 5000, ("streamer", 1): 100}  # the caller's, untouched
