@@ -94,7 +94,7 @@ def measure(tree: Path, dfg: Path, repeats: int, show_profile: bool) -> dict:
     bindings = bind_program(program, machine, str(obj), bind_cpsat)
 
     def generation():
-        return list(program_tasks(program, bindings))
+        return list(program_tasks(program, bindings, machine))
 
     def simulation(stream):  # `stream` makes the tasks to simulate: a list, or the lazy stream
         return lambda: Simulator(machine, dep_window=DEP_WINDOW).run(stream())
@@ -105,7 +105,7 @@ def measure(tree: Path, dfg: Path, repeats: int, show_profile: bool) -> dict:
         profile(f"simulation, {tree}", simulation(lambda: tasks))
         return {}
     done = timed({"generation": generation, "simulation": simulation(lambda: tasks),
-                  "end to end": simulation(lambda: program_tasks(program, bindings))}, repeats)
+                  "end to end": simulation(lambda: program_tasks(program, bindings, machine))}, repeats)
     if figures(done["simulation"][1]) != figures(done["end to end"][1]):
         raise SystemExit("a list and the lazy stream of tasks disagree on cycles or unit figures")
     return {"tasks": len(tasks), "figures": figures(done["end to end"][1]),

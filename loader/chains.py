@@ -388,11 +388,10 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
         member, item = _next(chain, stream, done, clock)
         if member is None:
             raise _stuck(program, members, chain, done)
-        tid, task = stream.instance(member.running, item.worker, item.op, item.env, _waits(item))
-        _issued(item, tid, task, clock)
+        tid, tasks = stream.instance(member.running, item.worker, item.op, item.env, _waits(item))
+        _issued(item, tid, bool(tasks), clock)
         member.went(item)
-        if task is not None:
-            yield task
+        yield from tasks
         if not member.next:
             stream.finish(member.running)
             done.add(member.name)
@@ -455,10 +454,10 @@ def _waits(item: _Instance) -> set[int]:
     return waits
 
 
-def _issued(item: _Instance, tid: int, task: Task | None, clock: _Clock) -> None:
-    """Note what the instance just issued did to the links' rows."""
+def _issued(item: _Instance, tid: int, ran: bool, clock: _Clock) -> None:
+    """Note what the instance just issued (`ran`: tasks) did to the links' rows."""
     for link, role, a, b, elements in item.rows:
-        if task is None or b <= a:
+        if not ran or b <= a:
             continue
         if role == WRITE:
             for r in range(a, b):

@@ -138,8 +138,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     return bindings
 
 
-def program_tasks(program: Program, bindings: list[Binding]) -> Iterator[Task]:
-    stream = TaskStream(program)
+def program_tasks(program: Program, bindings: list[Binding], machine: Machine) -> Iterator[Task]:
+    stream = TaskStream(program, machine.engines.dma)
     for first, last in sorted(set(program.spans())):  # a kernel, or a chain's, run at once
         if first == last:
             yield from stream.kernel_tasks(program.kernels[first], bindings[first], first)
@@ -150,7 +150,7 @@ def program_tasks(program: Program, bindings: list[Binding]) -> Iterator[Task]:
 def simulate(program: Program, machine: Machine, bindings: list[Binding], trace: bool = False,
              record_first: int = 0, progress: Callable[[int], None] | None = None) -> SimResult:
     sim = Simulator(machine, trace=trace, record_first=record_first, dep_window=DEP_WINDOW)
-    return sim.run(program_tasks(program, bindings), progress=progress)
+    return sim.run(program_tasks(program, bindings, machine), progress=progress)
 
 
 def execute(program: Program, bindings: list[Binding], inputs: dict[str, np.ndarray],

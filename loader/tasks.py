@@ -14,7 +14,11 @@ Dependencies of a task:
   earlier buffer they overlap (same level, bank and bytes). Kernels overlap only where their
   buffers do not.
 A DMA engine moves data through the external memory channel it is wired to (engine i to
-channel i mod channels, as the simulator does), so balancing DMA engines balances channels.
+channel i mod channels, as the simulator does), so balancing DMA engines balances channels. A
+move of at least SPLIT_BYTES between external memory and L3 (a whole image a pointwise layer
+reads at its start, say) goes as one part per DMA engine, each through its own channel, as a
+driver parts a large transfer; a task on the sync unit, taking no cycles, ends when all parts
+have, and is what the moves after it wait for.
 
 A kernel runs each body op many times over, so what does not depend on the loop values (keys,
 engines, labels, the bytes of a whole tile, the shape of a compute's tiles) is worked out once
@@ -25,7 +29,7 @@ the tile only where it is not (an edge tile, a window, a table, a permutation).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize, widest
@@ -40,13 +44,19 @@ from .schedule import (accumulate_rule, expand, first_of_block, last_of_block, l
                        whole_tile_bounds, within_bounds)
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
+# a move to or from external memory this large goes in parts, one per DMA engine: one engine and
+# its channel would take it at 50 bytes a cycle while the others idle (MobileNet v1's 14 x 14
+# pointwise layers each wait 8,129 cycles for their 401,408-byte input); below it, a part's
+# latency on every engine costs more than the channels gain
+SPLIT_BYTES = 1 << 16
 
 
 class TaskStream:
     """Task ids and the kernel-to-kernel dependencies across one program."""
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, dma_engines: int = 1):
         self.program = program
+        self.parts = dma_engines if dma_engines > 1 else 0  # of a move of SPLIT_BYTES or more
         self.next_id = 0
         # kernel -> (worker, op_id) -> the tasks whose end is that op's last instance ending: its
         # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
@@ -57,9 +67,7 @@ class TaskStream:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
         running = self.start(kernel, binding, phase)
         for worker, op, env in expand(kernel, binding.workers):
-            task = self.instance(running, worker, op, env)[1]
-            if task is not None:
-                yield task
+            yield from self.instance(running, worker, op, env)[1]
         self.finish(running)
 
     def start(self, kernel: Kernel, binding: Binding, phase: int, streams: int = 0) -> Running:
@@ -71,12 +79,15 @@ class TaskStream:
         return Running(kernel, binding, shared, plans)
 
     def instance(self, running: Running, worker: int, op: BodyOp, env: dict[str, int],
-                 waits: Iterable[int] = ()) -> tuple[int, Task | None]:
-        """The id of one instance of a body op, and its task (None where it runs none); `waits`:
-        ids it waits for beyond what its kernel says (a chain's rows)."""
+                 waits: Iterable[int] = ()) -> tuple[int, tuple[Task, ...]]:
+        """The id of one instance of a body op, and its tasks (none where it runs none; a large
+        move's parts, then what ends with them, of that id); `waits`: ids it waits for beyond what
+        its kernel says (a chain's rows)."""
         plan = running.plans[worker][op.op_id]
-        tid = self.next_id
-        self.next_id += 1
+        parts = self.parts if plan.may_split else 0  # ids before the instance's own
+        first = self.next_id
+        tid = first + parts
+        self.next_id = tid + 1
         deps = set(waits)
         for dep in plan.deps:
             if dep is plan.carried:  # a reload: what that op wrote of this tile a step before, in its ring
@@ -115,11 +126,13 @@ class TaskStream:
         task = plan.task(tid, tuple(window), env)
         if task is None:  # the op ran no task: who waits on it waits on what it waited on
             plan.skipped = (tid, frozenset(deps))
-            return tid, None
+            return tid, ()
         plan.last = tid
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
-        return tid, task
+        if parts and task.bytes >= SPLIT_BYTES:
+            return tid, _parted(task, first, parts, worker)
+        return tid, (task,)
 
     def finish(self, running: Running) -> None:
         """What a kernel that has made its last task leaves for the kernels after it."""
@@ -168,6 +181,15 @@ class Running:
     binding: Binding
     shared: set[int]  # its shared moves (`Kernel.shared_moves`)
     plans: list[dict[int, _Plan]]
+
+
+def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]:
+    """A DMA move as `parts` moves of ids from `first`, one on each DMA engine (each through its
+    own channel), then a task of the move's id that ends when they all have."""
+    share, extra = divmod(task.bytes, parts)
+    moves = tuple(replace(task, id=first + e, engine=e, bytes=share + (e < extra)) for e in range(parts))
+    return (*moves, Task(task.id, "barrier", worker, tuple(m.id for m in moves), stream=task.stream,
+                         phase=task.phase, label=f"{task.label} ({parts} parts)"))
 
 
 def _region(home: Home) -> BoundBuffer:
@@ -271,13 +293,14 @@ class _Plan:
     `task` makes an instance's task from its id, deps and loop values, or None where the
     instance runs none."""
 
-    __slots__ = ("op", "op_id", "worker", "key", "deps", "depth", "first_fill_waits", "fresh", "fresh_while",
+    __slots__ = ("op", "op_id", "worker", "key", "deps", "depth", "first_fill_waits", "fresh", "fresh_while", "may_split",
                  "phase", "label", "whole", "last", "skipped", "instances", "readers", "carried", "tile", "by_tile",
                  "blocks")
 
     def __init__(self, op: BodyOp, worker: int, facts: _KernelFacts):
         self.op, self.op_id, self.worker = op, op.op_id, worker
         self.key = (worker, op.op_id)
+        self.may_split = False  # a move whose whole tile is SPLIT_BYTES or more, by a DMA
         self.deps: tuple[_Plan, ...] = ()  # the plans of the ops it depends on, linked by `_plans`
         self.depth = 1 if isinstance(op, Barrier) else op.depth
         self.first_fill_waits = facts.previous_users.get(self.key, ())
@@ -347,6 +370,7 @@ class _MovePlan(_Plan):
         self.table = table_values(src, g)
         self.itemsize = itemsize(g.tensors[dst.tensor].dtype)  # a fill costs no external-memory bytes
         self.bytes = math.prod(dst.tile_shape) * self.itemsize  # of a whole tile
+        self.may_split = self.unit == "dma" and not self.in_place and self.bytes >= SPLIT_BYTES
         bounds = whole_move_bounds(op, self.src_shape, self.dst_shape)
         self.whole = None if bounds is None else unchecked_bounds(bounds, facts.ranges)
 

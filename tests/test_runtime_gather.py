@@ -138,7 +138,7 @@ def test_dram_bytes_are_the_rows_moved_whatever_the_indices():
     moved = dram_bytes(sim)
     assert moved == {"read": len(picked) * 24 * 4, "write": len(picked) * 24 * 4}
     assert program.kernels[0].hints["estimated_dram_bytes"] == sum(moved.values())
-    reads = [t.bytes for t in program_tasks(program, bind_program(program, MACHINE, "test", bind_greedy))
+    reads = [t.bytes for t in program_tasks(program, bind_program(program, MACHINE, "test", bind_greedy), MACHINE)
              if t.src_level == "EXTERNAL"]
     assert reads == [24 * 4] * len(picked)
 

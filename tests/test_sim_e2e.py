@@ -139,14 +139,21 @@ def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_p
     from hardware import load_machine
     from loader import bind_greedy, bind_program, kernel_demands, simulate
     from loader.schedule import expand
+    from loader.tasks import TaskStream
 
     obj = tmp_path / "chain.kpu"
     assert run_cli("compiler", DATA / "dfg" / name, "-o", obj).returncode == 0
     program, machine = read(obj), load_machine(CONFIGS / "standard.json")
     bindings = [bind_greedy(k.name, b.workers, *kernel_demands(k, program, b.workers), machine, str(obj))
                 for k, b in zip(program.kernels, bind_program(program, machine, str(obj), bind_greedy))]
-    # task ids follow the expanded body, kernel after kernel (every op of these makes one task)
-    owner = [(i, w, op) for i, k in enumerate(program.kernels) for w, op, _ in expand(k, bindings[i].workers)]
+    # the op instance of each task, as the loader makes them, kernel after kernel (a large move's
+    # parts and what ends with them all its instance's)
+    stream, owner = TaskStream(program, machine.engines.dma), {}
+    for i, (k, b) in enumerate(zip(program.kernels, bindings)):
+        running = stream.start(k, b, i)
+        for w, op, env in expand(k, b.workers):
+            owner.update((task.id, (i, w, op)) for task in stream.instance(running, w, op, env)[1])
+        stream.finish(running)
     result = simulate(program, machine, bindings, record_first=len(owner))
     assert len(result.first_tasks) == len(owner)
     span = {task.id: (start, end) for task, start, end, _ in result.first_tasks}
@@ -154,7 +161,7 @@ def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_p
     def users(kernel, bb):
         """Start and end of every task that fills or reads a buffer, in task order."""
         op_id, worker = bb.buffer.op_id, bb.buffer.worker
-        return [span[t] for t, (i, w, op) in enumerate(owner)
+        return [span[t] for t, (i, w, op) in sorted(owner.items())
                 if i == kernel and w == worker and (op.op_id == op_id or op_id in op.depends_on)]
 
     checked = 0
