@@ -39,8 +39,7 @@ from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines
 from hardware import Machine, Task
 
 from .binding import BindError, Binding, BoundBuffer, engine_count, stream_cycles
-from .buffers import StreamReq
-from .buffers import COPY, home_move, in_home, level_banks
+from .buffers import COPY, StreamReq, home_move, in_home, level_banks
 from .relocate import Occupancy, place_of, relocate
 from .schedule import placement, worker_stream
 from .tasks import Running, TaskStream
