@@ -49,13 +49,15 @@ NON_FINITE = {"inf": math.inf, "-inf": -math.inf}
 
 
 @cache
-def _field_names(cls: type) -> tuple[tuple[str, Any], ...] | None:
+def _written_fields(cls: type) -> tuple[tuple[str, Any], ...] | None:
     """The fields of a dataclass type (None for another type), each with the value at which it is
-    left out (None, or its default where its metadata says `omit_default`), asked once per type:
-    a program holds hundreds of thousands of dataclass instances."""
+    left out besides None (its default where its metadata says `omit_default`), asked once per
+    type: a program holds hundreds of thousands of dataclass instances."""
     if not dataclasses.is_dataclass(cls):
         return None
-    return tuple((f.name, f.default if f.metadata.get("omit_default") else None) for f in dataclasses.fields(cls))
+    fields = dataclasses.fields(cls)
+    assert all(f.default is not dataclasses.MISSING for f in fields if f.metadata.get("omit_default")), cls
+    return tuple((f.name, f.default if f.metadata.get("omit_default") else None) for f in fields)
 
 
 def _plain(value: Any) -> Any:
@@ -63,10 +65,10 @@ def _plain(value: Any) -> Any:
     so the file stays small; an infinite float as its NON_FINITE string."""
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    names = _field_names(type(value))
+    names = _written_fields(type(value))
     if names is not None:
         return {name: _plain(v) for name, omitted in names
-                if (v := getattr(value, name)) is not None and v != omitted}
+                if (v := getattr(value, name)) is not None and (omitted is None or v != omitted)}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):

@@ -126,9 +126,11 @@ class Way:
         return Way(self.cycles + u.cycles, self.pj + u.pj, self.chains + ([plan] if plan is not None else []))
 
     def better(self, other: Way, objective: str, stake: Usage) -> bool:
-        """A figure of the objective lower by more than `TIE` of `stake`'s (what the kernels that
-        would chain cost alone): a chain must pay by more than the rounding of their estimates."""
-        return figure(self, objective) < figure(other, objective) - TIE * figure(stake, objective)
+        """A figure of the objective lower than `other`'s with `TIE` of `stake` (what the kernels
+        that would chain cost alone) taken off its cycles and pJ: a chain must pay by more than
+        the rounding of their estimates (so for `edp` too, whose figure is no sum)."""
+        return figure(self, objective) < figure(Way(other.cycles - TIE * stake.cycles, other.pj - TIE * stake.pj,
+                                                    []), objective)
 
 
 def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str | None:

@@ -105,7 +105,8 @@ def spread_engines(binding: Binding, streams: list[StreamReq], machine: Machine,
         theirs = sorted(range(count), key=lambda e: (busy.get((kind, e), 0), e))
         for e, to in zip(mine, theirs):
             renumber[kind, e] = to
-            total[kind, to] = busy.get((kind, to), 0) + own.get((kind, e), 0)
+            if own.get((kind, e)):
+                total[kind, to] = busy.get((kind, to), 0) + own[kind, e]
     engines = dict(binding.engines)
     for s in streams:
         engines[s.op_id, s.worker] = renumber[s.kind, binding.engines[s.op_id, s.worker]]

@@ -82,7 +82,8 @@ def below_homes(machine: Machine, homes: list[Home], kernel: int) -> Machine:
 def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
     """Bind each kernel, with as many compute tiles as its memory needs allow, placed away from
     the memory the kernels before it last used and below the homes in L3 live while it runs; a
-    kernel of a chain away from the chain's kernels before it, which run at the same time."""
+    kernel of a chain away from the chain's kernels before it, which run at the same time, its
+    engines renumbered onto those they keep least busy (`spread_engines`)."""
     bindings = []
     taken = Occupancy()
     homes = home_layout(program, machine)
@@ -92,6 +93,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     for i, k in enumerate(program.kernels):
         error: BindError | None = None
         room = below_homes(machine, homes, i)
+        in_chain = spans[i][1] > spans[i][0]
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
             short = ring_shortfall(k, workers)  # fewer compute tiles each write more partial sums
             if short is not None:
@@ -102,8 +104,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             try:
                 binding = binder(k.name, workers, buffers, streams, room, where)
                 chained = bindings[spans[i][0]:]  # the chain's kernels before it
-                if spans[i][1] > spans[i][0]:  # a chain's kernel
-                    binding, engaged = spread_engines(binding, streams, room, busy if chained else {})
+                if in_chain:
+                    binding, chain_busy = spread_engines(binding, streams, room, busy if chained else {})
                 if chained:
                     *chained, binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
                     bindings[spans[i][0]:] = chained
@@ -122,8 +124,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             binding.notes.extend(f"'{t}' stays in external memory: L3 has no room for it beside the kernels "
                                  f"it lives across" for t in k.outputs
                                  if program.graph.tensors[t].home == "L3" and t not in kept)
-            if spans[i][1] > spans[i][0]:
-                busy = engaged
+            if in_chain:
+                busy = chain_busy
             for bb in binding.buffers:
                 taken.claim(bb, len(bindings))
             if workers < workers_for(k, machine.compute.tiles):
@@ -139,7 +141,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
 
 
 def program_tasks(program: Program, bindings: list[Binding], machine: Machine) -> Iterator[Task]:
-    stream = TaskStream(program, machine.engines.dma)
+    stream = TaskStream(program, machine)
     for first, last in sorted(set(program.spans())):  # a kernel, or a chain's, run at once
         if first == last:
             yield from stream.kernel_tasks(program.kernels[first], bindings[first], first)

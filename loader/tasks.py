@@ -15,10 +15,11 @@ Dependencies of a task:
   buffers do not.
 A DMA engine moves data through the external memory channel it is wired to (engine i to
 channel i mod channels, as the simulator does), so balancing DMA engines balances channels. A
-move of at least SPLIT_BYTES between external memory and L3 (a whole image a pointwise layer
-reads at its start, say) goes as one part per DMA engine, each through its own channel, as a
-driver parts a large transfer; a task on the sync unit, taking no cycles, ends when all parts
-have, and is what the moves after it wait for.
+move whose whole tile is at least SPLIT_BYTES between external memory and L3 (a whole image a
+pointwise layer reads at its start, say) goes in parts, one per channel, each on the DMA engine
+wired to it, as a driver parts a large transfer; a task on the sync unit, taking no cycles,
+ends when all parts have, and is what comes after the move waits for. The binders still count
+such a move on the one engine they gave it.
 
 A kernel runs each body op many times over, so what does not depend on the loop values (keys,
 engines, labels, the bytes of a whole tile, the shape of a compute's tiles) is worked out once
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize, widest
-from hardware import Task
+from hardware import Machine, Task
 
 from .binding import Binding, BoundBuffer
 from .execution import compute_ops
@@ -44,19 +45,26 @@ from .schedule import (accumulate_rule, expand, first_of_block, last_of_block, l
                        whole_tile_bounds, within_bounds)
 
 DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surely finished
-# a move to or from external memory this large goes in parts, one per DMA engine: one engine and
-# its channel would take it at 50 bytes a cycle while the others idle (MobileNet v1's 14 x 14
-# pointwise layers each wait 8,129 cycles for their 401,408-byte input); below it, a part's
-# latency on every engine costs more than the channels gain
+# a move to or from external memory of tiles this large goes in parts, one per channel: one
+# engine and its channel would take it at 50 bytes a cycle while the other channel idles
+# (MobileNet v1's 14 x 14 pointwise layers each waited 8,129 cycles for their 401,408-byte
+# input); below it, a part's latency on every engine costs more than the channels gain (on two
+# channels: 128 KiB took MobileNet v1 1,900 cycles longer, v2 3,600)
 SPLIT_BYTES = 1 << 16
+# the sync unit's queue of a parted move's end: apart from the BARRIERs' (an op id, the same
+# for every kernel), so none waits behind another kernel's BARRIER
+PARTED_STREAMS = 1 << 40
 
 
 class TaskStream:
     """Task ids and the kernel-to-kernel dependencies across one program."""
 
-    def __init__(self, program: Program, dma_engines: int = 1):
+    def __init__(self, program: Program, machine: Machine):
         self.program = program
-        self.parts = dma_engines if dma_engines > 1 else 0  # of a move of SPLIT_BYTES or more
+        # of a move of SPLIT_BYTES or more: the DMA engines on channels of their own (engine i on
+        # channel i); 0 where there is one
+        parts = min(machine.engines.dma, machine.external.channels)
+        self.parts = parts if parts > 1 else 0
         self.next_id = 0
         # kernel -> (worker, op_id) -> the tasks whose end is that op's last instance ending: its
         # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
@@ -130,7 +138,7 @@ class TaskStream:
         plan.last = tid
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
-        if parts and task.bytes >= SPLIT_BYTES:
+        if parts:  # an edge tile too, so no id set aside goes unused
             return tid, _parted(task, first, parts, worker)
         return tid, (task,)
 
@@ -184,11 +192,11 @@ class Running:
 
 
 def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]:
-    """A DMA move as `parts` moves of ids from `first`, one on each DMA engine (each through its
-    own channel), then a task of the move's id that ends when they all have."""
+    """A DMA move as `parts` moves of ids from `first`, one on each of the first DMA engines (each
+    through its own channel), then a task of the move's id that ends when they all have."""
     share, extra = divmod(task.bytes, parts)
     moves = tuple(replace(task, id=first + e, engine=e, bytes=share + (e < extra)) for e in range(parts))
-    return (*moves, Task(task.id, "barrier", worker, tuple(m.id for m in moves), stream=task.stream,
+    return (*moves, Task(task.id, "barrier", worker, tuple(m.id for m in moves), stream=PARTED_STREAMS + task.stream,
                          phase=task.phase, label=f"{task.label} ({parts} parts)"))
 
 

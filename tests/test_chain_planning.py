@@ -174,6 +174,9 @@ def test_a_chain_pays_against_what_its_members_cost_apart_not_the_whole_network(
     for saved, taken in ((5_000.0, True), (500.0, False)):
         chained = before.then(chains.Usage(apart.cycles - saved, apart.pj))
         assert chained.better(before.then(apart), "latency", apart) is taken, saved
-    # by pJ alike, under the energy objective
-    cheaper = before.then(chains.Usage(apart.cycles, apart.pj * 0.98))
-    assert cheaper.better(before.then(apart), "energy", apart)
+    # by pJ alike, under the energy objective; and under edp, by the product
+    before = chains.Way(10_000_000.0, 1e11, [])
+    for objective, saving, taken in (("energy", 0.02, True), ("energy", 0.002, False),
+                                     ("edp", 0.02, True), ("edp", 0.002, False)):
+        cheaper = before.then(chains.Usage(apart.cycles * (1 - saving), apart.pj * (1 - saving)))
+        assert cheaper.better(before.then(apart), objective, apart) is taken, (objective, saving)

@@ -148,7 +148,7 @@ def test_a_kernel_fills_memory_only_after_earlier_kernels_are_done_with_it(tmp_p
                 for k, b in zip(program.kernels, bind_program(program, machine, str(obj), bind_greedy))]
     # the op instance of each task, as the loader makes them, kernel after kernel (a large move's
     # parts and what ends with them all its instance's)
-    stream, owner = TaskStream(program, machine.engines.dma), {}
+    stream, owner = TaskStream(program, machine), {}
     for i, (k, b) in enumerate(zip(program.kernels, bindings)):
         running = stream.start(k, b, i)
         for w, op, env in expand(k, b.workers):
