@@ -35,14 +35,21 @@ class Tensor:
     # reserves for it from the kernel that writes it to the last that reads it (an intermediate
     # the compiler found room for on its target), so it never crosses the external memory link
     home: str | None = None
-    # with a home in L3, how many rows along dim 1 (H of an NHWC activation) it holds: row r in
-    # slot r mod ring, written while the kernels of a chain read the rows before (Program.chains);
-    # None, all of them
+    # with a home in L3, how many slices along dim `ring_dim` it holds: slice r in slot r mod ring,
+    # written while the kernels of a chain read the slices before (Program.chains); None, all of
+    # them. Rows (dim 1, H of an NHWC activation) for a link by rows, channels (the last dim) for
+    # a link by channels
     ring: int | None = None
+    ring_dim: int = field(default=1, metadata={"omit_default": True})
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def ring_holds(self) -> str:
+        """What its ring holds slices of: "rows" or "channels"."""
+        return "rows" if self.ring_dim == 1 else "channels"
 
 
 @dataclass

@@ -12,6 +12,7 @@ needs room for all their buffers.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from .dtypes import itemsize
@@ -36,12 +37,16 @@ class Home:
 
 @dataclass(frozen=True)
 class Resident:
-    """A tensor asking for a home: its bytes and the kernels that write and last read it."""
+    """A tensor asking for a home: its bytes and the kernels that write and last read it, and
+    (kernel position, bytes) of L3 buffers its home frees while each runs: a plain L3 tile of it
+    is then that region of the home, no buffer of its own (the pointwise reading a whole image
+    in place), counted for every kernel of the chain of the one holding it."""
 
     tensor: str
     bytes: int
     first: int
     last: int
+    frees: tuple[tuple[int, int], ...] = ()
 
 
 def in_lines(size: int, line: int) -> int:
@@ -51,11 +56,12 @@ def in_lines(size: int, line: int) -> int:
 
 
 def home_bytes(t: Tensor) -> int:
-    """The bytes of a tensor's home: all of it, or with a ring, `ring` rows along dim 1."""
+    """The bytes of a tensor's home: all of it, or with a ring, `ring` slices along `ring_dim`."""
     whole = t.size * itemsize(t.dtype)
     if t.ring is None:
         return whole
-    return whole // max(t.shape[1], 1) * min(t.ring, t.shape[1])
+    extent = t.shape[t.ring_dim]
+    return whole // max(extent, 1) * min(t.ring, extent)
 
 
 def l3_limit(homes: list[Home], kernel: int, capacity: int) -> int:
@@ -63,24 +69,57 @@ def l3_limit(homes: list[Home], kernel: int, capacity: int) -> int:
     return min((h.address for h in homes if h.live(kernel)), default=capacity)
 
 
+def freed(saved: dict[int, int], spans: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """`Resident.frees` of a tensor whose home frees `saved[j]` bytes of kernel j's L3 buffers:
+    for each kernel of j's chain (`spans[j]`: its first and last position), as they run at once."""
+    out: dict[int, int] = {}
+    for j, n in saved.items():
+        first, last = spans[j]
+        for k in range(first, last + 1):
+            out[k] = out.get(k, 0) + n
+    return tuple(sorted((k, n) for k, n in out.items() if n))
+
+
 def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: int) -> list[Home]:
     """Homes for as many of `wanted` as fit, in their order: each as high in L3 as the homes live
-    beside it leave room, and only where every kernel of its span still has `demands[k]` bytes
-    below all the homes live while it runs. `line`: regions start and end on whole lines."""
+    beside it leave room, and only where every kernel of its span still has `demands[k]` bytes,
+    less what the homes taken free (`Resident.frees`), below all the homes live while it runs.
+    Consecutive ones of one span (a chain's links) are first tried all at once: each may free
+    more than it takes, so that they fit together where the first would not alone. `line`:
+    regions start and end on whole lines."""
     homes: list[Home] = []
+    frees: dict[int, int] = {}  # kernel -> bytes the homes taken free of its demand
     live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order
-    for r in wanted:
-        size = in_lines(r.bytes, line)
-        live = [h for h in live if h.last >= r.first]
-        beside = sorted((h for h in live if h.first <= r.last), key=lambda h: -h.address)
-        address = (capacity - size) // line * line
-        for h in beside:  # highest first: go below each region this one would share a byte with
-            if address < h.address + in_lines(h.bytes, line) and h.address < address + size:
-                address = h.address - size
-        if address < 0:
-            continue
-        home = Home(r.tensor, address, r.bytes, r.first, r.last)
-        if all(demands[k] <= l3_limit([*beside, home], k, capacity) for k in range(r.first, r.last + 1)):
-            homes.append(home)
-            live.append(home)
+
+    def take(batch: list[Resident]) -> bool:
+        placed: list[Home] = []
+        for r in batch:
+            size = in_lines(r.bytes, line)
+            beside = sorted((h for h in [*live, *placed] if h.first <= r.last and h.last >= r.first),
+                            key=lambda h: -h.address)
+            address = (capacity - size) // line * line
+            for h in beside:  # highest first: go below each region this one would share a byte with
+                if address < h.address + in_lines(h.bytes, line) and h.address < address + size:
+                    address = h.address - size
+            if address < 0:
+                return False
+            placed.append(Home(r.tensor, address, r.bytes, r.first, r.last))
+        after = dict(frees)
+        for r in batch:
+            for k, n in r.frees:
+                after[k] = after.get(k, 0) + n
+        if not all(demands[k] - after.get(k, 0) <= l3_limit([*live, *placed], k, capacity)
+                   for r in batch for k in range(r.first, r.last + 1)):
+            return False
+        homes.extend(placed)
+        live.extend(placed)
+        frees.update(after)
+        return True
+
+    for _, group in itertools.groupby(wanted, key=lambda r: (r.first, r.last)):
+        group = list(group)
+        live = [h for h in live if h.last >= group[0].first]
+        if len(group) == 1 or not take(group):
+            for r in group:
+                take([r])
     return homes

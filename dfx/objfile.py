@@ -457,7 +457,7 @@ def _program(body: dict[str, Any], constants: dict[str, bytes], where: str) -> P
         if t["name"] in g.tensors:  # the graph holds one tensor per name: a second would replace the first
             raise ObjectFileError(f"{where}: tensor '{t['name']}': listed twice in the graph")
         g.tensors[t["name"]] = Tensor(t["name"], tuple(t["shape"]), t["dtype"], t["role"], t.get("home"),
-                                      t.get("ring"))
+                                      t.get("ring"), t.get("ring_dim", 1))
     for o in body["graph"]["ops"]:
         g.ops.append(Op(o["name"], o["op_type"], list(o["inputs"]), list(o["outputs"]),
                         {k: _numbers(v) for k, v in o.get("attrs", {}).items()}, o.get("source", "")))

@@ -41,7 +41,10 @@ def validate_program(program: Program, where: str) -> None:
         if t.home is not None and t.role != "intermediate":
             fail(f"tensor '{t.name}'", f"has its home in {t.home}, but a graph {t.role} lives in external memory")
         if t.ring is not None and t.home != "L3":
-            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} rows but no home in L3 to hold them")
+            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} {t.ring_holds} but no home in L3 to hold them")
+        if t.ring_dim not in (1, len(t.shape) - 1):
+            fail(f"tensor '{t.name}'", f"has ring_dim {t.ring_dim}: a ring holds rows (dim 1) or channels (dim "
+                 f"{len(t.shape) - 1}, the last)")
     # with no graph op there is no kernel either (each op must have one, checked last)
     if not g.ops:
         fail("graph", "has no ops: the program computes nothing")
@@ -302,8 +305,8 @@ def _chain_links(program: Program, fail) -> dict[str, set[str]]:
             links[t] = set(chain)
     for t in program.graph.tensors.values():
         if t.ring is not None and t.name not in links:
-            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} rows but links no chain's kernels: only a chain "
-                 f"reads rows while they are written")
+            fail(f"tensor '{t.name}'", f"has a ring of {t.ring} {t.ring_holds} but links no chain's kernels: "
+                 f"only a chain reads them while they are written")
     return links
 
 
@@ -326,8 +329,10 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
             return place, (f"link '{tensor}' goes by no band of rows or channels: kernel '{k.name}', its writer, "
                            f"moves it at its home by its outermost loop of more than one trip "
                            f"('{k.band_loop().induction_var}') along neither dim 1 nor the last")
-        if dim != 1 and program.graph.tensors[tensor].ring is not None:
-            return place, f"link '{tensor}' goes by channels, but its home is a ring, which holds rows"
+        t = program.graph.tensors[tensor]
+        if t.ring is not None and dim != t.ring_dim:
+            return place, (f"link '{tensor}' goes by {'rows' if dim == 1 else 'channels'}, but its home is a ring of "
+                           f"{t.ring_holds}")
         for k in (k for k in program.kernels if k.name in links[tensor]):
             found = k.off_band(tensor, dim)
             if found is None:

@@ -9,7 +9,8 @@ L3 may hold a ring of rows (`Tensor.ring`, row r in slot r mod ring) that the wr
 the reader moves down. A pointwise convolution holding the whole image writes its result tile of
 output channels by tile, and a depthwise op after it needs, for a chunk of its channels, only
 those: interleaved by channels, the depthwise works on the vector unit while the pointwise goes
-on on the array, the link whole in L3 or passing through external memory. This pass runs after
+on on the array, the link in L3 (whole, or a ring of channels the pointwise refills as the
+depthwise moves on) or passing through external memory. This pass runs after
 lowering, before the homes and the barriers:
 
 - Which kernels may chain: consecutive fusion groups, each anchored on a sliding-window op
@@ -24,10 +25,12 @@ lowering, before the homes and the barriers:
   shares is tried. A member must go by bands of its links: its outermost loop of more than one
   trip indexes their rows (or, the whole image in one tile, their channels), stepping upward;
   one writing a link, through more than one band on each compute tile. A chain costs what its
-  kinds of engine do, overlapping, plus its pipeline's fill (`_filled`).
-- Each link's ring (by rows): the rows the reader's bands span on every compute tile at once,
-  plus the rows the writer's next bands write on every compute tile (so neither waits on the
-  other for room); the whole tensor where that is all of its rows, or by channels.
+  kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
+  slowest member its last ends, each band waiting for the bands of the member before it reads).
+- Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
+  on every compute tile at once, plus those the writer's next bands write on every compute tile
+  (so neither waits on the other for room); the whole tensor where that is all of them. A
+  member's plain L3 tiles of a link kept on chip lie in its home and take no room of their own.
 - Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
   the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
   bytes moved at each level), a chain's members as tiled for their shares and without their
@@ -87,7 +90,6 @@ class Rung:
 
     kernel: Kernel
     buffers: tuple[tuple[str, int], ...]  # its L1 and L2 buffers on one compute tile
-    l3: int  # its L3 buffers on all its compute tiles (`residency.l3_demand`)
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class Plan:
     rings: dict[str, int | None]
     usage: Usage  # the members' (`together`)
     on_chip: bool = True
+    dim: int = BY_ROWS  # what its bands and rings are of
 
 
 @dataclass(frozen=True)
@@ -255,15 +258,25 @@ def figure(u: Usage | Way, objective: str) -> float:
     return {"latency": u.cycles, "energy": u.pj, "edp": u.pj * u.cycles}[objective]
 
 
-def _band(kernel: Kernel, tensor: str, written: bool) -> tuple[int, int]:
-    """(rows, rows between the starts of consecutive bands) of the kernel's tiles of `tensor`
-    where it meets external memory."""
+def _band(kernel: Kernel, tensor: str, written: bool, dim: int) -> tuple[int, int]:
+    """(slices along `dim`, slices between the starts of consecutive bands) of the kernel's tiles
+    of `tensor` where it meets external memory."""
     for op in kernel.body:
         if isinstance(op, DataMove) and op.move_type != "VIEW":
             ref = op.destination if written else op.source
             if ref.tensor == tensor and ref.level == "EXTERNAL":
-                return ref.tile_shape[1], (ref.step or ref.tile_shape)[1]
+                return ref.tile_shape[dim], (ref.step or ref.tile_shape)[dim]
     raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' at external memory")
+
+
+def _offset(kernel: Kernel, tensor: str, dim: int) -> int:
+    """Where along `dim` the kernel's first tile of `tensor` at external memory starts (a band
+    with its halo starts before the tensor)."""
+    for op in kernel.body:
+        if isinstance(op, DataMove) and op.move_type != "VIEW" and op.source.tensor == tensor \
+                and op.source.level == "EXTERNAL":
+            return (op.source.offset or [0] * len(op.source.tile_shape))[dim]
+    return 0
 
 
 def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
@@ -273,34 +286,86 @@ def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     return kernel.band_loop() is not None and kernel.off_band(tensor, dim) is None
 
 
-def _rows_in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int) -> int:
-    """Rows of `tensor` the kernel's bands span at once: a band on each compute tile, the tiles
-    consecutive bands apart (the loader deals them the steps of the rows loop, or they go through
-    the rows alike and one may get a band ahead of another)."""
-    rows, step = _band(kernel, tensor, written)
-    return (workers(kernel, compute_tiles) - 1) * step + rows
+def _in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int, dim: int) -> int:
+    """Slices along `dim` of `tensor` the kernel's bands span at once: a band on each compute
+    tile, the tiles consecutive bands apart (the loader deals them the steps of the band loop, or
+    they go through the bands alike and one may get a band ahead of another)."""
+    extent, step = _band(kernel, tensor, written, dim)
+    return (workers(kernel, compute_tiles) - 1) * step + extent
 
 
-def ring_rows(writer: Kernel, reader: Kernel, height: int, compute_tiles: int, depth: int = 1) -> int | None:
-    """The rows of its `height` a link's home holds (the writer's one result, the reader's
-    window input): the reader's bands in flight and the writer's next ones on every compute
-    tile, `depth` times over; None where that is every row."""
-    rows = depth * (_rows_in_flight(reader, reader.inputs[0], False, compute_tiles)
-                    + _rows_in_flight(writer, writer.outputs[0], True, compute_tiles))
-    return rows if rows < height else None
+def ring_rows(writer: Kernel, reader: Kernel, extent: int, compute_tiles: int, depth: int = 1,
+              dim: int = BY_ROWS) -> int | None:
+    """The slices along `dim` (rows, or channels), of its `extent` there, a link's home holds
+    (the writer's one result, the reader's window input): the reader's bands in flight and the
+    writer's next ones on every compute tile, `depth` times over; None where that is all of them."""
+    rows = depth * (_in_flight(reader, reader.inputs[0], False, compute_tiles, dim)
+                    + _in_flight(writer, writer.outputs[0], True, compute_tiles, dim))
+    return rows if rows < extent else None
 
 
-def ring_bytes(tensor: str, ring: int | None, graph: Graph) -> int:
-    """The bytes of a link's home holding `ring` rows (None: all of them)."""
-    return home_bytes(dataclasses.replace(graph.tensors[tensor], ring=ring))
+@dataclass(frozen=True)
+class Stage:
+    """A chain member as its pipeline goes (`pipeline`): its cycles spread evenly over the bands of
+    its band loop, each compute tile's one after another."""
+
+    cycles: float
+    bands: int
+    tiles: int  # the compute tiles its bands are dealt to round-robin (1: each band on all at once)
+    # of the link from the member before, along the dim the chain goes by: (extent, step, offset)
+    # of the band it reads, and the link's extent there
+    reads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    writes: int = 1  # slices along that dim of its result each band writes
 
 
-def _overflow(rungs: list[Rung], homes: int, target: Target) -> float:
-    """How far the rungs' buffers and `homes` bytes of L3 are from fitting the target at once:
-    0 where they fit, else the fractions by which each level is over (a little where only the
-    packing of banks fails)."""
+def pipeline(stages: list[Stage]) -> float:
+    """When the last of a chain's members ends, a band of each starting once its compute tile
+    has ended the one before and the member before has ended every band of the slices it reads.
+    A reader waits for as much of its writer as its first band needs: a pointwise taking 9 of 14
+    rows a band waits for 5 of its depthwise's 7 bands, not one."""
+    ends: list[float] = []  # the member before's: when each of its bands ends, the latest so far
+    written = 1
+    for stage in stages:
+        each = stage.cycles / -(-stage.bands // stage.tiles)
+        extent, step, offset, size = stage.reads
+        free = [0.0] * stage.tiles
+        mine: list[float] = []
+        for b in range(stage.bands):
+            ready = 0.0
+            if ends:
+                last = max(min(size, b * step + offset + extent) - 1, 0)
+                ready = ends[min(last // written, len(ends) - 1)]
+            free[b % stage.tiles] = max(free[b % stage.tiles], ready) + each
+            mine.append(max(free[b % stage.tiles], mine[-1] if mine else 0.0))
+        ends, written = mine, stage.writes
+    return ends[-1]
+
+
+def _stages(each: list[Usage], kernels: list[Kernel], graph: Graph, dim: int, compute_tiles: int) -> list[Stage]:
+    """The chain's members (their cycles `each`) as `pipeline` takes them, going by `dim`."""
+    out = []
+    for i, (u, kernel) in enumerate(zip(each, kernels)):
+        loop = kernel.band_loop()
+        link_in, link_out = kernel.inputs[0], kernel.outputs[0]
+        reads = (*_band(kernel, link_in, False, dim), _offset(kernel, link_in, dim),
+                 graph.tensors[link_in].shape[dim]) if i else (0, 0, 0, 0)
+        writes = _band(kernel, link_out, True, dim)[1] if i < len(kernels) - 1 else 1
+        out.append(Stage(u.cycles, loop.trip_count, workers(kernel, compute_tiles) if loop.parallel else 1,
+                         reads, writes))
+    return out
+
+
+def ring_bytes(tensor: str, ring: int | None, graph: Graph, dim: int = BY_ROWS) -> int:
+    """The bytes of a link's home holding `ring` slices along `dim` (None: all of them)."""
+    return home_bytes(dataclasses.replace(graph.tensors[tensor], ring=ring, ring_dim=dim))
+
+
+def _overflow(rungs: list[Rung], l3: int, target: Target) -> float:
+    """How far the rungs' L1 and L2 buffers and `l3` bytes of L3 are from fitting the target at
+    once: 0 where they fit, else the fractions by which each level is over (a little where only
+    the packing of banks fails)."""
     capacity = target.l3.banks * target.l3.bank_bytes * target.compute_tiles
-    over = max(0.0, (sum(r.l3 for r in rungs) + homes) / capacity - 1)
+    over = max(0.0, l3 / capacity - 1)
     for name, level in (("L1", target.l1), ("L2", target.l2)):
         buffers = [b for r in rungs for b in r.buffers if b[0] == name]
         if not fits(buffers, target):
@@ -333,7 +398,7 @@ class Planner:
         first: dict[tuple, int] = {}
         self.proxy = [first.setdefault(_signature(g, graph), i) for i, g in enumerate(self.groups)]
         self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
-        self._usage: dict[tuple, Usage] = {}
+        self._linked: dict[tuple, tuple[Usage, int]] = {}
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
@@ -357,22 +422,26 @@ class Planner:
             else:
                 try:
                     m = self.lowered(self.proxy[i], share)
-                    self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
-                                            l3_demand(m, self.graph, self.target))
+                    self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"))
                 except CompileError:
                     self._rungs[key] = None
                     unfit.append((near, l3))
         return self._rungs[key]
 
-    def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:
-        """`usage` of kernel i's proxy lowered for `share`, with its window input (ends[0]) and
-        its result (ends[1]) on chip where they are links."""
+    def linked(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> tuple[Usage, int]:
+        """`usage` of kernel i's proxy lowered for `share` and the L3 bytes of its buffers
+        (`residency.l3_demand`), with its window input (ends[0]) and its result (ends[1]) on chip
+        where they are links: no external-memory bytes, their plain L3 tiles in their homes."""
         key = (self.proxy[i], *share, ends)
-        if key not in self._usage:
+        if key not in self._linked:
             k = self.rung(i, share).kernel
             links = frozenset(t for t, linked in zip((k.inputs[0], k.outputs[0]), ends) if linked)
-            self._usage[key] = usage(k, self.graph, self.target, links)
-        return self._usage[key]
+            self._linked[key] = (usage(k, self.graph, self.target, links), l3_demand(k, self.graph, self.target, links))
+        return self._linked[key]
+
+    def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:
+        """`linked`'s usage."""
+        return self.linked(i, share, ends)[0]
 
     def unshared(self, first: int, last: int) -> Usage:
         """Kernels first .. last chained, each tiled for the whole target."""
@@ -401,13 +470,13 @@ class Planner:
         shares = ((s, s, r) for s in range(len(SHARES)) for r in _rows(dim))
         return next((share for share in shares if self._usable(i, share, ends, dim)), None)
 
-    def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel]) -> Usage:
-        """A chain (`took`, its members `each`) with its pipeline's fill: a reader waits for its
-        writer's first band on each compute tile, and its work on the writer's last comes after
-        the writer's end (the lesser of the two's work over the writer's bands on a compute tile:
-        a pointwise in few tiles of output channels leaves its depthwise a long tail)."""
-        fill = sum(min(a.cycles, b.cycles) / self._bands(writer) for a, b, writer in zip(each, each[1:], kernels))
-        return dataclasses.replace(took, cycles=took.cycles + fill)
+    def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel], dim: int) -> Usage:
+        """A chain (`took`, its members `each`) with its pipeline's fill: how much later than its
+        slowest member alone its last member ends, each member's bands going one after another
+        on each compute tile, each once the member before has written all it reads (`pipeline`)."""
+        stages = _stages(each, kernels, self.graph, dim, self.target.compute_tiles)
+        fill = pipeline(stages) - max(u.cycles for u in each)
+        return dataclasses.replace(took, cycles=took.cycles + max(fill, 0.0))
 
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
         """Every share for which kernel i goes by bands along `dim` of its links, its shares of
@@ -448,12 +517,14 @@ class Planner:
     def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
         """The plans by rows (rings as deep as pays) and by channels, on chip and through external memory."""
         objective = self.target.objective
-        once = self._fitted(first, last, BY_ROWS, 1, search=search)
-        deep = self._fitted(first, last, BY_ROWS, RING_DEPTH, search=search) if once is not None else None
-        if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
-            once = deep
-        ways = [once, self._fitted(first, last, BY_CHANNELS, 1, search=search),
-                self._fitted(first, last, BY_CHANNELS, 1, on_chip=False, search=search)]
+        ways = []
+        for dim in (BY_ROWS, BY_CHANNELS):
+            once = self._fitted(first, last, dim, 1, search=search)
+            deep = self._fitted(first, last, dim, RING_DEPTH, search=search) if once is not None else None
+            if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
+                once = deep
+            ways.append(once)
+        ways.append(self._fitted(first, last, BY_CHANNELS, 1, on_chip=False, search=search))
         return [p for p in ways if p is not None]
 
     def _short(self, plans: list[Plan], first: int, last: int) -> bool:
@@ -480,14 +551,15 @@ class Planner:
         def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
-            rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[1],
-                               self.target.compute_tiles, depth) if dim == BY_ROWS else None
+            rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[dim],
+                               self.target.compute_tiles, depth, dim)
                      for i, a, b in zip(members, rungs, rungs[1:])]
-            homes = sum(in_lines(ring_bytes(self.links[i], n, self.graph), line)
+            homes = sum(in_lines(ring_bytes(self.links[i], n, self.graph, dim), line)
                         for i, n in zip(members, rings)) if on_chip else 0
+            l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
             each = alone(shares)
-            took = self._filled(together(each), each, [r.kernel for r in rungs])
-            return Fit(shares, rings, _overflow(rungs, homes, self.target), took)
+            took = self._filled(together(each), each, [r.kernel for r in rungs], dim)
+            return Fit(shares, rings, _overflow(rungs, l3 + homes, self.target), took)
 
         steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]
         if search:
@@ -510,7 +582,7 @@ class Planner:
             return None
         fit = self._grown(fit, state, steps)
         return Plan(first, tuple(fit.shares), {self.links[i]: n for i, n in zip(members, fit.rings)}, fit.usage,
-                    on_chip)
+                    on_chip, dim)
 
     def _cut(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit | None:
         """Cut a level of the member whose cut frees the most room for the least it adds to the
@@ -587,7 +659,8 @@ def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
         for i, share in enumerate(plan.shares, plan.first):
             kernels[i] = dataclasses.replace(planner.lowered(i, share), depends_on=kernels[i].depends_on)
         for t, ring in plan.rings.items() if plan.on_chip else ():
-            tensors[t] = dataclasses.replace(tensors[t], home="L3", ring=ring)
+            tensors[t] = dataclasses.replace(tensors[t], home="L3", ring=ring,
+                                             ring_dim=plan.dim if ring is not None else BY_ROWS)
     chains = [[k.name for k in kernels[plan.first:plan.first + len(plan.shares)]] for plan in plans]
     links = frozenset(t for plan in plans for t in plan.rings)
     return Graph(graph.name, tensors, graph.ops, graph.constants), chains, links

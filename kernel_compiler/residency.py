@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from dfx import DataMove, Graph, Kernel, Resident, chain_spans, home_bytes, in_lines, itemsize, pack_homes
+from dfx import DataMove, Graph, Kernel, Resident, chain_spans, freed, home_bytes, in_lines, itemsize, pack_homes
 from dfx.kernel import IndexTensor
 
 from .target import Target
@@ -29,13 +29,16 @@ def workers(kernel: Kernel, compute_tiles: int) -> int:
     return 1
 
 
-def l3_demand(kernel: Kernel, graph: Graph, target: Target) -> int:
+def l3_demand(kernel: Kernel, graph: Graph, target: Target, homes: frozenset[str] = frozenset()) -> int:
     """The bytes of L3 the kernel's buffers take, in whole lines, on all its compute tiles: a
-    shared load once, every other buffer once per compute tile."""
+    shared load once, every other buffer once per compute tile; a plain tile of a tensor kept in
+    L3 (`homes`) is that region of its home, no buffer (as the loader binds it)."""
     shared, tiles, line = kernel.shared_moves(), workers(kernel, target.compute_tiles), target.line_bytes
     total = 0
     for op in kernel.body:
         if not isinstance(op, DataMove) or op.move_type == "VIEW" or op.destination.level != "L3":
+            continue
+        if op.destination.tensor in homes and op.destination.padding is None:
             continue
         tile = math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype)
         total += in_lines(tile * op.depth, line) * (1 if op.op_id in shared else tiles)
@@ -92,13 +95,17 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
               and graph.tensors[t].role == "intermediate" and last_reader.get(t, -1) > writer[t]]
     own = [l3_demand(k, graph, target) for k in kernels]
     demands = [sum(own[first:last + 1]) for first, last in span]
+    # what each home frees: its plain tiles in the kernels writing and reading it
+    frees = {t: freed({j: own[j] - l3_demand(k, graph, target, frozenset({t})) for j, k in enumerate(kernels)
+                       if t in k.inputs or t in k.outputs}, span) for t in fixed + wanted}
+
     # as the loader packs them: every tensor with a home, in the order of the kernels writing them
     rank = {t: i for i, t in enumerate(graph.tensors)}
 
     def packed(tensors: list[str]) -> list:
         ordered = sorted(tensors, key=lambda t: (writer[t], rank[t]))
-        residents = [Resident(t, home_bytes(graph.tensors[t]), span[writer[t]][0], span[last_reader[t]][1])
-                     for t in ordered]
+        residents = [Resident(t, home_bytes(graph.tensors[t]), span[writer[t]][0], span[last_reader[t]][1],
+                              frees[t]) for t in ordered]
         return pack_homes(residents, demands, target.l3.bank_bytes * target.compute_tiles, target.line_bytes)
 
     # one pass, each tensor placed where the ones before it leave room; only where that leaves out

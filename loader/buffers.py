@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, home_bytes, in_lines, itemsize, pack_homes
+from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, freed, home_bytes, in_lines, itemsize, pack_homes
 from hardware import Machine
 
 from .schedule import workers_for
@@ -184,17 +184,23 @@ def home_layout(program: Program, machine: Machine) -> list[Home]:
     each of them needs room for the buffers of all."""
     kernels = program.kernels
     spans = program.spans()
-    wanted = []
-    for t in program.graph.tensors.values():
-        if t.home == "L3":
-            first = next(i for i, k in enumerate(kernels) if t.name in k.outputs)
-            last = max(i for i, k in enumerate(kernels) if t.name in k.inputs)
-            wanted.append((first, Resident(t.name, home_bytes(t), spans[first][0], spans[last][1])))
-    if not wanted:
+    kept = [t for t in program.graph.tensors.values() if t.home == "L3"]
+    if not kept:
         return []
     count, capacity = level_banks(machine, "L3")
     line = machine.line_bytes
-    own = [sum(in_lines(b.bytes, line) for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles))[0]
-               if b.level == "L3") for k in kernels]
+
+    def l3(k: Kernel, homes: frozenset[str] = frozenset()) -> int:
+        return sum(in_lines(b.bytes, line) for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles),
+                                                                   homes)[0] if b.level == "L3")
+
+    own = [l3(k) for k in kernels]
     demands = [sum(own[first:last + 1]) for first, last in spans]
+    wanted = []
+    for t in kept:
+        first = next(i for i, k in enumerate(kernels) if t.name in k.outputs)
+        last = max(i for i, k in enumerate(kernels) if t.name in k.inputs)
+        frees = freed({j: own[j] - l3(k, frozenset({t.name})) for j, k in enumerate(kernels)
+                       if t.name in k.inputs or t.name in k.outputs}, spans)
+        wanted.append((first, Resident(t.name, home_bytes(t), spans[first][0], spans[last][1], frees)))
     return pack_homes([r for _, r in sorted(wanted, key=lambda w: w[0])], demands, capacity, line)

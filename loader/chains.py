@@ -356,7 +356,7 @@ def _links(program: Program, members: list[int], bindings: list[Binding]) -> dic
         for t in k.outputs:
             if any(t in later.inputs for later in kernels[kernels.index(k) + 1:]):
                 tensor, dim = program.graph.tensors[t], k.band_dim(t)
-                ring = tensor.ring if t in kept and tensor.ring is not None and tensor.ring < tensor.shape[1] else None
+                ring = tensor.ring if t in kept and tensor.ring is not None and tensor.ring < tensor.shape[dim] else None
                 out[t] = Link(t, k.name, dim, ring, tensor.size // max(tensor.shape[dim], 1))
     return out
 
@@ -478,9 +478,10 @@ def _stuck(program: Program, members: list[int], chain: list[_Member], done: set
     for _, item in waiting:
         for link, role, a, b, _ in item.rows:
             if role == WRITE and link.ring is not None:
-                return LoadError(f"{names}: link '{link.tensor}' keeps a ring of {link.ring} rows in L3, too few: "
-                                 f"kernel '{link.writer}' would write rows {a} to {b - 1} while a reader may still "
-                                 f"read row {int(link.oldest(done))}, so no kernel of the chain can go on")
+                held = "rows" if link.dim == 1 else "channels"
+                return LoadError(f"{names}: link '{link.tensor}' keeps a ring of {link.ring} {held} in L3, too few: "
+                                 f"kernel '{link.writer}' would write {held} {a} to {b - 1} while a reader may still "
+                                 f"read {held[:-1]} {int(link.oldest(done))}, so no kernel of the chain can go on")
     member, item = waiting[0]
     return LoadError(f"{names}: kernel '{member.name}' op {item.op.op_id} waits for what no kernel "
                      f"of the chain will do, so none can go on")

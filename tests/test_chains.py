@@ -21,6 +21,7 @@ from loader.buffers import StreamReq
 from loader.cache import EntryError, check
 from loader.chains import spread_engines
 from loader.report import dram_bytes, homes_view
+from kernel_compiler import chains
 from test_vector_kernels import STANDARD, graph_of, random
 
 DW = ("DEPTHWISE_CONV2D", ["x", "wd"], {"padding": [[1, 1], [1, 1]]})
@@ -119,43 +120,69 @@ def test_a_chain_runs_its_kernels_band_by_band_with_the_link_in_a_ring():
 
 # a pointwise 1x1 of 14 x 14 x 256 into 512 channels, then a depthwise 3x3 on its result: the
 # compiler chains them by channels (the pointwise in 16 tiles of 32 output channels, eight to
-# each compute tile; the depthwise in chunks of 16 of them), the link through external memory;
-# bound by CP-SAT, as the loader binds (greedy binding packs the two kernels' buffers into shared
-# L2 banks and the chain runs slower than the kernels one after the other)
+# each compute tile; the depthwise in chunks of 16 of them), the link in a ring of channels in
+# L3; bound by CP-SAT, as the loader binds (greedy binding packs the two kernels' buffers into
+# shared L2 banks and the chain runs slower than the kernels one after the other)
 BY_CHANNELS = [("CONV2D", ["x", "wp"], {}), ("DEPTHWISE_CONV2D", ["t0", "wd"], {"padding": [[1, 1], [1, 1]]})]
 WIDE = {"x": ((1, 14, 14, 256), "f32"), "wp": ((512, 1, 1, 256), "f32"), "wd": ((3, 3, 512, 1), "f32")}
 
 
-def test_a_pointwise_and_a_depthwise_chain_by_channels_through_external_memory():
+def test_a_pointwise_and_a_depthwise_chain_by_channels_through_a_ring_of_channels():
     standard = load_machine(STANDARD)
     compiled = {chain: loads(dumps(compile_graph(graph_of(BY_CHANNELS, WIDE), "chain.dfg", load_target(STANDARD),
                                                  chain=chain)), "chain.kpu") for chain in (True, False)}
     chained = compiled[True]
     pointwise, depthwise = chained.kernels
-    assert chained.chains == [["conv2d_0", "depthwise_conv2d_1"]] and chained.graph.tensors["t0"].home is None
+    assert chained.chains == [["conv2d_0", "depthwise_conv2d_1"]]
     assert pointwise.band_dim("t0") == depthwise.band_dim("t0") == 3 and pointwise.band_loop().trip_count > 2
-    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WIDE.items())}
+    # its home holds the channels the bands of both span on the two compute tiles (a tile of 32
+    # written on each, a chunk of 16 read on each), once or twice over: not all 512
+    t0 = chained.graph.tensors["t0"]
+    in_flight = 2 * pointwise.tiling["Tn"] + 2 * depthwise.tiling["Tc"]
+    assert (t0.home, t0.ring_dim) == ("L3", 3) and t0.ring in (in_flight, chains.RING_DEPTH * in_flight)
+    assert t0.ring < 512
     bindings = bind_program(chained, standard, "chain.kpu", bind_cpsat)
+    assert [h.bytes for h in bindings[0].homes] == [14 * 14 * t0.ring * 4]
+    assert homes_view(chained, bindings)["t0"]["ring_channels"] == t0.ring
     sim = simulate(chained, standard, bindings, record_first=1 << 20)
+    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WIDE.items())}
     assert np.allclose(execute(chained, bindings, v)["t1"], _reference_by_channels(v, 14), rtol=1e-4, atol=1e-3)
+    # t0 never crosses external memory: the input, both weights and the result, exactly
+    assert dram_bytes(sim) == {"read": (14 * 14 * 256 + 512 * 256 + 9 * 512) * 4, "write": 14 * 14 * 512 * 4}
 
-    def channels(label: str, loop: str, tile: int) -> list[tuple[set[int], int, int]]:
+    def channels(sim, label: str, loop: str, tile: int) -> list[tuple[set[int], int, int]]:
         return [(set(range(t.args[loop] * tile, (t.args[loop] + 1) * tile)), start, end)
                 for t, start, end, _ in sim.first_tasks if t.label == label]
-    writes = channels("t0 L3->EXTERNAL", "tj", pointwise.tiling["Tn"])
-    reads = channels("t0 EXTERNAL->L3", "tc", depthwise.tiling["Tc"])
+    # the pointwise's stores into the ring, the depthwise's padded chunks copied out of it
+    writes = channels(sim, "t0 L2->L3", "tj", pointwise.tiling["Tn"])
+    reads = channels(sim, "t0 L3->L3", "tc", depthwise.tiling["Tc"])
     assert (len(writes), len(reads)) == (16, 32)
-    # each read of channels of t0 starts once every write of them has ended, and the first
-    # starts before the last write ends: the depthwise works while the pointwise does
+    # each read of channels starts once every write of them has ended, and each write into the
+    # ring once every read of the channels it replaces has
     assert all(w_end <= r_start for w, _, w_end in writes for r, r_start, _ in reads if w & r)
-    assert min(start for _, start, _ in reads) < max(end for _, _, end in writes)
+    assert all(r_end <= w_start for w, w_start, _ in writes for r, _, r_end in reads if {c + t0.ring for c in r} & w)
     spans = {unit: [(start, end) for t, start, end, _ in sim.first_tasks if t.unit == unit and t.phase == phase]
              for unit, phase in (("vector", 1), ("array", 0))}
     assert any(a0 < v1 and v0 < a1 for v0, v1 in spans["vector"] for a0, a1 in spans["array"])
-    # one after the other, the same kernels move the same bytes and take longer
+
+    # without the home (a machine with no room for it), the link passes through external memory
+    # channels by channels, the kernels still overlapping
+    through = loads(dumps(chained), "chain.kpu")
+    through.graph.tensors["t0"] = dataclasses.replace(t0, home=None, ring=None, ring_dim=1)
+    through_sim = simulate(through, standard, bind_program(through, standard, "chain.kpu", bind_cpsat),
+                           record_first=1 << 20)
+    writes = channels(through_sim, "t0 L3->EXTERNAL", "tj", pointwise.tiling["Tn"])
+    reads = channels(through_sim, "t0 EXTERNAL->L3", "tc", depthwise.tiling["Tc"])
+    assert (len(writes), len(reads)) == (16, 32)
+    assert all(w_end <= r_start for w, _, w_end in writes for r, r_start, _ in reads if w & r)
+    assert min(start for _, start, _ in reads) < max(end for _, _, end in writes)
+    link_bytes = 14 * 14 * 512 * 4
+    assert sum(dram_bytes(through_sim).values()) == sum(dram_bytes(sim).values()) + 2 * link_bytes
+    # one after the other, the same kernels move those bytes too and take longer than either
     alone = compiled[False]
     alone_sim = simulate(alone, standard, bind_program(alone, standard, "chain.kpu", bind_cpsat))
-    assert dram_bytes(alone_sim) == dram_bytes(sim) and sim.cycles < alone_sim.cycles
+    assert dram_bytes(alone_sim) == dram_bytes(through_sim)
+    assert sim.cycles < alone_sim.cycles and through_sim.cycles < alone_sim.cycles
 
 
 # the same pair on 16 x 16 x 16 into 64 channels, as the compiler's stages tile it for standard's
@@ -274,6 +301,12 @@ def _homeless(p: Program) -> Program:
     return p
 
 
+def _ring_dim(p: Program, dim: int) -> Program:
+    """The program with t0's ring holding slices along `dim`."""
+    p.graph.tensors["t0"] = dataclasses.replace(p.graph.tensors["t0"], ring_dim=dim)
+    return p
+
+
 # a second pointwise reads t0 too; a convolution beside the depthwise reads x, not t0
 BRANCH = [*CHAIN, ("CONV2D", ["t0", "wq"], {})]
 BESIDE = [DW, ("CONV2D", ["x", "wq"], {})]
@@ -303,7 +336,11 @@ PAIR = ["depthwise_conv2d_0", "conv2d_1"]
      "chain [depthwise_conv2d_0, conv2d_1]: kernel 'conv2d_1' op 0 moves link 't0' at EXTERNAL by '0' along dim 3; "
      "a chain's kernels go by its bands, the outermost loop of more than one trip ('tj')"),
     (lambda: program(True, l1=32 * 1024, ring=8),
-     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by channels, but its home is a ring, which holds rows"),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by channels, but its home is a ring of rows"),
+    (lambda: _ring_dim(program(True, ring=8), 3),
+     "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by rows, but its home is a ring of channels"),
+    (lambda: _ring_dim(program(True, ring=8), 2),
+     "tensor 't0': has ring_dim 2: a ring holds rows (dim 1) or channels (dim 3, the last)"),
     (lambda: program(True, shapes=TINY, l1=32 * 1024),
      "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by no bands: its writer, kernel 'depthwise_conv2d_0', has "
      "no loop of more than one trip"),

@@ -112,3 +112,9 @@ def test_corpus_convolution_graph_runs_and_checks(name):
         # its last 14 x 14 pointwise and the depthwise after it chain: they save 5.8% of what
         # they cost apart, though far less of the network's cycles up to them
         assert ["conv2d_22", "depthwise_conv2d_23"] in program.chains
+        # each 14 x 14 pointwise (its whole input in L3, 1 MB of weights) chains with the
+        # depthwise after it by channels, the link between them a ring of channels in L3
+        for pointwise, depthwise in (("conv2d_14", "depthwise_conv2d_15"), ("conv2d_20", "depthwise_conv2d_21")):
+            assert [pointwise, depthwise] in program.chains
+            link = program.graph.tensors[next(k for k in program.kernels if k.name == pointwise).outputs[0]]
+            assert (link.home, link.ring_dim) == ("L3", 3) and link.ring < link.shape[3]

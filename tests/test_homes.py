@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from dfx import Home, ObjectFileError, Resident, dumps, loads, pack_homes
+from dfx import Home, ObjectFileError, Resident, dumps, freed, loads, pack_homes
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.target import load_target
@@ -85,3 +85,24 @@ def test_homes_pack_from_the_top_below_each_other_and_leave_room_for_the_kernels
     homes = pack_homes(wanted, demands=[200, 100, 100, 50, 50], capacity=512, line=64)
     assert homes == [Home("a", 384, 100, 0, 1), Home("b", 320, 64, 1, 2), Home("c", 448, 64, 3, 4)]
     # d would leave kernel 0 less than its 200 bytes below the homes live while it runs
+
+
+def test_a_home_frees_the_l3_buffers_of_the_tiles_that_lie_in_it():
+    # kernels 0 and 1 each need 320 bytes, of which 192 are their plain tiles of the tensor
+    # their chain (both kernels) would keep: with its home, those lie in it
+    spans = [(0, 1), (0, 1)]
+    frees = freed({0: 128, 1: 64}, spans)
+    assert frees == ((0, 192), (1, 192))  # the chain's kernels run at once: each counts both
+    homes = pack_homes([Resident("t", 256, 0, 1, frees)], demands=[320, 320], capacity=512, line=64)
+    assert homes == [Home("t", 256, 256, 0, 1)]
+    # without the tiles freed, kernels needing 320 bytes leave no room for 256
+    assert pack_homes([Resident("t", 256, 0, 1)], demands=[320, 320], capacity=512, line=64) == []
+
+
+def test_homes_of_one_span_are_taken_together_where_each_frees_more_than_it_takes():
+    # a chain's two links, each freeing 192 bytes of the chain's 640 for its 128: alone, the first
+    # leaves 384 for 640 - 192; both together leave 256 for 640 - 384
+    wanted = [Resident("a", 128, 0, 1, ((0, 192), (1, 192))), Resident("b", 128, 0, 1, ((0, 192), (1, 192)))]
+    assert pack_homes(wanted[:1], demands=[640, 640], capacity=512, line=64) == []
+    homes = pack_homes(wanted, demands=[640, 640], capacity=512, line=64)
+    assert homes == [Home("a", 384, 128, 0, 1), Home("b", 256, 128, 0, 1)]
