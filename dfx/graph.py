@@ -48,8 +48,14 @@ class Tensor:
 
     @property
     def ring_holds(self) -> str:
-        """What its ring holds slices of: "rows" or "channels"."""
-        return "rows" if self.ring_dim == 1 else "channels"
+        """What its ring holds: "rows" or "channels"."""
+        return slices_along(self.ring_dim)
+
+
+def slices_along(dim: int) -> str:
+    """What a ring or a chain's bands along `dim` of an NHWC tensor are: rows (dim 1), or channels
+    (the last)."""
+    return "rows" if dim == 1 else "channels"
 
 
 @dataclass

@@ -85,8 +85,10 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
     beside it leave room, and only where every kernel of its span still has `demands[k]` bytes,
     less what the homes taken free (`Resident.frees`), below all the homes live while it runs.
     Consecutive ones of one span (a chain's links) are first tried all at once: each may free
-    more than it takes, so that they fit together where the first would not alone. `line`:
-    regions start and end on whole lines."""
+    more than it takes, so that they fit together where the first would not alone; where they
+    do not, each is tried alone (a subset that fits only together is not sought: a chain's
+    links, which the planner fitted together, fit all at once where the target's room is there).
+    `line`: regions start and end on whole lines."""
     homes: list[Home] = []
     frees: dict[int, int] = {}  # kernel -> bytes the homes taken free of its demand
     live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order

@@ -19,7 +19,7 @@ import re
 
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
-from .graph import Graph, Op, shape_problem
+from .graph import Graph, Op, shape_problem, slices_along
 from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef, condition
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
 from .ops.reduction import ACCUMULATING
@@ -42,6 +42,8 @@ def validate_program(program: Program, where: str) -> None:
             fail(f"tensor '{t.name}'", f"has its home in {t.home}, but a graph {t.role} lives in external memory")
         if t.ring is not None and t.home != "L3":
             fail(f"tensor '{t.name}'", f"has a ring of {t.ring} {t.ring_holds} but no home in L3 to hold them")
+        if t.ring is None and t.ring_dim != 1:
+            fail(f"tensor '{t.name}'", f"has ring_dim {t.ring_dim} but no ring")
         if t.ring_dim not in (1, len(t.shape) - 1):
             fail(f"tensor '{t.name}'", f"has ring_dim {t.ring_dim}: a ring holds rows (dim 1) or channels (dim "
                  f"{len(t.shape) - 1}, the last)")
@@ -331,8 +333,7 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
                            f"('{k.band_loop().induction_var}') along neither dim 1 nor the last")
         t = program.graph.tensors[tensor]
         if t.ring is not None and dim != t.ring_dim:
-            return place, (f"link '{tensor}' goes by {'rows' if dim == 1 else 'channels'}, but its home is a ring of "
-                           f"{t.ring_holds}")
+            return place, f"link '{tensor}' goes by {slices_along(dim)}, but its home is a ring of {t.ring_holds}"
         for k in (k for k in program.kernels if k.name in links[tensor]):
             found = k.off_band(tensor, dim)
             if found is None:

@@ -66,9 +66,9 @@ ROWS = (1, 1 / 2, 1 / 4, 1 / 8, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
-# a ring holding the rows the writer and the reader work on this many times over, where that
+# a ring holding the slices the writer and the reader work on this many times over, where that
 # costs no more: with room for one band of each, each waits on the other's every band (MobileNet
-# v1's conv1 .. pw1 chained: 240,229 cycles; twice over 227,483)
+# v1's conv1 .. pw1 chained: 271,907 cycles; twice over 236,849)
 RING_DEPTH = 2
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a
@@ -258,25 +258,17 @@ def figure(u: Usage | Way, objective: str) -> float:
     return {"latency": u.cycles, "energy": u.pj, "edp": u.pj * u.cycles}[objective]
 
 
-def _band(kernel: Kernel, tensor: str, written: bool, dim: int) -> tuple[int, int]:
-    """(slices along `dim`, slices between the starts of consecutive bands) of the kernel's tiles
-    of `tensor` where it meets external memory."""
+def _band(kernel: Kernel, tensor: str, written: bool, dim: int) -> tuple[int, int, int]:
+    """(slices along `dim`, slices between the starts of consecutive bands, where the first
+    starts: before the tensor for a band with its halo) of the kernel's tiles of `tensor` where
+    it meets external memory."""
     for op in kernel.body:
         if isinstance(op, DataMove) and op.move_type != "VIEW":
             ref = op.destination if written else op.source
             if ref.tensor == tensor and ref.level == "EXTERNAL":
-                return ref.tile_shape[dim], (ref.step or ref.tile_shape)[dim]
+                offset = ref.offset[dim] if ref.offset else 0
+                return ref.tile_shape[dim], (ref.step or ref.tile_shape)[dim], offset
     raise ValueError(f"kernel '{kernel.name}' moves no tile of '{tensor}' at external memory")
-
-
-def _offset(kernel: Kernel, tensor: str, dim: int) -> int:
-    """Where along `dim` the kernel's first tile of `tensor` at external memory starts (a band
-    with its halo starts before the tensor)."""
-    for op in kernel.body:
-        if isinstance(op, DataMove) and op.move_type != "VIEW" and op.source.tensor == tensor \
-                and op.source.level == "EXTERNAL":
-            return (op.source.offset or [0] * len(op.source.tile_shape))[dim]
-    return 0
 
 
 def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
@@ -290,18 +282,18 @@ def _in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int, d
     """Slices along `dim` of `tensor` the kernel's bands span at once: a band on each compute
     tile, the tiles consecutive bands apart (the loader deals them the steps of the band loop, or
     they go through the bands alike and one may get a band ahead of another)."""
-    extent, step = _band(kernel, tensor, written, dim)
+    extent, step, _ = _band(kernel, tensor, written, dim)
     return (workers(kernel, compute_tiles) - 1) * step + extent
 
 
-def ring_rows(writer: Kernel, reader: Kernel, extent: int, compute_tiles: int, depth: int = 1,
+def ring_slices(writer: Kernel, reader: Kernel, extent: int, compute_tiles: int, depth: int = 1,
               dim: int = BY_ROWS) -> int | None:
     """The slices along `dim` (rows, or channels), of its `extent` there, a link's home holds
     (the writer's one result, the reader's window input): the reader's bands in flight and the
     writer's next ones on every compute tile, `depth` times over; None where that is all of them."""
-    rows = depth * (_in_flight(reader, reader.inputs[0], False, compute_tiles, dim)
-                    + _in_flight(writer, writer.outputs[0], True, compute_tiles, dim))
-    return rows if rows < extent else None
+    slices = depth * (_in_flight(reader, reader.inputs[0], False, compute_tiles, dim)
+                      + _in_flight(writer, writer.outputs[0], True, compute_tiles, dim))
+    return slices if slices < extent else None
 
 
 @dataclass(frozen=True)
@@ -315,7 +307,7 @@ class Stage:
     # of the link from the member before, along the dim the chain goes by: (extent, step, offset)
     # of the band it reads, and the link's extent there
     reads: tuple[int, int, int, int] = (0, 0, 0, 0)
-    writes: int = 1  # slices along that dim of its result each band writes
+    writes: int = 1  # slices along that dim between the starts of the bands of its result it writes
 
 
 def pipeline(stages: list[Stage]) -> float:
@@ -347,8 +339,7 @@ def _stages(each: list[Usage], kernels: list[Kernel], graph: Graph, dim: int, co
     for i, (u, kernel) in enumerate(zip(each, kernels)):
         loop = kernel.band_loop()
         link_in, link_out = kernel.inputs[0], kernel.outputs[0]
-        reads = (*_band(kernel, link_in, False, dim), _offset(kernel, link_in, dim),
-                 graph.tensors[link_in].shape[dim]) if i else (0, 0, 0, 0)
+        reads = (*_band(kernel, link_in, False, dim), graph.tensors[link_in].shape[dim]) if i else (0, 0, 0, 0)
         writes = _band(kernel, link_out, True, dim)[1] if i < len(kernels) - 1 else 1
         out.append(Stage(u.cycles, loop.trip_count, workers(kernel, compute_tiles) if loop.parallel else 1,
                          reads, writes))
@@ -503,9 +494,10 @@ class Planner:
 
     def plan(self, first: int, last: int) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
-        going by bands: of rows, with rings of `RING_DEPTH` times the rows in flight where that
-        costs no more than the objective's `TIE`, else of them once; or of channels, each member
-        holding the whole image, the links whole in L3 or through external memory (`_fitted`).
+        going by bands of rows or of channels (each member holding the whole image), the links in
+        rings of `RING_DEPTH` times the slices in flight where that costs no more than the
+        objective's `TIE`, else of them once; or of channels, the links through external memory
+        (`_fitted`).
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
         usable shares."""
@@ -515,7 +507,8 @@ class Planner:
         return min(plans, key=lambda p: _rank(p.usage, self.target.objective), default=None)
 
     def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
-        """The plans by rows (rings as deep as pays) and by channels, on chip and through external memory."""
+        """The plans by rows and by channels on chip (rings as deep as pays), and by channels through
+        external memory."""
         objective = self.target.objective
         ways = []
         for dim in (BY_ROWS, BY_CHANNELS):
@@ -536,8 +529,8 @@ class Planner:
 
     def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True,
                 search: bool = False) -> Plan | None:
-        """Kernels first .. last as one chain going by bands along `dim` of its links, rings (by
-        rows) `depth` times the rows in flight, the links on chip or through external memory:
+        """Kernels first .. last as one chain going by bands along `dim` of its links, rings
+        `depth` times the slices in flight, the links on chip or through external memory:
         their shares cut until everything fits (`_cut`), or, with `search`, the best of every
         combination of usable shares that fits; then grown where that pays (`_grown`)."""
         members = range(first, last + 1)
@@ -551,7 +544,7 @@ class Planner:
         def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
-            rings = [ring_rows(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[dim],
+            rings = [ring_slices(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[dim],
                                self.target.compute_tiles, depth, dim)
                      for i, a, b in zip(members, rungs, rungs[1:])]
             homes = sum(in_lines(ring_bytes(self.links[i], n, self.graph, dim), line)
@@ -647,9 +640,9 @@ class Planner:
 def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
                 lower: Lower) -> tuple[Graph, list[list[str]], frozenset[str]]:
     """Chain what pays: each chain's members replace their kernels in `kernels` (in place),
-    lowered for their shares; its links get a home in L3 (a ring where it holds fewer rows than
-    the tensor), but those of a chain planned through external memory. The graph so, the chains
-    by kernel name, and their links."""
+    lowered for their shares; its links get a home in L3 (a ring of rows or of channels where it
+    holds fewer than the tensor), but those of a chain planned through external memory. The
+    graph so, the chains by kernel name, and their links."""
     if target.costs is None:
         return graph, [], frozenset()  # nothing to rank the ways to run them by
     planner = Planner(kernels, graph, target, lower)

@@ -32,7 +32,9 @@ def workers(kernel: Kernel, compute_tiles: int) -> int:
 def l3_demand(kernel: Kernel, graph: Graph, target: Target, homes: frozenset[str] = frozenset()) -> int:
     """The bytes of L3 the kernel's buffers take, in whole lines, on all its compute tiles: a
     shared load once, every other buffer once per compute tile; a plain tile of a tensor kept in
-    L3 (`homes`) is that region of its home, no buffer (as the loader binds it)."""
+    L3 (`homes`) is that region of its home, no buffer, as the loader binds it. (The loader binds
+    a plain tile that a SLICE or a PAD fills from a kept tensor so too; counted here, it errs on
+    the side of room.)"""
     shared, tiles, line = kernel.shared_moves(), workers(kernel, target.compute_tiles), target.line_bytes
     total = 0
     for op in kernel.body:

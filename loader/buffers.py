@@ -179,7 +179,8 @@ def home_layout(program: Program, machine: Machine) -> list[Home]:
     """Where in L3 the tensors the object keeps there live (`dfx.pack_homes`), each kernel
     needing the L3 bytes of its buffers on all the compute tiles it can use; a tensor the
     machine has no room for is left out: it stays in external memory, the moves naming its home
-    running as the DMA's. A ring takes its rows' bytes (`dfx.home_bytes`). The kernels of a chain
+    running as the DMA's. A ring takes its slices' bytes (`dfx.home_bytes`); a kernel's plain L3
+    tiles of a kept tensor lie in its home (`Resident.frees`). The kernels of a chain
     run at once: a home is held across the whole chain of its writer and of its last reader, and
     each of them needs room for the buffers of all."""
     kernels = program.kernels

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines
+from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines, slices_along
 from hardware import Machine, Task
 
 from .binding import BindError, Binding, BoundBuffer, engine_count, stream_cycles
@@ -478,7 +478,7 @@ def _stuck(program: Program, members: list[int], chain: list[_Member], done: set
     for _, item in waiting:
         for link, role, a, b, _ in item.rows:
             if role == WRITE and link.ring is not None:
-                held = "rows" if link.dim == 1 else "channels"
+                held = slices_along(link.dim)
                 return LoadError(f"{names}: link '{link.tensor}' keeps a ring of {link.ring} {held} in L3, too few: "
                                  f"kernel '{link.writer}' would write {held} {a} to {b - 1} while a reader may still "
                                  f"read {held[:-1]} {int(link.oldest(done))}, so no kernel of the chain can go on")

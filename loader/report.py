@@ -419,8 +419,8 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
 
 def homes_view(program: Program, bindings: list[Binding]) -> dict[str, dict[str, Any]]:
     """Each intermediate kept in L3 between kernels: its region, the kernels that write it and
-    last read it, and the rows (`ring_rows`) or channels (`ring_channels`) it holds where it is a
-    ring."""
+    last read it, and where it is a ring, the slices it holds (`ring`) and of what (`ring_holds`:
+    rows or channels)."""
     homes = {h.tensor: h for b in bindings for h in b.homes}
     out = {}
     for t, h in homes.items():
@@ -428,7 +428,7 @@ def homes_view(program: Program, bindings: list[Binding]) -> dict[str, dict[str,
         out[t] = {"address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
                   "written_by": next(k.name for k in program.kernels if t in k.outputs),
                   "last_read_by": [k.name for k in program.kernels if t in k.inputs][-1],
-                  **({f"ring_{tensor.ring_holds}": tensor.ring} if tensor.ring is not None else {})}
+                  **({"ring": tensor.ring, "ring_holds": tensor.ring_holds} if tensor.ring is not None else {})}
     return out
 
 
@@ -453,10 +453,9 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
         for col in ("tensor", "address range", "bytes", "holds", "written by", "last read by"):
             t.add_column(col)
         for name, h in view["homes"].items():
-            ring = next((f"ring of {n} {key.removeprefix('ring_')}" for key, n in h.items() if key.startswith("ring_")),
-                        "all")
-            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}", ring,
-                      h["written_by"], h["last_read_by"])
+            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}",
+                      f"ring of {h['ring']} {h['ring_holds']}" if "ring" in h else "all", h["written_by"],
+                      h["last_read_by"])
         console.print(t)
     for chain in view["chains"]:
         console.print(f"chain {', '.join(chain)}: run at once, band by band (their buffers disjoint)")

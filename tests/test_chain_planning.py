@@ -100,6 +100,17 @@ def test_a_chain_fits_the_target_at_once_going_by_rows_with_rings_its_bands_need
     assert sum(l3_demand(m, graph, target, kept) for m, kept in zip(members, links)) + homes \
         <= target.l3.bank_bytes * target.compute_tiles
     assert fits([b for m in members for b in body_buffers(m.body, graph) if b[0] != "L3"], target)
+    # the pipeline the fill is counted by: each member's bands (dealt to the compute tiles where
+    # its rows loop is the parallel one; the depthwise deals out its channels, each band on both
+    # at once), the rows each reads of the link before (the depthwise's bands with their halo,
+    # from row -1), the rows between the starts of those it writes
+    stages = chains._stages([chains.Usage(1.0, 0.0)] * 3, members, graph, chains.BY_ROWS, target.compute_tiles)
+    assert [(s.bands, s.tiles) for s in stages] == [
+        (m.band_loop().trip_count, workers(m, target.compute_tiles) if m.band_loop().parallel else 1) for m in members]
+    assert [m.band_loop().parallel for m in members] == [True, False, True]
+    assert [s.reads for s in stages] == [(0, 0, 0, 0), (members[1].tiling["band_rows"], members[1].tiling["R"], -1, 32),
+                                         (members[2].tiling["R"], members[2].tiling["R"], 0, 32)]
+    assert [s.writes for s in stages] == [members[0].tiling["R"], members[1].tiling["R"], 1]
     # alone, the depthwise would take the whole image in one tile of rows: in the chain it may not
     assert kernels[1].tiling["num_tiles_th"] == 1 < members[1].tiling["num_tiles_th"]
 

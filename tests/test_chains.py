@@ -84,7 +84,8 @@ def test_a_chain_runs_its_kernels_band_by_band_with_the_link_in_a_ring():
     bindings, sim, got = run(chained, standard, trace=True)
     assert np.allclose(got["t1"], reference(values()), rtol=1e-4, atol=1e-4)
     assert [h.bytes for h in bindings[0].homes] == [RING * ROW_BYTES] == [h.bytes for h in bindings[1].homes]
-    assert homes_view(chained, bindings)["t0"]["ring_rows"] == RING
+    assert {k: homes_view(chained, bindings)["t0"][k] for k in ("ring", "ring_holds")} == {"ring": RING,
+                                                                                           "ring_holds": "rows"}
     # t0 never crosses external memory: the input in its bands (22 rows of 16, each band with its
     # halo), both weights and the result, exactly
     assert dram_bytes(sim) == {"read": 22 * 16 * 16 * 4 + 3 * 3 * 16 * 4 + 32 * 16 * 4, "write": 16 * 16 * 32 * 4}
@@ -143,7 +144,8 @@ def test_a_pointwise_and_a_depthwise_chain_by_channels_through_a_ring_of_channel
     assert t0.ring < 512
     bindings = bind_program(chained, standard, "chain.kpu", bind_cpsat)
     assert [h.bytes for h in bindings[0].homes] == [14 * 14 * t0.ring * 4]
-    assert homes_view(chained, bindings)["t0"]["ring_channels"] == t0.ring
+    assert (homes_view(chained, bindings)["t0"]["ring"], homes_view(chained, bindings)["t0"]["ring_holds"]) \
+        == (t0.ring, "channels")
     sim = simulate(chained, standard, bindings, record_first=1 << 20)
     v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(WIDE.items())}
     assert np.allclose(execute(chained, bindings, v)["t1"], _reference_by_channels(v, 14), rtol=1e-4, atol=1e-3)

@@ -38,6 +38,8 @@ def test_fused_mlp_moves_fewer_bytes_in_fewer_cycles(tmp_path):
     # for those L3 keeps (a home) between two kernels; unfused, every op's result does
     layers = 256 * (512 + 256 + 128) * 4
     kept_fused = [t for t in read(tmp_path / "mlp.kpu").graph.tensors.values() if t.home == "L3"]
+    # the second layer's 256-wide activation: its reader's plain tile of it lies in its home
+    assert [t.shape for t in kept_fused] == [(256, 256)]
     assert fused["dram_bytes"]["write"] == layers - sum(t.size * 4 for t in kept_fused)
     kept = [t for t in read(tmp_path / "mlp--no-fusion.kpu").graph.tensors.values() if t.home == "L3"]
     assert kept

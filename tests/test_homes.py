@@ -106,3 +106,7 @@ def test_homes_of_one_span_are_taken_together_where_each_frees_more_than_it_take
     assert pack_homes(wanted[:1], demands=[640, 640], capacity=512, line=64) == []
     homes = pack_homes(wanted, demands=[640, 640], capacity=512, line=64)
     assert homes == [Home("a", 384, 128, 0, 1), Home("b", 256, 128, 0, 1)]
+    # where they do not fit together, each is tried alone: the first fits on its own, the second
+    # (too large for any room left) does not
+    alone = [Resident("a", 128, 0, 1), Resident("b", 448, 0, 1)]
+    assert pack_homes(alone, demands=[256, 256], capacity=512, line=64) == [Home("a", 384, 128, 0, 1)]
