@@ -490,6 +490,8 @@ def waited_bytes(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> in
 
 # a resident panel may not shrink the L2 tiles below 1/TILE_SHRINK of the area they have without
 # one: smaller tiles are read from L3 more often, and the BlockMovers, not DRAM, become the limit
+# (unless the estimate finds it faster all the same: a product of one row, whose weights pass
+# L3 once whatever the tiles, comes in fewer, larger moves, each holding a DMA for the latency)
 TILE_SHRINK = 2
 
 
@@ -523,8 +525,8 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
 def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
     if target.objective != "latency":
         return _cheapest(p, target)
-    best: dict[bool, tuple[tuple, MatmulTiling]] = {}  # with a resident panel or not -> the best
-    whole: list[tuple[tuple, MatmulTiling]] = []  # the tilings with `streamed_tiles`
+    best: dict[bool, tuple[tuple, MatmulTiling, dict[str, int]]] = {}  # with a resident panel or not -> the best
+    whole: list[tuple[tuple, MatmulTiling, dict[str, int]]] = []  # the tilings with `streamed_tiles`
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, min(target.rows, target.cols))):
@@ -533,23 +535,53 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
                     found = True
                     dram = dram_traffic(streams(p, t), t.loop_order, trips, t.within)
                     tiles = trips["ti"] * trips["tj"] * trips["tk"]
-                    key = (dram, tiles, -Ti * Tj, -t.panel_depth, -t.per_block, t.loop_order)
+                    # blocks of tiles dealt evenly to the compute tiles before larger blocks
+                    key = (dram, tiles, -Ti * Tj, -t.panel_depth, _uneven(t), -t.per_block, t.loop_order)
                     panel = t.resident is not None
                     if t.streamed_tiles:
-                        whole.append((key, t))
+                        whole.append((key, t, trips))
                     elif panel not in best or key < best[panel][0]:
-                        best[panel] = (key, t)
+                        best[panel] = (key, t, trips)
                 if found:
                     break  # the largest Tk that fits this (Ti, Tj) is the one worth having
     plain, panel = best.get(False), best.get(True)
-    choice = plain if panel is None or (plain is not None and (
-        plain[0] <= panel[0] or TILE_SHRINK * panel[1].Ti * panel[1].Tj < plain[1].Ti * plain[1].Tj)) else panel
-    for key, t in sorted(whole, key=lambda c: c[0]):
-        if choice is not None and key[0] >= choice[0][0]:
+
+    def shrinks(t: MatmulTiling) -> bool:
+        """Whether a panel's tiles are too small beside the plain tiling's (`TILE_SHRINK`)."""
+        return plain is not None and TILE_SHRINK * t.Ti * t.Tj < plain[1].Ti * plain[1].Tj
+
+    choice = plain if panel is None or (plain is not None and (plain[0] <= panel[0] or shrinks(panel[1]))) else panel
+    shrunk = [panel] if choice is plain and panel is not None and panel[0] < plain[0] else []
+    for found in sorted(whole, key=lambda c: c[0]):
+        if choice is not None and found[0][0] >= choice[0][0]:
             break
-        if plain is None or TILE_SHRINK * t.Ti * t.Tj >= plain[1].Ti * plain[1].Tj:
-            return t
+        if not shrinks(found[1]):
+            choice = found
+            break
+        shrunk.append(found)
+    # tiles smaller than TILE_SHRINK allows, where they move no more bytes, the BlockMovers are
+    # far from the limit (`_fed`), and the estimate finds them faster
+    if choice is not None and target.costs is not None and shrunk:
+        cycles = estimate(p, choice[1], choice[2], target).cycles
+        faster = [found for found in shrunk if found[0][0] <= choice[0][0] and _fed(p, *found[1:], target.costs)
+                  and estimate(p, found[1], found[2], target).cycles < cycles]
+        if faster:
+            choice = min(faster, key=lambda c: c[0])
     return None if choice is None else choice[1]
+
+
+def _fed(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], costs: Costs) -> bool:
+    """Whether the BlockMovers take the tiling's tiles from L3 in 1/TILE_SHRINK of the time DRAM
+    takes to bring its bytes, or less: however small its tiles, they are not the limit."""
+    read = sum(stream_traffic(s, t.loop_order, trips, t.within) for s in hops(p, t)["L3", "L2"])
+    dram = dram_traffic(streams(p, t), t.loop_order, trips, t.within)
+    return TILE_SHRINK * read / costs.l3_l2_bytes_per_cycle <= dram / costs.dram_bytes_per_cycle
+
+
+def _uneven(t: MatmulTiling) -> int:
+    """The compute tiles idle at the end of each block of tiles, where those are dealt out."""
+    per = t.blocks.get(t.parallel.loop) if t.parallel.loop else None
+    return 0 if per is None else -per % t.parallel.workers
 
 
 def tile_sizes(dim: int, tile: int) -> list[tuple[int, int]]:
