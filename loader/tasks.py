@@ -8,7 +8,9 @@ Dependencies of a task:
   L2 store: where they are two deep, the array starts the next output tile while that store runs);
 - barriers, the only order between kernels: a BARRIER becomes a task (no cycles) on each
   compute tile that waits for the last instance of each op it lists, on every compute tile of
-  the kernel it names; the moves that depend on it start after it;
+  the kernel it names; the moves that depend on it start after it, but a load from external
+  memory of bytes that earlier kernels' moves wrote there, which waits for those writes alone
+  (`TaskStream._written`): a kernel starts on what the one before has stored before that ends;
 - memory reuse across kernels: each kernel is bound on its own, so its buffers may sit where an
   earlier kernel's still are. The first `depth` fills of a buffer wait for the last use of every
   earlier buffer they overlap (same level, bank and bytes). Kernels overlap only where their
@@ -70,6 +72,10 @@ class TaskStream:
         # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
         self.finished: dict[str, dict[tuple[int, int], frozenset[int]]] = {}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
+        # tensor -> (region, task id) of each move that has written it to external memory, and
+        # the elements those regions hold (`_written`)
+        self.stored: dict[str, list[tuple[tuple[slice, ...], int]]] = {}
+        self.stored_elements: dict[str, int] = {}
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
@@ -92,12 +98,16 @@ class TaskStream:
         move's parts, then what ends with them, of that id); `waits`: ids it waits for beyond what
         its kernel says (a chain's rows)."""
         plan = running.plans[worker][op.op_id]
-        parts = self.parts if plan.may_split else 0  # ids before the instance's own
+        pieces = self._written(plan, env)
+        # ids before the instance's own: its pieces, or its parts
+        parts = len(pieces) if pieces is not None and len(pieces) > 1 else self.parts if plan.may_split else 0
         first = self.next_id
         tid = first + parts
         self.next_id = tid + 1
         deps = set(waits)
         for dep in plan.deps:
+            if pieces is not None and isinstance(dep, _BarrierPlan):
+                continue  # it waits for the writes of what it reads, not for the whole kernel
             if dep is plan.carried:  # a reload: what that op wrote of this tile a step before, in its ring
                 written = dep.by_tile.get(tuple(env.get(v, 0) for v in plan.tile))
                 if written is not None:
@@ -138,9 +148,57 @@ class TaskStream:
         plan.last = tid
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
+        if isinstance(plan, _MovePlan) and plan.dst_level == "EXTERNAL":
+            self._store(plan, env, tid)
+        if pieces is not None:
+            if len(pieces) > 1:
+                return tid, _pieces(task, first, pieces, self.parts, worker)
+            task = replace(task, deps=tuple(sorted({*task.deps, *_recent(pieces[0][1], tid)})))
+            if parts:
+                return tid, _parted(task, first, parts, worker)
+            return tid, (task,)
         if parts:  # an edge tile too, so no id set aside goes unused
             return tid, _parted(task, first, parts, worker)
         return tid, (task,)
+
+    def _store(self, plan: _MovePlan, env: dict[str, int], tid: int) -> None:
+        """Remember what a move to external memory writes, for the loads that read it."""
+        region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)[1]
+        tensor = plan.op.destination.tensor
+        self.stored.setdefault(tensor, []).append((region, tid))
+        self.stored_elements[tensor] = self.stored_elements.get(tensor, 0) + region_elements(region)
+
+    def _written(self, plan: _Plan, env: dict[str, int]) -> list[tuple[int, frozenset[int]]] | None:
+        """For a load from external memory that its kernel's BARRIER holds back, of bytes that
+        earlier kernels' moves wrote there once each: the writes it reads, in pieces of at
+        least SPLIT_BYTES in the order they were written, (elements, the writes' ids) each; so
+        it starts as soon as what it reads is there, not once those kernels have ended. None
+        for any other move, or where some of its bytes were written otherwise (a view)."""
+        if not isinstance(plan, _MovePlan):
+            return None
+        if plan.held is None:  # once per plan, its deps linked
+            plan.held = plan.src_level == "EXTERNAL" and plan.unit == "dma" and plan.table is None \
+                and any(isinstance(d, _BarrierPlan) for d in plan.deps)
+        if not plan.held:
+            return None
+        tensor = plan.op.source.tensor
+        stores = self.stored.get(tensor)
+        if stores is None or self.stored_elements[tensor] != math.prod(plan.src_shape):
+            return None
+        region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env)[0]
+        read = [(n, tid) for where, tid in stores if (n := _overlap(region, where))]
+        if sum(n for n, _ in read) != region_elements(region):
+            return None
+        pieces: list[tuple[int, frozenset[int]]] = []
+        size, ids = 0, set()
+        for n, tid in sorted(read, key=lambda r: r[1]):
+            size, ids = size + n, ids | {tid}
+            if size * plan.itemsize >= SPLIT_BYTES:
+                pieces.append((size, frozenset(ids)))
+                size, ids = 0, set()
+        if ids:
+            pieces.append((size, frozenset(ids)))
+        return pieces
 
     def finish(self, running: Running) -> None:
         """What a kernel that has made its last task leaves for the kernels after it."""
@@ -198,6 +256,37 @@ def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]
     moves = tuple(replace(task, id=first + e, engine=e, bytes=share + (e < extra)) for e in range(parts))
     return (*moves, Task(task.id, "barrier", worker, tuple(m.id for m in moves), stream=PARTED_STREAMS + task.stream,
                          phase=task.phase, label=f"{task.label} ({parts} parts)"))
+
+
+def _pieces(task: Task, first: int, pieces: list[tuple[int, frozenset[int]]], engines: int,
+            worker: int) -> tuple[Task, ...]:
+    """A load as moves of ids from `first`, one per piece of what it reads (`_written`), each
+    waiting for the writes of its piece, dealt round the DMA engines on channels of their own
+    (`engines`; 0: the load's own), then a task of the load's id that ends when they all have."""
+    total = sum(n for n, _ in pieces)
+    moves, done = [], 0
+    for i, (n, writes) in enumerate(pieces):
+        share = task.bytes * (done + n) // total - task.bytes * done // total
+        done += n
+        moves.append(replace(task, id=first + i, engine=i % engines if engines else task.engine, bytes=share,
+                             deps=tuple(sorted({*task.deps, *_recent(writes, task.id)}))))
+    return (*moves, Task(task.id, "barrier", worker, tuple(m.id for m in moves), stream=PARTED_STREAMS + task.stream,
+                         phase=task.phase, label=f"{task.label} ({len(moves)} pieces)"))
+
+
+def _recent(ids: Iterable[int], tid: int) -> list[int]:
+    """Those of `ids` within the simulator's read-ahead of task `tid` (older ones have finished)."""
+    return [d for d in ids if tid - d < DEP_WINDOW]
+
+
+def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> int:
+    """The elements two regions of one tensor share."""
+    n = 1
+    for x, y in zip(a, b):
+        n *= max(0, min(x.stop, y.stop) - max(x.start, y.start))
+        if not n:
+            return 0
+    return n
 
 
 def _region(home: Home) -> BoundBuffer:
@@ -352,7 +441,7 @@ class _ViewPlan(_Plan):
 
 class _MovePlan(_Plan):
     __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "l2_slots", "port", "transpose", "args",
-                 "bytes", "src_shape", "dst_shape", "table", "itemsize", "in_place", "stream")
+                 "bytes", "src_shape", "dst_shape", "table", "itemsize", "in_place", "stream", "held")
 
     def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts)
@@ -379,6 +468,9 @@ class _MovePlan(_Plan):
         self.itemsize = itemsize(g.tensors[dst.tensor].dtype)  # a fill costs no external-memory bytes
         self.bytes = math.prod(dst.tile_shape) * self.itemsize  # of a whole tile
         self.may_split = self.unit == "dma" and not self.in_place and self.bytes >= SPLIT_BYTES
+        # a load from external memory that its kernel's BARRIER holds back (`TaskStream._written`);
+        # None until its deps are linked
+        self.held: bool | None = None
         bounds = whole_move_bounds(op, self.src_shape, self.dst_shape)
         self.whole = None if bounds is None else unchecked_bounds(bounds, facts.ranges)
 
