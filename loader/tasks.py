@@ -53,6 +53,15 @@ DEP_WINDOW = 1 << 16  # the simulator's read-ahead: deps further back have surel
 # input); below it, a part's latency on every engine costs more than the channels gain (on two
 # channels: 128 KiB took MobileNet v1 1,900 cycles longer, v2 3,600)
 SPLIT_BYTES = 1 << 16
+# a load of what earlier kernels wrote goes in pieces of at least this many bytes, each as soon
+# as its writes have ended (`TaskStream._written`): smaller, what the last write holds back comes
+# sooner, but each piece holds a DMA engine for the latency (MobileNet v1 / v2 in pieces of
+# 64 KB: 1,716,766 / 1,513,332 cycles; 32 KB: 1,713,163 / 1,508,976; 16 KB: 1,712,515 /
+# 1,508,095; 8 KB: 1,715,678 / 1,508,209; 4 KB: 1,731,444 / 1,532,063)
+PIECE_BYTES = 1 << 14
+# a piece of a load (`TaskStream._written`): its elements, the ids of the writes it waits for,
+# the regions of the tensor it holds
+Piece = tuple[int, frozenset[int], tuple[tuple[slice, ...], ...]]
 # the sync unit's queue of a parted move's end: apart from the BARRIERs' (an op id, the same
 # for every kernel), so none waits behind another kernel's BARRIER
 PARTED_STREAMS = 1 << 40
@@ -114,7 +123,12 @@ class TaskStream:
                     deps.add(written[0])
                     dep.readers[worker][written[1]] = tid
             elif dep.last is not None:
-                deps.add(dep.last)
+                if dep.pieces is not None and isinstance(plan, _MovePlan) and op.source.tensor == dep.op.destination.tensor:
+                    # a load that came in pieces: wait for those holding what this move reads
+                    region = move_slices(op, plan.src_shape, plan.dst_shape, env, plan.table)[0]
+                    deps.update(piece for regions, piece in dep.pieces if any(_overlap(region, r) for r in regions))
+                else:
+                    deps.add(dep.last)
                 # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
                 dep.readers[worker][dep.instances] = tid
             elif dep.skipped is not None:  # an op that ran no task: what it waited on
@@ -146,6 +160,8 @@ class TaskStream:
             plan.skipped = (tid, frozenset(deps))
             return tid, ()
         plan.last = tid
+        plan.pieces = None if pieces is None or len(pieces) == 1 else \
+            tuple((regions, first + i) for i, (_, _, regions) in enumerate(pieces))
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
         if isinstance(plan, _MovePlan) and plan.dst_level == "EXTERNAL":
@@ -153,7 +169,7 @@ class TaskStream:
         if pieces is not None:
             if len(pieces) > 1:
                 return tid, _pieces(task, first, pieces, self.parts, worker)
-            task = replace(task, deps=tuple(sorted({*task.deps, *_recent(pieces[0][1], tid)})))
+            task = replace(task, deps=tuple(sorted({*task.deps, *_recent(pieces[0][1], tid)})))  # one piece
             if parts:
                 return tid, _parted(task, first, parts, worker)
             return tid, (task,)
@@ -168,12 +184,13 @@ class TaskStream:
         self.stored.setdefault(tensor, []).append((region, tid))
         self.stored_elements[tensor] = self.stored_elements.get(tensor, 0) + region_elements(region)
 
-    def _written(self, plan: _Plan, env: dict[str, int]) -> list[tuple[int, frozenset[int]]] | None:
+    def _written(self, plan: _Plan, env: dict[str, int]) -> list[Piece] | None:
         """For a load from external memory that its kernel's BARRIER holds back, of bytes that
         earlier kernels' moves wrote there once each: the writes it reads, in pieces of at
-        least SPLIT_BYTES in the order they were written, (elements, the writes' ids) each; so
-        it starts as soon as what it reads is there, not once those kernels have ended. None
-        for any other move, or where some of its bytes were written otherwise (a view)."""
+        least PIECE_BYTES in the order they were written; so it starts as soon as what it reads
+        is there, not once those kernels have ended, and what reads it on chip as soon as its
+        pieces of it are. None for any other move, or where some of its bytes were written
+        otherwise (a view)."""
         if not isinstance(plan, _MovePlan):
             return None
         if plan.held is None:  # once per plan, its deps linked
@@ -186,18 +203,19 @@ class TaskStream:
         if stores is None or self.stored_elements[tensor] != math.prod(plan.src_shape):
             return None
         region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env)[0]
-        read = [(n, tid) for where, tid in stores if (n := _overlap(region, where))]
-        if sum(n for n, _ in read) != region_elements(region):
+        read = [(common, tid) for where, tid in stores if (common := _overlap(region, where))]
+        if sum(region_elements(common) for common, _ in read) != region_elements(region):
             return None
-        pieces: list[tuple[int, frozenset[int]]] = []
-        size, ids = 0, set()
-        for n, tid in sorted(read, key=lambda r: r[1]):
-            size, ids = size + n, ids | {tid}
-            if size * plan.itemsize >= SPLIT_BYTES:
-                pieces.append((size, frozenset(ids)))
-                size, ids = 0, set()
+        pieces: list[Piece] = []
+        size, ids, regions = 0, set(), []
+        for common, tid in sorted(read, key=lambda r: r[1]):
+            size, ids = size + region_elements(common), ids | {tid}
+            regions.append(common)
+            if size * plan.itemsize >= PIECE_BYTES:
+                pieces.append((size, frozenset(ids), tuple(regions)))
+                size, ids, regions = 0, set(), []
         if ids:
-            pieces.append((size, frozenset(ids)))
+            pieces.append((size, frozenset(ids), tuple(regions)))
         return pieces
 
     def finish(self, running: Running) -> None:
@@ -258,14 +276,13 @@ def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]
                          phase=task.phase, label=f"{task.label} ({parts} parts)"))
 
 
-def _pieces(task: Task, first: int, pieces: list[tuple[int, frozenset[int]]], engines: int,
-            worker: int) -> tuple[Task, ...]:
+def _pieces(task: Task, first: int, pieces: list[Piece], engines: int, worker: int) -> tuple[Task, ...]:
     """A load as moves of ids from `first`, one per piece of what it reads (`_written`), each
     waiting for the writes of its piece, dealt round the DMA engines on channels of their own
     (`engines`; 0: the load's own), then a task of the load's id that ends when they all have."""
-    total = sum(n for n, _ in pieces)
+    total = sum(n for n, _, _ in pieces)
     moves, done = [], 0
-    for i, (n, writes) in enumerate(pieces):
+    for i, (n, writes, _) in enumerate(pieces):
         share = task.bytes * (done + n) // total - task.bytes * done // total
         done += n
         moves.append(replace(task, id=first + i, engine=i % engines if engines else task.engine, bytes=share,
@@ -279,14 +296,15 @@ def _recent(ids: Iterable[int], tid: int) -> list[int]:
     return [d for d in ids if tid - d < DEP_WINDOW]
 
 
-def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> int:
-    """The elements two regions of one tensor share."""
-    n = 1
+def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | None:
+    """The region two regions of one tensor share (None: none)."""
+    common = []
     for x, y in zip(a, b):
-        n *= max(0, min(x.stop, y.stop) - max(x.start, y.start))
-        if not n:
-            return 0
-    return n
+        start, stop = max(x.start, y.start), min(x.stop, y.stop)
+        if stop <= start:
+            return None
+        common.append(slice(start, stop))
+    return tuple(common)
 
 
 def _region(home: Home) -> BoundBuffer:
@@ -392,7 +410,7 @@ class _Plan:
 
     __slots__ = ("op", "op_id", "worker", "key", "deps", "depth", "first_fill_waits", "fresh", "fresh_while", "may_split",
                  "phase", "label", "whole", "last", "skipped", "instances", "readers", "carried", "tile", "by_tile",
-                 "blocks")
+                 "blocks", "pieces")
 
     def __init__(self, op: BodyOp, worker: int, facts: _KernelFacts):
         self.op, self.op_id, self.worker = op, op.op_id, worker
@@ -411,6 +429,8 @@ class _Plan:
         # no such bounds are known, every instance measures its tiles
         self.whole: tuple[tuple[str, int, int], ...] | None = None
         self.last: int | None = None  # id of its latest task
+        # a load that came in pieces (`TaskStream._written`), its latest instance's: (regions, id) of each
+        self.pieces: tuple[tuple[tuple[tuple[slice, ...], ...], int], ...] | None = None
         self.skipped: tuple[int, frozenset[int]] | None = None  # (id, deps) of its latest instance that ran no task
         self.instances = 0  # of its buffer, so far
         # worker -> instance -> id of its latest reader there (a shared move's: on every worker)
