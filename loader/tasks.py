@@ -126,7 +126,7 @@ class TaskStream:
                 if dep.pieces is not None and isinstance(plan, _MovePlan) and op.source.tensor == dep.op.destination.tensor:
                     # a load that came in pieces: wait for those holding what this move reads
                     region = move_slices(op, plan.src_shape, plan.dst_shape, env, plan.table)[0]
-                    deps.update(piece for regions, piece in dep.pieces if any(_overlap(region, r) for r in regions))
+                    deps.update(piece for bounds, piece in dep.pieces if _overlap(region, bounds))
                 else:
                     deps.add(dep.last)
                 # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
@@ -161,7 +161,7 @@ class TaskStream:
             return tid, ()
         plan.last = tid
         plan.pieces = None if pieces is None or len(pieces) == 1 else \
-            tuple((regions, first + i) for i, (_, _, regions) in enumerate(pieces))
+            tuple((_bounds(regions), first + i) for i, (_, _, regions) in enumerate(pieces))
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
         if isinstance(plan, _MovePlan) and plan.dst_level == "EXTERNAL":
@@ -307,6 +307,12 @@ def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | 
     return tuple(common)
 
 
+def _bounds(regions: tuple[tuple[slice, ...], ...]) -> tuple[slice, ...]:
+    """The least region holding all of `regions` (a piece's writes lie next to each other)."""
+    return tuple(slice(min(r[d].start for r in regions), max(r[d].stop for r in regions))
+                 for d in range(len(regions[0])))
+
+
 def _region(home: Home) -> BoundBuffer:
     """A home's bytes of L3, as a buffer there would hold them."""
     return BoundBuffer(Buffer(-1, 0, home.tensor, "L3", home.bytes, 1), 0, home.address)
@@ -429,8 +435,9 @@ class _Plan:
         # no such bounds are known, every instance measures its tiles
         self.whole: tuple[tuple[str, int, int], ...] | None = None
         self.last: int | None = None  # id of its latest task
-        # a load that came in pieces (`TaskStream._written`), its latest instance's: (regions, id) of each
-        self.pieces: tuple[tuple[tuple[tuple[slice, ...], ...], int], ...] | None = None
+        # a load that came in pieces (`TaskStream._written`), its latest instance's: (the bounds of
+        # the regions it holds, id) of each
+        self.pieces: tuple[tuple[tuple[slice, ...], int], ...] | None = None
         self.skipped: tuple[int, frozenset[int]] | None = None  # (id, deps) of its latest instance that ran no task
         self.instances = 0  # of its buffer, so far
         # worker -> instance -> id of its latest reader there (a shared move's: on every worker)
