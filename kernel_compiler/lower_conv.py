@@ -208,8 +208,8 @@ HOLDINGS = (("positions", "all", "all"), ("positions", "all", "chunk"), ("positi
 # A layer of one output position (a classifier after a global pooling) is the stream of its
 # weights: its input, whole in L3, is loaded once in any order, and the weights of a tile of
 # output channels may come in one move, not a move per chunk, each holding a DMA engine for the
-# DRAM latency (MobileNet v1's classifier, 4.1 MB: 59,245 cycles in 16 KB moves, 51,582 in
-# 64 KB)
+# DRAM latency. Its tilings are tried first: of those that tie, the first is taken (MobileNet
+# v1's classifier, 4.1 MB: 59,245 cycles in 16 KB moves, 51,582 in 64 KB)
 WEIGHT_STREAM = ("channels", "all", "tile")
 MIN_CHUNK = 4  # input channels per chunk: fewer only where no tiling with more fits
 
@@ -242,7 +242,7 @@ def _channel_tilings(p: ConvProblem, narrowest: tuple[int, int], line: int) -> t
     narrowest_C = widths(p.OW)[-1]
     fewest_out, fewest_in = narrowest
     out = []
-    for holding in HOLDINGS + ((WEIGHT_STREAM,) if p.N * p.OH * p.OW == 1 else ()):
+    for holding in ((WEIGHT_STREAM,) if p.N * p.OH * p.OW == 1 else ()) + HOLDINGS:
         order, band_channels, _ = holding
         for Tn in [n for n in channel_splits(p.Co) if n == p.Co or n >= fewest_out]:
             chunks = []
@@ -329,20 +329,8 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
         return None
     fewest = min(s[0] for s in scored)
     _, _, t, dataflow, q = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
-                               key=lambda s: (s[1], s[0], _first_wait(s[4], s[2]), -s[2].R * s[2].C, s[3], -s[4].results))
+                               key=lambda s: (s[1], s[0], -s[2].R * s[2].C, s[3], -s[4].results))
     return q, t, dataflow
-
-
-def _first_wait(p: ConvProblem, t: ConvTiling) -> int:
-    """The bytes the first compute waits for from external memory: the first L3 tiles of the
-    input's band and of the weights; but for a layer of one output position, the stream of its
-    weights, whose moves, not its first, cost it most (`WEIGHT_STREAM`): their count."""
-    if p.N * p.OH * p.OW == 1:
-        return dram_moves(p, t)[1]
-    band_h, band_w = p.band(t.R, t.C)
-    x = band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
-    w = {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW * p.w_bytes
-    return x + w
 
 
 def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,

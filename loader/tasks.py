@@ -60,7 +60,7 @@ SPLIT_BYTES = 1 << 16
 # 1,508,095; 8 KB: 1,715,678 / 1,508,209; 4 KB: 1,731,444 / 1,532,063)
 PIECE_BYTES = 1 << 14
 # a piece of a load (`TaskStream._written`): its elements, the ids of the writes it waits for,
-# the regions of the tensor it holds
+# the regions of the tensor in external memory it holds
 Piece = tuple[int, frozenset[int], tuple[tuple[slice, ...], ...]]
 # the sync unit's queue of a parted move's end: apart from the BARRIERs' (an op id, the same
 # for every kernel), so none waits behind another kernel's BARRIER
@@ -115,7 +115,7 @@ class TaskStream:
         self.next_id = tid + 1
         deps = set(waits)
         for dep in plan.deps:
-            if pieces is not None and isinstance(dep, _BarrierPlan):
+            if pieces is not None and isinstance(dep, _BarrierPlan) and dep.op.kernel is not None:
                 continue  # it waits for the writes of what it reads, not for the whole kernel
             if dep is plan.carried:  # a reload: what that op wrote of this tile a step before, in its ring
                 written = dep.by_tile.get(tuple(env.get(v, 0) for v in plan.tile))
@@ -123,12 +123,12 @@ class TaskStream:
                     deps.add(written[0])
                     dep.readers[worker][written[1]] = tid
             elif dep.last is not None:
+                held = ()
                 if dep.pieces is not None and isinstance(plan, _MovePlan) and op.source.tensor == dep.op.destination.tensor:
                     # a load that came in pieces: wait for those holding what this move reads
                     region = move_slices(op, plan.src_shape, plan.dst_shape, env, plan.table)[0]
-                    deps.update(piece for bounds, piece in dep.pieces if _overlap(region, bounds))
-                else:
-                    deps.add(dep.last)
+                    held = [piece for bounds, piece in dep.pieces if _overlap(region, bounds)]
+                deps.update(held or (dep.last,))
                 # this op reads the buffer `dep` filled: remember it for that buffer's next overwrite
                 dep.readers[worker][dep.instances] = tid
             elif dep.skipped is not None:  # an op that ran no task: what it waited on
@@ -160,7 +160,7 @@ class TaskStream:
             plan.skipped = (tid, frozenset(deps))
             return tid, ()
         plan.last = tid
-        plan.pieces = None if pieces is None or len(pieces) == 1 else \
+        plan.pieces = None if pieces is None or len(pieces) == 1 or not _in_place(plan, env) else \
             tuple((_bounds(regions), first + i) for i, (_, _, regions) in enumerate(pieces))
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
@@ -181,8 +181,12 @@ class TaskStream:
         """Remember what a move to external memory writes, for the loads that read it."""
         region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)[1]
         tensor = plan.op.destination.tensor
-        self.stored.setdefault(tensor, []).append((region, tid))
-        self.stored_elements[tensor] = self.stored_elements.get(tensor, 0) + region_elements(region)
+        stores = self.stored.setdefault(tensor, [])
+        if any(_overlap(region, where) for where, _ in stores):
+            self.stored_elements[tensor] = -1  # written twice somewhere: its loads wait for the barrier
+        elif self.stored_elements.get(tensor, 0) >= 0:
+            self.stored_elements[tensor] = self.stored_elements.get(tensor, 0) + region_elements(region)
+        stores.append((region, tid))
 
     def _written(self, plan: _Plan, env: dict[str, int]) -> list[Piece] | None:
         """For a load from external memory that its kernel's BARRIER holds back, of bytes that
@@ -206,6 +210,8 @@ class TaskStream:
         read = [(common, tid) for where, tid in stores if (common := _overlap(region, where))]
         if sum(region_elements(common) for common, _ in read) != region_elements(region):
             return None
+        if any(self.next_id - tid >= DEP_WINDOW for _, tid in read):
+            return None  # a write beyond the simulator's read-ahead: the barrier is the nearer wait
         pieces: list[Piece] = []
         size, ids, regions = 0, set(), []
         for common, tid in sorted(read, key=lambda r: r[1]):
@@ -307,8 +313,17 @@ def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | 
     return tuple(common)
 
 
+def _in_place(plan: _MovePlan, env: dict[str, int]) -> bool:
+    """Whether a move's tile lies at the same place in its destination as in its source (not a
+    window of another tensor, as a SLICE's or a PAD's): then its pieces' regions of the source
+    are those of the tile its readers name."""
+    src, dst = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)
+    return plan.op.source.tensor == plan.op.destination.tensor and src == dst
+
+
 def _bounds(regions: tuple[tuple[slice, ...], ...]) -> tuple[slice, ...]:
-    """The least region holding all of `regions` (a piece's writes lie next to each other)."""
+    """The least region holding all of `regions` (more than the piece holds where they do not
+    lie next to each other: its readers may wait for it needlessly, never too little)."""
     return tuple(slice(min(r[d].start for r in regions), max(r[d].stop for r in regions))
                  for d in range(len(regions[0])))
 
