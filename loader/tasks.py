@@ -315,8 +315,8 @@ def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | 
 
 def _in_place(plan: _MovePlan, env: dict[str, int]) -> bool:
     """Whether a move's tile lies at the same place in its destination as in its source (not a
-    window of another tensor, as a SLICE's or a PAD's): then its pieces' regions of the source
-    are those of the tile its readers name."""
+    window of another tensor, cut out or padded): then its pieces' regions of the source are
+    those of the tile its readers name."""
     src, dst = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)
     return plan.op.source.tensor == plan.op.destination.tensor and src == dst
 
