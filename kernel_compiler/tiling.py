@@ -552,19 +552,19 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
 
     choice = plain if panel is None or (plain is not None and (plain[0] <= panel[0] or shrinks(panel[1]))) else panel
     shrunk = [panel] if choice is plain and panel is not None and panel[0] < plain[0] else []
-    for found in sorted(whole, key=lambda c: c[0]):
-        if choice is not None and found[0][0] >= choice[0][0]:
+    for candidate in sorted(whole, key=lambda c: c[0]):
+        if choice is not None and candidate[0][0] >= choice[0][0]:
             break
-        if not shrinks(found[1]):
-            choice = found
+        if not shrinks(candidate[1]):
+            choice = candidate
             break
-        shrunk.append(found)
+        shrunk.append(candidate)
     # tiles smaller than TILE_SHRINK allows, where they move no more bytes, the BlockMovers are
-    # far from the limit (`_fed`), and the estimate finds them faster
+    # far from the limit (`_fed`), and the estimate finds them faster: of those, the fewest bytes
     if choice is not None and target.costs is not None and shrunk:
         cycles = estimate(p, choice[1], choice[2], target).cycles
-        faster = [found for found in shrunk if found[0][0] <= choice[0][0] and _fed(p, *found[1:], target.costs)
-                  and estimate(p, found[1], found[2], target).cycles < cycles]
+        faster = [c for c in shrunk if c[0][0] <= choice[0][0] and _fed(p, *c[1:], target.costs)
+                  and estimate(p, c[1], c[2], target).cycles < cycles]
         if faster:
             choice = min(faster, key=lambda c: c[0])
     return None if choice is None else choice[1]
