@@ -201,10 +201,10 @@ def compare(got: np.ndarray, want: np.ndarray, atol: float, rtol: float, magnitu
 
 
 def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
-               results: list[np.ndarray], exact: frozenset[str] = frozenset()) -> list[np.ndarray]:
+               results: list[np.ndarray], rtol: float, exact: frozenset[str] = frozenset()) -> list[np.ndarray]:
     """The magnitude of each element of graph op `op`'s `results`, float64 in their shapes: the
     registry's rule (OpDef.magnitude) on its operands' `values` and their magnitudes in `known`,
-    and at least the element's own size. An element whose rule gives no finite magnitude (an
+    for a check of relative tolerance `rtol`, and at least the element's own size. An element whose rule gives no finite magnitude (an
     operand is NaN or inf, or a slope is) is held to its own size. An operand in `exact` (what a
     kernel read, which the check takes as given) carries no error into a map op: a map's result
     is rounded once, relative to itself, however steep the map (exp(80) is held to a few ulps of
@@ -216,7 +216,7 @@ def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
             return own
         carried = [np.zeros_like(known[n]) if opdef.family == "map" and n in exact else known[n] for n in op.inputs]
         rule = opdef.magnitude([values[n].astype(np.float64) for n in op.inputs], carried,
-                               opdef.normalize_attrs(op.attrs))
+                               opdef.normalize_attrs(op.attrs), rtol)
         return [np.where(np.isfinite(m), np.maximum(m, size), size) for m, size in zip(rule, own)]
 
 
@@ -244,14 +244,14 @@ def check_kernels(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
         known: dict[str, np.ndarray] = {}
         made = {n for op in group for n in op.outputs}
         exact = frozenset(n for op in group for n in op.inputs if n not in made)
+        atol, rtol = (max(x) for x in zip(*(tolerance(g.tensors[t].dtype) for op in group for t in op.outputs)))
         with np.errstate(all="ignore"):
             for op in group:
                 results = reference_op(op, expected, g)
                 known.update((n, np.abs(values[n].astype(np.float64))) for n in op.inputs if n not in known)
-                known.update(zip(op.outputs, magnitudes(op, expected, known, results, exact)))
+                known.update(zip(op.outputs, magnitudes(op, expected, known, results, rtol, exact)))
                 expected.update(zip(op.outputs, results))
             rounding = _sum_rounding(group, values, expected, known, g)
-        atol, rtol = (max(x) for x in zip(*(tolerance(g.tensors[t].dtype) for op in group for t in op.outputs)))
         checks[kernel.name] = _worst([compare(values[name], expected[name], atol, rtol, known[name],
                                               rounding.get(name)) for name in kernel.outputs])
     return checks
@@ -304,11 +304,13 @@ def check_outputs(program: Program, values: dict[str, np.ndarray]) -> dict[str, 
     with np.errstate(all="ignore"):
         for op in g.ops:
             results = reference_op(op, expected, g)
-            known.update(zip(op.outputs, magnitudes(op, expected, known, results)))
             for name, value in zip(op.outputs, results):
                 expected[name] = value
                 ancestry = [tol[n] for n in op.inputs] + [(*tolerance(g.tensors[name].dtype), 0)]
                 tol[name] = (max(a for a, _, _ in ancestry), max(r for _, r, _ in ancestry),
                              1 + max(d for _, _, d in ancestry))
+            # the loosest of the results' tolerances: at least what each operand was held to
+            rtol = max(tol[n][1] * tol[n][2] for n in op.outputs)
+            known.update(zip(op.outputs, magnitudes(op, expected, known, results, rtol)))
     return {t.name: compare(values[t.name], expected[t.name], tol[t.name][0] * tol[t.name][2],
                             tol[t.name][1] * tol[t.name][2], known[t.name]) for t in g.outputs}

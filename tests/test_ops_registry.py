@@ -428,8 +428,8 @@ def test_rmsnorm_magnitude_bounds_how_far_errors_in_its_operands_move_it():
     attrs = op.normalize_attrs({"epsilon": 1e-3})
     x, scale = rng.uniform(-3, 3, (3, 8)), rng.uniform(-2, 2, (8,))
     sizes = [np.abs(x) + 0.5, np.abs(scale) + 0.5]  # magnitudes: at least the values' sizes
-    [bound] = op.magnitude([x, scale], sizes, attrs)
     h = 1e-7  # relative errors this small move the result to first order
+    [bound] = op.magnitude([x, scale], sizes, attrs, h)
 
     def y(a, s):
         return op.reference([a, s], attrs, ["f64"])[0]
@@ -437,6 +437,32 @@ def test_rmsnorm_magnitude_bounds_how_far_errors_in_its_operands_move_it():
     for _ in range(20):
         dx, ds = (rng.uniform(-1, 1, m.shape) * m * h for m in sizes)
         assert (np.abs(y(x + dx, scale + ds) - y(x, scale)) <= bound * h * 1.001).all()
+
+
+@pytest.mark.parametrize("name", ["SOFTMAX", "LOG_SOFTMAX"])
+@pytest.mark.parametrize("rtol", [1e-7, 1e-3, 0.05, 0.5])
+def test_softmax_magnitude_bounds_errors_of_any_size(name, rtol):
+    """Each operand element off by up to rtol times its magnitude: softmax and log-softmax move
+    by at most rtol times theirs, also where the errors exceed the gaps between the largest
+    logits (rtol 0.05 on logits spread over +-100: which is largest changes), where first order
+    holds the largest element to almost nothing."""
+    rng = np.random.default_rng(7)
+    op = REGISTRY[name]
+    attrs = op.normalize_attrs({"axis": -1})
+    x = rng.uniform(-100, 100, (6, 10))
+    x[0, :2] = [90.0, 89.0]  # two close largest logits
+    sizes = np.abs(x) + 1.0
+    [bound] = op.magnitude([x], [sizes], attrs, rtol)
+    y = op.reference([x], attrs, ["f64"])[0]
+    flipped = 0
+    for _ in range(200):
+        dx = rng.choice([-1.0, 1.0], x.shape) * rng.uniform(0.5, 1, x.shape) * sizes * rtol
+        moved = op.reference([x + dx], attrs, ["f64"])[0]
+        assert (np.abs(moved - y) <= bound * rtol * (1 + 1e-9) + 1e-300).all()
+        flipped += int(np.argmax(moved[0]) != np.argmax(y[0]))
+    assert (flipped > 0) == (rtol >= 0.05)
+    if name == "SOFTMAX":
+        assert (bound * rtol <= np.maximum(y, 1 - y) * (1 + 1e-12)).all()  # never beyond what [0, 1] allows
 
 
 # ---- layout -----------------------------------------------------------------------------------

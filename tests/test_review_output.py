@@ -162,6 +162,29 @@ def test_a_kernel_of_exact_inputs_is_held_to_its_own_rounding(op_type, x, wrong)
     assert not check_kernels(program, values)[program.kernels[0].name].passed
 
 
+def test_a_softmax_may_pick_another_top_class_where_its_logits_may_be_off_by_more_than_their_gap():
+    """Logits that cancel from products some 20,000 in size may each be off by about 4 (f32, two
+    ops deep): the graph output's softmax, saturated on logit 1 in the reference, may then be
+    saturated on logit 2, and the check must allow it (to first order the top element barely
+    moves, and a deep network on generated weights failed end to end while every kernel passed).
+    Logits that far apart that their tolerance cannot reorder them still hold the softmax."""
+    g = graph([("MATMUL", "z", ["a", "b"], {}), ("SOFTMAX", "y", ["z"], {})], {"a": (1, 2), "b": (2, 4)}, ("z",))
+    program = loads(dumps(compile_graph(g, "flip.dfg", load_target(STANDARD))))
+    a = np.array([[100, 100]], np.float32)
+    b = np.array([[100, 100, 100, 100], [-100, -99.9, -99.95, -100.05]], np.float32)
+    bindings = bind_program(program, load_machine(STANDARD), "review", bind_greedy)
+    values = execute(program, bindings, {"a": a, "b": b})
+    assert passed((check_kernels(program, values), check_outputs(program, values)))
+    z = (a.astype(np.float64) @ b.astype(np.float64))[0]
+    assert np.argmax(values["y"][0]) == 1 and np.allclose(z, [0, 10, 5, -5], atol=1e-3)
+    flipped = z + np.array([0, -3, 3, 0])  # within the logits' tolerance: the top class is now 2
+    e = np.exp(flipped - flipped.max())
+    values["y"] = (e / e.sum())[None].astype(np.float32)
+    assert abs(values["y"][0, 1] - 0.269) < 0.001 and check_outputs(program, values)["y"].passed
+    values["y"] = np.float32([[0.0, 0.0, 0.0, 1.0]])  # logit 3 is 15 below the top: never the largest
+    assert not check_outputs(program, values)["y"].passed
+
+
 # ---- the CLI contract: piped output ------------------------------------------------------------
 
 LONG = "encoder/layer_0/attention/self_attention/output/dense/bias_add_relu_0"  # 70 characters

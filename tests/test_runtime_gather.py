@@ -99,7 +99,7 @@ def test_the_registry_takes_the_indices_as_an_operand():
     np.testing.assert_array_equal(gather.reference([x, idx], attrs, ["f32"])[0], np.take(x, idx, axis=1))
     # the picked elements' magnitudes, by the indices' values (never by their size)
     sizes = np.arange(30, dtype=np.float64).reshape(2, 5, 3)
-    got = gather.magnitude([x.astype(np.float64), idx.astype(np.float64)], [sizes, np.zeros(4)], attrs)[0]
+    got = gather.magnitude([x.astype(np.float64), idx.astype(np.float64)], [sizes, np.zeros(4)], attrs, 1e-5)[0]
     np.testing.assert_array_equal(got, np.take(sizes, idx, axis=1))
     for shapes, dtypes, why in [([(5,), (2, 2)], ["f32", "i32"], r"index operand must be a 1-D integer tensor"),
                                 ([(5,), (2,)], ["f32", "f32"], r"index operand must be a 1-D integer tensor"),

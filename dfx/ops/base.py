@@ -93,7 +93,9 @@ class OpDef:
     # layout ops that write a value of their own around the operand: the attribute holding it
     fill_attr: str | None = None
     # for --check: (the operands' values and their magnitudes, float64 arrays shaped as the
-    # operands, a magnitude at least its value's size; attrs) -> per result, each element's
+    # operands, a magnitude at least its value's size; attrs; rtol, the check's relative
+    # tolerance: an element may be off by about rtol times its magnitude, which a rule that holds
+    # beyond first order needs, softmax's) -> per result, each element's
     # magnitude (broadcastable to the result): rounding, here or in the ops before, moves the
     # element by about the unit roundoff times it, so the element is held to a tolerance
     # relative to it, never to values it does not depend on. A contraction's is its own
@@ -182,7 +184,7 @@ def elements(shape: Shape) -> int:
 
 
 Reference = Callable[[list[np.ndarray], dict[str, Any], list[str]], list[np.ndarray]]
-MagnitudeRule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any]], list[np.ndarray]]
+MagnitudeRule = Callable[[list[np.ndarray], list[np.ndarray], dict[str, Any], float], list[np.ndarray]]
 
 
 def on_magnitudes(reference: Reference) -> MagnitudeRule:
@@ -190,7 +192,8 @@ def on_magnitudes(reference: Reference) -> MagnitudeRule:
     (products of) operand elements: its reference on the operands' magnitudes, in float64, which
     bounds how far its operands' errors move each element."""
 
-    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                  rtol: float) -> list[np.ndarray]:
         return [np.abs(y) for y in reference(magnitudes, attrs, ["f64"])]
 
     return magnitude
@@ -204,7 +207,8 @@ def on_sizes(reference: Reference) -> MagnitudeRule:
     Carrying magnitudes through contractions instead would bound layer upon layer of worst cases
     and let a deep network's outputs be off by more than their size."""
 
-    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                  rtol: float) -> list[np.ndarray]:
         return [np.abs(y) for y in reference([np.abs(v) for v in values], attrs, ["f64"])]
 
     return magnitude

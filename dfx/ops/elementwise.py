@@ -51,7 +51,8 @@ def map_op(name: str, arity: int | tuple[int, int], fn: Callable[..., np.ndarray
         per_element = work(attrs) if callable(work) else work
         return {cls: n * elements(out_shape) for cls, n in per_element.items()}
 
-    def magnitudes(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    def magnitudes(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                   rtol: float) -> list[np.ndarray]:
         return [magnitude(values, magnitudes, attrs)]
 
     fewest, most = arity if isinstance(arity, tuple) else (arity, arity)
@@ -238,7 +239,7 @@ def _cast_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtyp
 
 register(OpDef(name="CAST", min_inputs=1, max_inputs=1, infer_shapes=_broadcast_shapes, reference=_cast_reference,
                compute_type="ELEMENTWISE_CAST", family="map", attrs={"dtype": REQUIRED}, tile=_cast_tile,
-               magnitude=lambda values, magnitudes, attrs: magnitudes[:1],
+               magnitude=lambda values, magnitudes, attrs, rtol: magnitudes[:1],
                vector_work=lambda in_shapes, out_shape, attrs: {"simple": elements(out_shape)},
                doc="x converted to `dtype` (the graph's output dtype should be the same): float to integer "
                    "truncates toward zero and saturates, NaN giving 0; integer to integer wraps"))

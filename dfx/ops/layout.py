@@ -189,7 +189,7 @@ def _gather(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[st
 
 
 def _gather_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray],
-                      attrs: dict[str, Any]) -> list[np.ndarray]:
+                      attrs: dict[str, Any], rtol: float) -> list[np.ndarray]:
     """The picked elements' magnitudes: indices are exact, they carry no error of their own."""
     x = magnitudes[0]
     axis = normalize_axis(attrs["axis"], x.ndim)

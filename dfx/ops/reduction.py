@@ -105,7 +105,8 @@ def _reduce_op(kind: str, doc: str) -> OpDef:
     # like a max, is as large as the largest magnitude at most
     bound = _REDUCERS["MAX" if kind == "MIN" else kind]
 
-    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]) -> list[np.ndarray]:
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                  rtol: float) -> list[np.ndarray]:
         m = magnitudes[0]
         return [bound(m, _reduced_axes(m.shape, attrs), attrs["keepdims"])]
 
@@ -229,20 +230,38 @@ def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
 
 
-def _softmax_spread(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
-                    ) -> tuple[np.ndarray, np.ndarray]:
-    """The softmax s of x, and how far x's errors move log s to first order: d log s_i =
-    (1 - s_i) dx_i - sum_{j != i} s_j dx_j, so at most (1 - s_i) m_i + sum_{j != i} s_j m_j (a
-    row's largest element, s_i near 1, barely moves)."""
-    s = _softmax(values[:1], attrs)
+def _softmax_spread(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                    rtol: float) -> tuple[np.ndarray, np.ndarray]:
+    """The log of the softmax s of x, and how far x's errors (each at most e_j = rtol m_j) move
+    log s, in units of rtol. log s_i = x_i - LSE(x), and LSE moves by sum_j t_j dx_j for t the softmax at
+    some point between x and x + dx (the mean value theorem), so log s_i moves by at most
+    sum_{j != i} t_j (e_i + e_j); and t_j <= s_j exp(e_j + max e), as no log t_j is further from
+    log s_j. For small errors that is the first order bound (1 - s_i) e_i + sum_{j != i} s_j e_j (a
+    row's largest element, s_i near 1, barely moves); for errors beyond the gaps between the
+    largest elements of x (a deep network's logits on generated weights), which element is largest
+    is not known, and log s_i may move by as much as e_i + max e."""
+    log_s = _log_softmax(values[:1], attrs)  # not s: an s_j that underflows may still grow
     m = magnitudes[0]
-    return s, (1 - s) * m + np.sum(s * m, axis=attrs["axis"], keepdims=True) - s * m
+    axis = attrs["axis"]
+    largest = np.max(m, axis=axis, keepdims=True)
+    t = np.exp(np.minimum(0.0, log_s + rtol * (m + largest)))
+    others = np.sum(t, axis=axis, keepdims=True) - t
+    spread = m * others + np.sum(t * m, axis=axis, keepdims=True) - t * m
+    return log_s, np.minimum(spread, m + largest)
 
 
-def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
-                       ) -> list[np.ndarray]:
-    s, spread = _softmax_spread(values, magnitudes, attrs)
-    return [s * spread]  # ds_i = s_i dlog s_i
+def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                       rtol: float) -> list[np.ndarray]:
+    """s_i moves by s_i (exp(d) - 1) at most, d the bound on how far log s_i moves; and it stays
+    within [0, 1]."""
+    log_s, spread = _softmax_spread(values, magnitudes, attrs, rtol)
+    s = np.exp(log_s)
+    if rtol == 0:
+        return [s * spread]
+    d = rtol * spread
+    # beyond d = 1 no digits cancel, and s underflowing to 0 must not make 0 x inf
+    moved = np.where(d < 1, s * np.expm1(np.minimum(d, 1.0)), np.exp(np.minimum(log_s + d, 1.0)) - s)
+    return [np.minimum(moved, np.maximum(s, 1 - s)) / rtol]
 
 
 # max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
@@ -253,7 +272,7 @@ _row_op("SOFTMAX", 1, 1, _axis_shapes, _the_axis, _softmax,
 _row_op("LOG_SOFTMAX", 1, 1, _axis_shapes, _the_axis, _log_softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
         "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1},
-        lambda values, magnitudes, attrs: [_softmax_spread(values, magnitudes, attrs)[1]])
+        lambda values, magnitudes, attrs, rtol: [_softmax_spread(values, magnitudes, attrs, rtol)[1]])
 
 
 def _layernorm_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -275,8 +294,8 @@ def _layernorm(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return y
 
 
-def _layernorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
-                         ) -> list[np.ndarray]:
+def _layernorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                         rtol: float) -> list[np.ndarray]:
     """First order: x's errors move the normalized value n_i = (x_i - mean) / sigma by
     (dx_i - mean(dx) - n_i mean(n dx)) / sigma, at most (m_i + mean(m) + |n_i| mean(|n| m)) /
     sigma; a scale and a bias add |scale| times that, |n| times the scale's and the bias's."""
@@ -310,8 +329,8 @@ def _rmsnorm(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
     return y if len(operands) == 1 else y * operands[1]
 
 
-def _rmsnorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any]
-                       ) -> list[np.ndarray]:
+def _rmsnorm_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                       rtol: float) -> list[np.ndarray]:
     """First order: x's errors move n_i = x_i / r, r = sqrt(mean(x^2) + epsilon), by
     (dx_i - n_i mean(n dx)) / r, at most (m_i + |n_i| mean(|n| m)) / r; a scale adds |scale| times
     that, |n| times the scale's."""
