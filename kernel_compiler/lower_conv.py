@@ -17,7 +17,8 @@ array OHWI: the BlockMover permutes each tile on its way L3 -> L2, as it transpo
 
 The tiling taken is the one with the fewest external-memory bytes among those whose cycles per
 compute tile (the array's, or a link's where longer: `_moves_bound`) are within CYCLE_SLACK of the
-fewest, its buffers fitting the target.
+fewest, its buffers fitting the target; of those that tie, the one whose DMAs the run shows least
+beyond the estimate (`_exposed`).
 """
 
 from __future__ import annotations
@@ -318,7 +319,7 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     single = _candidates(p, target, narrowest)
     scored = _scored(p, single, target, dataflows)
     if scored and p.depth == 2 and target.costs is not None and target.objective == "latency":
-        cycles, _, fastest, _, _ = min(scored, key=lambda s: s[0])
+        cycles, _, fastest, _, _, _ = min(scored, key=lambda s: s[0])
         if _drain(p, fastest, target) > (CYCLE_SLACK - 1) * cycles:
             within: dict[tuple, tuple[int, int]] = {}
             for t in single:  # the tallest first
@@ -328,15 +329,28 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     if not scored:
         return None
     fewest = min(s[0] for s in scored)
-    _, _, t, dataflow, q = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
-                               key=lambda s: (s[1], s[0], -s[2].R * s[2].C, s[3], -s[4].results))
+    _, _, t, dataflow, q, _ = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
+                                  key=lambda s: (s[1], s[0], s[5], -s[2].R * s[2].C, s[3], -s[4].results))
     return q, t, dataflow
 
 
+def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: bool) -> float:
+    """What of the DMAs' time the cycles leave out and the run shows: where the array bounds the
+    kernel, the cycles it waits at the start for its first band and weights (bytes, without
+    costs); where the link does, the DRAM latency each DMA move holds an engine for."""
+    if link_bound:
+        return dram_moves(p, t)[1] * costs.dma_cycles_per_move / costs.dma_engines
+    band_h, band_w = p.band(t.R, t.C)
+    first = (band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
+             + {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW * p.w_bytes)
+    return first if costs is None else first / costs.dram_bytes_per_cycle
+
+
 def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
-            dataflows: tuple[str, ...]) -> list[tuple[int, int, ConvTiling, str, ConvProblem]]:
+            dataflows: tuple[str, ...]) -> list[tuple[int, int, ConvTiling, str, ConvProblem, float]]:
     """(cycles: the array's, with its drains, or the moves' where longer; DRAM bytes; tiling;
-    dataflow; problem) of each candidate in each dataflow."""
+    dataflow; problem; what of the moves the cycles leave out, `_exposed`) of each candidate in
+    each dataflow."""
     scored = []
     single = replace(p, results=1)  # the array's work and the moves do not depend on it: cached once for both
     for t in candidates:
@@ -344,7 +358,8 @@ def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
         drain = _drain(p, t, target)
         for dataflow in dataflows:
             array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow) + drain
-            scored.append((math.ceil(max(array, moves)), dram, t, dataflow, p))
+            scored.append((math.ceil(max(array, moves)), dram, t, dataflow, p,
+                           _exposed(single, t, target.costs, moves > array)))
     return scored
 
 

@@ -34,8 +34,8 @@ def test_a_large_move_goes_in_parts_over_the_dma_engines_and_ends_when_they_all_
         assert all(t.id < end.id for t in moved) and moved[0].deps == moved[1].deps
         assert moved[0].bytes == moved[1].bytes
         halves[moved[0].label] = moved[0].bytes
-    # the image (14 x 14 x 128 f32) and the weights (128 x 128 f32), each loaded whole, halved
-    assert halves == {"x EXTERNAL->L3": 100_352 // 2, "w EXTERNAL->L3": 65_536 // 2}
+    # the image (14 x 14 x 128 f32), loaded whole, halved (the weights come a chunk at a time)
+    assert halves == {"x EXTERNAL->L3": 100_352 // 2}
     # what comes after a parted move waits for its end, never for one part
     assert not any(parts & set(t.deps) for t in tasks if t not in ends)
     # every byte moves once, as unparted
