@@ -209,8 +209,8 @@ HOLDINGS = (("positions", "all", "all"), ("positions", "all", "chunk"), ("positi
 # A layer of one output position (a classifier after a global pooling) is the stream of its
 # weights: its input, whole in L3, is loaded once in any order, and the weights of a tile of
 # output channels may come in one move, not a move per chunk, each holding a DMA engine for the
-# DRAM latency. Its tilings are tried first: of those that tie, the first is taken (MobileNet
-# v1's classifier, 4.1 MB: 59,245 cycles in 16 KB moves, 51,582 in 64 KB)
+# DRAM latency. Its tilings are tried first, and of those that tie the fewest moves go first
+# (`_exposed`; MobileNet v1's classifier, 4.1 MB: 59,245 cycles in 16 KB moves, 51,582 in 64 KB)
 WEIGHT_STREAM = ("channels", "all", "tile")
 MIN_CHUNK = 4  # input channels per chunk: fewer only where no tiling with more fits
 
@@ -335,9 +335,10 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
 
 
 def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: bool) -> float:
-    """What of the DMAs' time the cycles leave out and the run shows: where the array bounds the
-    kernel, the cycles it waits at the start for its first band and weights (bytes, without
-    costs); where the link does, the DRAM latency each DMA move holds an engine for."""
+    """What of the DMAs' time shows in the run beyond the estimate's cycles: where the array
+    bounds the kernel, the cycles it waits at the start for its first band and weights (bytes,
+    without costs); where the link does, the DRAM latency its moves hold the DMA engines for
+    (the link's estimate may be its bytes' time alone, the channels being slower)."""
     if link_bound:
         return dram_moves(p, t)[1] * costs.dma_cycles_per_move / costs.dma_engines
     band_h, band_w = p.band(t.R, t.C)

@@ -204,8 +204,9 @@ def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
                results: list[np.ndarray], rtol: float, exact: frozenset[str] = frozenset()) -> list[np.ndarray]:
     """The magnitude of each element of graph op `op`'s `results`, float64 in their shapes: the
     registry's rule (OpDef.magnitude) on its operands' `values` and their magnitudes in `known`,
-    for a check of relative tolerance `rtol`, and at least the element's own size. An element whose rule gives no finite magnitude (an
-    operand is NaN or inf, or a slope is) is held to its own size. An operand in `exact` (what a
+    for a check of relative tolerance `rtol`, and at least the element's own size. An element
+    whose rule gives no finite magnitude (an operand is NaN or inf, or a slope is) is held to
+    its own size. An operand in `exact` (what a
     kernel read, which the check takes as given) carries no error into a map op: a map's result
     is rounded once, relative to itself, however steep the map (exp(80) is held to a few ulps of
     itself, not 80 of them); sums, windows and rows round with their operands' sizes and keep them."""

@@ -443,9 +443,11 @@ def test_rmsnorm_magnitude_bounds_how_far_errors_in_its_operands_move_it():
 @pytest.mark.parametrize("rtol", [1e-7, 1e-3, 0.05, 0.5])
 def test_softmax_magnitude_bounds_errors_of_any_size(name, rtol):
     """Each operand element off by up to rtol times its magnitude: softmax and log-softmax move
-    by at most rtol times theirs, also where the errors exceed the gaps between the largest
-    logits (rtol 0.05 on logits spread over +-100: which is largest changes), where first order
-    holds the largest element to almost nothing."""
+    by at most rtol times theirs (at least their own size, as the check holds them), also where
+    the errors exceed the gaps between the largest logits (rtol 0.05 on logits spread over
+    +-100: which is largest changes), where first order holds the largest element to almost
+    nothing. The worst errors are at the corners: x_i up and every other x_j down, or the
+    reverse; those bound it exactly."""
     rng = np.random.default_rng(7)
     op = REGISTRY[name]
     attrs = op.normalize_attrs({"axis": -1})
@@ -454,15 +456,33 @@ def test_softmax_magnitude_bounds_errors_of_any_size(name, rtol):
     sizes = np.abs(x) + 1.0
     [bound] = op.magnitude([x], [sizes], attrs, rtol)
     y = op.reference([x], attrs, ["f64"])[0]
-    flipped = 0
-    for _ in range(200):
-        dx = rng.choice([-1.0, 1.0], x.shape) * rng.uniform(0.5, 1, x.shape) * sizes * rtol
-        moved = op.reference([x + dx], attrs, ["f64"])[0]
-        assert (np.abs(moved - y) <= bound * rtol * (1 + 1e-9) + 1e-300).all()
+    allowed = np.maximum(bound, np.abs(y)) * rtol * (1 + 1e-6) + 1e-12  # rounding: tiny moves cancel digits
+    flipped, reached = 0, np.zeros_like(y)
+    corners = [np.where(np.arange(10) == i, sign, -sign) for i in range(10) for sign in (1.0, -1.0)]
+    signs = corners + [rng.choice([-1.0, 1.0], x.shape) for _ in range(200)]
+    for sign in signs:
+        moved = op.reference([x + sign * sizes * rtol], attrs, ["f64"])[0]
+        assert (np.abs(moved - y) <= allowed).all()
+        reached = np.maximum(reached, np.abs(moved - y))
         flipped += int(np.argmax(moved[0]) != np.argmax(y[0]))
     assert (flipped > 0) == (rtol >= 0.05)
-    if name == "SOFTMAX":
-        assert (bound * rtol <= np.maximum(y, 1 - y) * (1 + 1e-12)).all()  # never beyond what [0, 1] allows
+    # the corners reach the bound: it is no looser than the errors allow
+    assert np.allclose(reached, np.maximum(bound * rtol, 0), rtol=1e-6, atol=1e-12 * np.abs(y).max())
+
+
+def test_softmax_magnitude_is_not_loosened_by_masked_elements():
+    """An attention row's masked logits (-1e9, their own errors some 1e5 in f32) have no weight:
+    the kept elements are held as in a row without them, and a softmax 10% off fails."""
+    op = REGISTRY["SOFTMAX"]
+    attrs = op.normalize_attrs({"axis": -1})
+    rtol = 1e-4
+    kept = np.random.default_rng(8).normal(0, 2, (4, 64))
+    masked = np.concatenate([kept, np.full((4, 64), -1e9)], axis=1)
+    [alone] = op.magnitude([kept], [np.abs(kept)], attrs, rtol)
+    [bound] = op.magnitude([masked], [np.abs(masked)], attrs, rtol)
+    np.testing.assert_allclose(bound[:, :64], alone, rtol=1e-6)
+    y = op.reference([masked], attrs, ["f64"])[0]
+    assert (np.abs(1.1 * y - y) > np.maximum(bound, y) * rtol * 3).any()
 
 
 # ---- layout -----------------------------------------------------------------------------------

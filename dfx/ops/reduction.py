@@ -230,38 +230,54 @@ def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
 
 
-def _softmax_spread(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
-                    rtol: float) -> tuple[np.ndarray, np.ndarray]:
-    """The log of the softmax s of x, and how far x's errors (each at most e_j = rtol m_j) move
-    log s, in units of rtol. log s_i = x_i - LSE(x), and LSE moves by sum_j t_j dx_j for t the softmax at
-    some point between x and x + dx (the mean value theorem), so log s_i moves by at most
-    sum_{j != i} t_j (e_i + e_j); and t_j <= s_j exp(e_j + max e), as no log t_j is further from
-    log s_j. For small errors that is the first order bound (1 - s_i) e_i + sum_{j != i} s_j e_j (a
-    row's largest element, s_i near 1, barely moves); for errors beyond the gaps between the
-    largest elements of x (a deep network's logits on generated weights), which element is largest
-    is not known, and log s_i may move by as much as e_i + max e."""
-    log_s = _log_softmax(values[:1], attrs)  # not s: an s_j that underflows may still grow
-    m = magnitudes[0]
-    axis = attrs["axis"]
-    largest = np.max(m, axis=axis, keepdims=True)
-    t = np.exp(np.minimum(0.0, log_s + rtol * (m + largest)))
-    others = np.sum(t, axis=axis, keepdims=True) - t
-    spread = m * others + np.sum(t * m, axis=axis, keepdims=True) - t * m
-    return log_s, np.minimum(spread, m + largest)
+def _lse(v: np.ndarray, axis: int) -> np.ndarray:
+    """log(sum(exp(v))) along `axis`, kept; -inf for a row of -inf."""
+    top = np.max(v, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return top + np.log(np.sum(np.exp(v - top), axis=axis, keepdims=True))
+
+
+def _softmax_reach(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                   rtol: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """log s for s the softmax of x, and the largest and the least log s_i may become with each
+    x_j off by up to e_j = rtol m_j: log s_i grows with x_i and falls with every other x_j, so
+    its extremes are at the corners x_i + e_i, x_j - e_j (j != i) and the opposite one. Exact,
+    not first order: logits that may be off by more than the gaps between the largest (a deep
+    network's on generated weights) may change which is largest; and a masked element (-1e9)
+    moves nothing, however large its own error."""
+    x, axis = values[0], attrs["axis"]
+    e = rtol * magnitudes[0]
+    log_s = _log_softmax([x], attrs)
+    # the sum of exp(x - e) with element i's term exp(x_i - e_i) raised to exp(x_i + e_i)
+    raised = np.logaddexp(_lse(x - e, axis), x + e + np.log(-np.expm1(-2 * e)))  # x - e + log(e^2e - 1)
+    # the sum of exp(x + e) without element i's term: taken from the whole sum where that term
+    # is at most half of it, summed afresh without the largest term for the largest (else all
+    # its digits would cancel)
+    up = x + e
+    full = _lse(up, axis)
+    top = np.expand_dims(np.argmax(up, axis=axis), axis)
+    is_top, without_top = np.zeros(x.shape, bool), up.copy()
+    np.put_along_axis(is_top, top, True, axis)
+    np.put_along_axis(without_top, top, -np.inf, axis)
+    others = np.where(is_top, _lse(without_top, axis), full + np.log1p(-np.minimum(0.5, np.exp(up - full))))
+    return log_s, x + e - raised, x - e - np.logaddexp(others, x - e)
 
 
 def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
                        rtol: float) -> list[np.ndarray]:
-    """s_i moves by s_i (exp(d) - 1) at most, d the bound on how far log s_i moves; and it stays
-    within [0, 1]."""
-    log_s, spread = _softmax_spread(values, magnitudes, attrs, rtol)
+    if rtol == 0:  # the check allows no relative error: no magnitude counts
+        return [np.zeros_like(values[0])]
+    log_s, most, least = _softmax_reach(values, magnitudes, attrs, rtol)
     s = np.exp(log_s)
+    return [np.maximum(np.exp(most) - s, s - np.exp(least)) / rtol]
+
+
+def _log_softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                           rtol: float) -> list[np.ndarray]:
     if rtol == 0:
-        return [s * spread]
-    d = rtol * spread
-    # beyond d = 1 no digits cancel, and s underflowing to 0 must not make 0 x inf
-    moved = np.where(d < 1, s * np.expm1(np.minimum(d, 1.0)), np.exp(np.minimum(log_s + d, 1.0)) - s)
-    return [np.minimum(moved, np.maximum(s, 1 - s)) / rtol]
+        return [np.zeros_like(values[0])]
+    log_s, most, least = _softmax_reach(values, magnitudes, attrs, rtol)
+    return [np.maximum(most - log_s, log_s - least) / rtol]
 
 
 # max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
@@ -272,7 +288,7 @@ _row_op("SOFTMAX", 1, 1, _axis_shapes, _the_axis, _softmax,
 _row_op("LOG_SOFTMAX", 1, 1, _axis_shapes, _the_axis, _log_softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
         "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1},
-        lambda values, magnitudes, attrs, rtol: [_softmax_spread(values, magnitudes, attrs, rtol)[1]])
+        _log_softmax_magnitude)
 
 
 def _layernorm_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
