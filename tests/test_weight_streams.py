@@ -1,7 +1,8 @@
 """A product of one output row (a classifier after a global pooling) is the stream of its
 weights through the DMA engines, each move holding its engine for the DRAM latency besides its
-bytes: its tiling takes fewer, larger weight moves where those are faster. Values against numpy,
-cycles against the tiling the rules took before."""
+bytes: its tiling takes fewer, larger weight moves where those are faster; and of convolution
+tilings that tie, one bound by its array takes the one whose first loads come soonest. Values
+against numpy, cycles against the tiling the rules took before."""
 
 from __future__ import annotations
 
@@ -83,3 +84,24 @@ def test_a_convolution_of_one_position_takes_its_weights_a_tile_at_a_time(fresh,
     # moves of 16 KB (the tile's bias and result: one move each either way)
     assert _dma_moves(old) - _dma_moves(sim) == (4 - 2) * -(-1000 // 16)
     assert sim.cycles < 0.95 * old.cycles, (sim.cycles, old.cycles)
+
+
+def test_of_convolution_tilings_that_tie_the_one_that_starts_sooner_is_taken(fresh, monkeypatch):
+    """A 14 x 14 pointwise (128 -> 128 channels): its weights whole in L3 and a chunk at a time
+    tie on DRAM bytes and estimated cycles. The array bounds it, so the one whose first band and
+    weights come sooner is taken: the array starts earlier, the run is no longer, the values
+    are numpy's. Taking the first of the tied (as before `_exposed`), the weights come whole."""
+    graph = graph_of([("CONV2D", ["x", "w"], {})], {"x": ((1, 14, 14, 128), "f32"), "w": ((128, 1, 1, 128), "f32")})
+    values = {"x": random((1, 14, 14, 128)), "w": random((128, 1, 1, 128), seed=1)}
+    program, out, sim = run(graph, values)
+    assert program.kernels[0].hints["l3_resident"] == "none"
+    want = values["x"].reshape(196, 128).astype(np.float64) @ values["w"].reshape(128, 128).T.astype(np.float64)
+    np.testing.assert_allclose(out[program.graph.outputs[0].name].reshape(196, 128), want, rtol=1e-4, atol=1e-4)
+
+    _uncached()
+    monkeypatch.setattr(lower_conv, "_exposed", lambda *args: 0)
+    before, _, old = run(graph, values)
+    assert before.kernels[0].hints["l3_resident"] == "all weights, shared"
+    assert sim.bytes_moved == old.bytes_moved
+    assert sim.phases[0].compute_start < old.phases[0].compute_start, (sim.phases[0], old.phases[0])
+    assert sim.cycles <= old.cycles
