@@ -329,11 +329,17 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     if not scored:
         return None
     fewest = min(s[0] for s in scored)
-    _, _, t, dataflow, q, _ = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK),
-                                  key=lambda s: (s[1], s[0], s[5], -s[2].R * s[2].C, s[3], -s[4].results))
+
+    def rank(s: tuple) -> tuple:
+        cycles, dram, t, dataflow, q, link_bound = s
+        exposed = _exposed(replace(q, results=1), t, target.costs, link_bound)
+        return dram, cycles, exposed, -t.R * t.C, dataflow, -q.results
+
+    _, _, t, dataflow, q, _ = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=rank)
     return q, t, dataflow
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: bool) -> float:
     """What of the DMAs' time shows in the run beyond the estimate's cycles: where the array
     bounds the kernel, the cycles it waits at the start for its first band and weights (bytes,
@@ -348,10 +354,9 @@ def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: boo
 
 
 def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
-            dataflows: tuple[str, ...]) -> list[tuple[int, int, ConvTiling, str, ConvProblem, float]]:
+            dataflows: tuple[str, ...]) -> list[tuple[int, int, ConvTiling, str, ConvProblem, bool]]:
     """(cycles: the array's, with its drains, or the moves' where longer; DRAM bytes; tiling;
-    dataflow; problem; what of the moves the cycles leave out, `_exposed`) of each candidate in
-    each dataflow."""
+    dataflow; problem; whether the moves bound it) of each candidate in each dataflow."""
     scored = []
     single = replace(p, results=1)  # the array's work and the moves do not depend on it: cached once for both
     for t in candidates:
@@ -359,8 +364,7 @@ def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
         drain = _drain(p, t, target)
         for dataflow in dataflows:
             array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow) + drain
-            scored.append((math.ceil(max(array, moves)), dram, t, dataflow, p,
-                           _exposed(single, t, target.costs, moves > array)))
+            scored.append((math.ceil(max(array, moves)), dram, t, dataflow, p, moves > array))
     return scored
 
 
