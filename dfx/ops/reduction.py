@@ -246,7 +246,7 @@ def _softmax_reach(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs
     network's on generated weights) may change which is largest; and a masked element (-1e9)
     moves nothing, however large its own error."""
     x, axis = values[0], attrs["axis"]
-    e = rtol * magnitudes[0]
+    e = np.where(x == -np.inf, 0.0, rtol * magnitudes[0])  # a -inf mask stays -inf: no error moves it
     log_s = _log_softmax([x], attrs)
     # the sum of exp(x - e) with element i's term exp(x_i - e_i) raised to exp(x_i + e_i)
     raised = np.logaddexp(_lse(x - e, axis), x + e + np.log(-np.expm1(-2 * e)))  # x - e + log(e^2e - 1)
