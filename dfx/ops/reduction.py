@@ -243,7 +243,7 @@ def _softmax_reach(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs
     x_j off by up to e_j = rtol m_j: log s_i grows with x_i and falls with every other x_j, so
     its extremes are at the corners x_i + e_i, x_j - e_j (j != i) and the opposite one. Exact,
     not first order: logits that may be off by more than the gaps between the largest (a deep
-    network's on generated weights) may change which is largest; and a masked element (-1e9)
+    network's on generated weights) may change which is largest; and a masked element (-1e9, -inf)
     moves nothing, however large its own error."""
     x, axis = values[0], attrs["axis"]
     e = np.where(x == -np.inf, 0.0, rtol * magnitudes[0])  # a -inf mask stays -inf: no error moves it
