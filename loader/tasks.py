@@ -90,11 +90,7 @@ class TaskStream:
         # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
         self.finished: dict[str, dict[tuple[int, int], frozenset[int]]] = {}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
-        # tensor -> (region, task id) of each move that has written it to external memory, and
-        # the elements those regions hold (`_written`)
-        self.stored: dict[str, list[tuple[tuple[slice, ...], int]]] = {}
-        self.stored_elements: dict[str, int] = {}
-        self.store_bounds: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}  # `_overlapping`
+        self.writes: dict[str, _Writes] = {}  # tensor -> the moves that wrote it to external memory
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
         """The kernel's tasks, tagged with `phase` (its number in the program)."""
@@ -117,7 +113,7 @@ class TaskStream:
         move's parts, then what ends with them, of that id); `waits`: ids it waits for beyond what
         its kernel says (a chain's rows)."""
         plan = running.plans[worker][op.op_id]
-        pieces = self._written(plan, env)
+        pieces, in_place = self._written(plan, env)
         # ids before the instance's own: its pieces, or its parts
         parts = len(pieces) if pieces is not None and len(pieces) > 1 else self.parts if plan.may_split else 0
         first = self.next_id
@@ -170,7 +166,7 @@ class TaskStream:
             plan.skipped = (tid, frozenset(deps))
             return tid, ()
         plan.last = tid
-        plan.pieces = None if pieces is None or len(pieces) == 1 or not _in_place(plan, env) else \
+        plan.pieces = None if pieces is None or len(pieces) == 1 or not in_place else \
             tuple((_bounds(regions), first + i) for i, (_, _, regions) in enumerate(pieces))
         if plan.by_tile is not None:
             plan.by_tile[tuple(env.get(v, 0) for v in plan.tile)] = (tid, plan.instances)
@@ -190,53 +186,33 @@ class TaskStream:
     def _store(self, plan: _MovePlan, env: dict[str, int], tid: int) -> None:
         """Remember what a move to external memory writes, for the loads that read it."""
         region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)[1]
-        tensor = plan.op.destination.tensor
-        stores = self.stored.setdefault(tensor, [])
-        if self.stored_elements.get(tensor, 0) < 0:
-            return  # its loads wait for the barrier
-        if len(stores) >= MOST_STORES or any(_overlap(region, where) for where, _ in stores):
-            self.stored_elements[tensor] = -1  # too many writes to search, or written twice somewhere
-            stores.clear()
-            return
-        self.stored_elements[tensor] = self.stored_elements.get(tensor, 0) + region_elements(region)
-        stores.append((region, tid))
+        self.writes.setdefault(plan.op.destination.tensor, _Writes()).add(region, tid)
 
-    def _overlapping(self, tensor: str, region: tuple[slice, ...]) -> np.ndarray:
-        """The indices of the recorded writes of `tensor` that `region` overlaps (their bounds as
-        arrays, made again once more writes are recorded)."""
-        stores = self.stored[tensor]
-        n, starts, stops = self.store_bounds.get(tensor, (0, None, None))
-        if n != len(stores):
-            starts = np.array([[s.start for s in where] for where, _ in stores])
-            stops = np.array([[s.stop for s in where] for where, _ in stores])
-            self.store_bounds[tensor] = (len(stores), starts, stops)
-        low, high = np.array([s.start for s in region]), np.array([s.stop for s in region])
-        return np.flatnonzero(np.all((starts < high) & (stops > low), axis=1))
-
-    def _written(self, plan: _Plan, env: dict[str, int]) -> list[Piece] | None:
+    def _written(self, plan: _Plan, env: dict[str, int]) -> tuple[list[Piece] | None, bool]:
         """For a load from external memory that its kernel's BARRIER holds back, of bytes that
         earlier kernels' moves wrote there once each: the writes it reads, in pieces of at
         least PIECE_BYTES in the order they were written; so it starts as soon as what it reads
         is there, not once those kernels have ended, and what reads it on chip as soon as its
         pieces of it are. None for any other move, or where some of its bytes were written
-        otherwise (a view)."""
+        otherwise (a view). And whether the load's tile lies at the same place in its
+        destination as in its source (not a window cut out or padded): then its pieces' regions
+        are those of the tile its readers name."""
         if not isinstance(plan, _MovePlan):
-            return None
+            return None, False
         if plan.held is None:  # once per plan, its deps linked
             plan.held = plan.src_level == "EXTERNAL" and plan.unit == "dma" and plan.table is None \
                 and any(isinstance(d, _BarrierPlan) for d in plan.deps)
         if not plan.held:
-            return None
-        tensor = plan.op.source.tensor
-        stores = self.stored.get(tensor)
-        if stores is None or self.stored_elements[tensor] != math.prod(plan.src_shape):
-            return None
-        region = move_slices(plan.op, plan.src_shape, plan.dst_shape, env)[0]
-        read = [(_overlap(region, stores[i][0]), stores[i][1]) for i in self._overlapping(tensor, region)]
+            return None, False
+        writes = self.writes.get(plan.op.source.tensor)
+        if writes is None or writes.barred or writes.elements != math.prod(plan.src_shape):
+            return None, False
+        region, placed = move_slices(plan.op, plan.src_shape, plan.dst_shape, env)
+        read = [(_overlap(region, writes.regions[i]), writes.ids[i]) for i in writes.overlapping(region)]
         if sum(region_elements(common) for common, _ in read) != region_elements(region):
-            return None
+            return None, False
         if any(self.next_id - tid >= DEP_WINDOW for _, tid in read):
-            return None  # a write beyond the simulator's read-ahead: the barrier is the nearer wait
+            return None, False  # a write beyond the simulator's read-ahead: the barrier is the nearer wait
         pieces: list[Piece] = []
         size, ids, regions = 0, set(), []
         for common, tid in sorted(read, key=lambda r: r[1]):
@@ -247,7 +223,7 @@ class TaskStream:
                 size, ids, regions = 0, set(), []
         if ids:
             pieces.append((size, frozenset(ids), tuple(regions)))
-        return pieces
+        return pieces, plan.op.source.tensor == plan.op.destination.tensor and region == placed
 
     def finish(self, running: Running) -> None:
         """What a kernel that has made its last task leaves for the kernels after it."""
@@ -307,6 +283,39 @@ def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]
                          phase=task.phase, label=f"{task.label} ({parts} parts)"))
 
 
+@dataclass
+class _Writes:
+    """The moves that wrote one tensor to external memory (`TaskStream._written`): their regions
+    and task ids, the elements they hold; barred where it was written twice somewhere or more
+    than MOST_STORES times (its loads then wait for the barrier)."""
+
+    regions: list[tuple[slice, ...]] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+    elements: int = 0
+    barred: bool = False
+    bounds: tuple[np.ndarray, np.ndarray] | None = None  # the regions' starts and stops, made when asked
+
+    def add(self, region: tuple[slice, ...], tid: int) -> None:
+        if self.barred:
+            return
+        if len(self.regions) >= MOST_STORES or any(_overlap(region, where) for where in self.regions):
+            self.regions, self.ids, self.barred = [], [], True
+            return
+        self.regions.append(region)
+        self.ids.append(tid)
+        self.elements += region_elements(region)
+        self.bounds = None
+
+    def overlapping(self, region: tuple[slice, ...]) -> np.ndarray:
+        """The indices of the writes whose regions `region` overlaps."""
+        if self.bounds is None:
+            self.bounds = (np.array([[s.start for s in where] for where in self.regions]),
+                           np.array([[s.stop for s in where] for where in self.regions]))
+        starts, stops = self.bounds
+        low, high = np.array([s.start for s in region]), np.array([s.stop for s in region])
+        return np.flatnonzero(np.all((starts < high) & (stops > low), axis=1))
+
+
 def _pieces(task: Task, first: int, pieces: list[Piece], engines: int, worker: int) -> tuple[Task, ...]:
     """A load as moves of ids from `first`, one per piece of what it reads (`_written`), each
     waiting for the writes of its piece, dealt round the DMA engines on channels of their own
@@ -336,14 +345,6 @@ def _overlap(a: tuple[slice, ...], b: tuple[slice, ...]) -> tuple[slice, ...] | 
             return None
         common.append(slice(start, stop))
     return tuple(common)
-
-
-def _in_place(plan: _MovePlan, env: dict[str, int]) -> bool:
-    """Whether a move's tile lies at the same place in its destination as in its source (not a
-    window of another tensor, cut out or padded): then its pieces' regions of the source are
-    those of the tile its readers name."""
-    src, dst = move_slices(plan.op, plan.src_shape, plan.dst_shape, env, plan.table)
-    return plan.op.source.tensor == plan.op.destination.tensor and src == dst
 
 
 def _bounds(regions: tuple[tuple[slice, ...], ...]) -> tuple[slice, ...]:
