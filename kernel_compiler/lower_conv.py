@@ -107,6 +107,13 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
     return tuple(buffers)
 
 
+def _l3_tiles(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
+    """The bytes of one L3 tile of the input band and of the weights, as the holding takes them."""
+    band_h, band_w = p.band(t.R, t.C)
+    return {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
+            "w": {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW * p.w_bytes}
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple[int, ...]]:
     """One compute tile's L3 buffers, as `_kernel` makes them, and apart the shared ones: a load
@@ -117,14 +124,10 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     parallel = parallel_loop(order, trips, 1 << 30).loop
     inner = set(order[order.index(parallel):]) if parallel is not None else runs
     loops = t.stream_loops(p)
-    band_h, band_w = p.band(t.R, t.C)
     out_tile = t.R * t.C * t.Tn
     buffers: list[Buffer] = [("L3", out_tile * p.out_bytes * result_depth(p, t, runs))]
     shared: list[int] = []
-    loads = {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
-                  * load_depth(p.depth, runs, loops["x"]),
-             "w": {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW
-                  * p.w_bytes * load_depth(p.depth, runs, loops["w"])}
+    loads = {name: size * load_depth(p.depth, runs, loops[name]) for name, size in _l3_tiles(p, t).items()}
     if p.bias_bytes:  # single-buffered: the body loads it without repeating
         loads["bias"] = (t.Tn if p.bias_along else 1) * p.bias_bytes
     for name, size in loads.items():
@@ -347,9 +350,7 @@ def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: boo
     (the link's estimate may be its bytes' time alone, the channels being slower)."""
     if link_bound:
         return dram_moves(p, t)[1] * costs.dma_cycles_per_move / costs.dma_engines
-    band_h, band_w = p.band(t.R, t.C)
-    first = (band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes
-             + {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW * p.w_bytes)
+    first = sum(_l3_tiles(p, t).values())
     return first if costs is None else first / costs.dram_bytes_per_cycle
 
 
