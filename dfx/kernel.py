@@ -134,6 +134,15 @@ class DataMove:
         table = self.source.table
         return [self.source.tensor, *([table.tensor] if isinstance(table, IndexTensor) else [])]
 
+    def l2_port(self) -> int | None:
+        """The L2 buffer whose bank's port it holds while it runs: the one it fills, or the one
+        it drains (filled by the move it depends on); None where it touches no L2 buffer."""
+        if self.destination.level == "L2":
+            return self.op_id
+        if self.source.level == "L2" and self.depends_on:
+            return self.depends_on[0]
+        return None
+
 
 @dataclass
 class Compute:

@@ -62,7 +62,7 @@ SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, 
 # the share of its output rows a member's tiles may hold: less only where with all of them it
 # takes the whole image in one band (a 14 x 14 depthwise does), so it goes by rows; None: the
 # whole image in one tile, so it goes by bands of channels
-ROWS = (1, 1 / 2, 1 / 4, 1 / 8, None)
+ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
@@ -184,34 +184,49 @@ class Usage:
     cycles: float
     pj: float
     busy: tuple[float, ...] = ()  # the cycles of each kind of engine (`usage`)
+    port: float = 0.0  # the cycles the busiest L2 bank's port is held
 
 
 def together(usages: list[Usage]) -> Usage:
     """A chain's members: the loader runs them at once, interleaved by bands, so each kind of
-    engine does all their work and the kinds overlap; their pJ add up."""
+    engine does all their work and the kinds overlap; their pJ add up. Their L2 buffers lie in
+    banks of their own, as each member's do."""
     busy = tuple(map(sum, zip(*(u.busy for u in usages))))
-    return Usage(max(busy), sum(u.pj for u in usages), busy)
+    port = max(u.port for u in usages)
+    return Usage(max(*busy, port), sum(u.pj for u in usages), busy, port)
 
 
-def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = frozenset()) -> Usage:
+def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = frozenset(),
+          chained: bool = False) -> Usage:
     """What the kernel costs. Its cycles: those of its busiest kind of engine (all of a kind
     together, the kinds overlapping): the DMAs with its external-memory bytes and moves (each
     holds its engine for the memory's latency), the BlockMovers and the Streamers with their
     bytes, the array with its cycles on the busiest compute tile, the vector unit with its
-    elements (the kernel's, or its epilogue's) on each compute tile it runs on. A move of one of
-    `links` at its home is none of the DMAs': it runs in place, or as a BlockMover's copy where
-    it makes a padded band."""
+    elements (the kernel's, or its epilogue's) on each compute tile it runs on; or of the busiest
+    L2 bank's port (a 14 x 14 pointwise taken a row at a time brings all its weights down through
+    one bank for each row: MobileNet v2's 576 -> 96 pointwise, rated by its array at 26,040
+    cycles, took 61,203). Each compute tile's copy of an L2 buffer has a bank, whose one port
+    takes every byte moved into it and out of it; but a load more than one deep of whole lines
+    has a bank per slot, where the kernel is not `chained` (as the loader binds them,
+    `kernel_demands`). A move of one of `links` at its home is none of the DMAs': it runs in
+    place, or as a BlockMover's copy where it makes a padded band."""
     c, runs = target.costs, _runs(kernel, target.compute_tiles)
     pj = c.energy.access_pj_per_byte
     tiles = workers(kernel, target.compute_tiles)
     moves = movers = streamers = 0
     energy = 0.0
+    ported: Counter = Counter()  # L2 buffer -> the bytes its bank's port takes in and gives out
+    banks: dict[int, int] = {}  # L2 buffer -> the banks its slots are in, where more than one
     for op in kernel.body:
         if not isinstance(op, DataMove) or op.move_type == "VIEW":
             continue
         levels = {op.source.level, op.destination.level}
-        moved = runs[op.op_id] * math.prod(op.destination.tile_shape) \
-            * itemsize(graph.tensors[op.destination.tensor].dtype)
+        tile = math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype)
+        moved = runs[op.op_id] * tile
+        if op.l2_port() is not None:
+            ported[op.l2_port()] += moved
+        if not chained and op.destination.level == "L2" and op.move_type == "LOAD" and tile % target.line_bytes == 0:
+            banks[op.op_id] = op.depth
         if "EXTERNAL" in levels:
             if op.source.tensor not in links:
                 moves += runs[op.op_id]  # its bytes are the hints' exact count
@@ -226,8 +241,9 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
         energy += moved * (pj[op.source.level.lower()] + pj[op.destination.level.lower()])
     dram = sum(b for t, b in kernel.hints["dram_bytes_per_stream"].items() if t not in links)
     vector = c.vector_cycles(kernel.hints.get("vector_elements", {})) / tiles
+    port = max((n / banks.get(b, 1) for b, n in ported.items()), default=0) / tiles / c.streamer_bytes_per_cycle
     busy = (*link_busy(c, dram, moves, movers, streamers), kernel.hints.get("estimated_compute_cycles", 0), vector)
-    return Usage(max(busy), energy + dram * (pj["external"] + pj["l3"]), busy)
+    return Usage(max(*busy, port), energy + dram * (pj["external"] + pj["l3"]), busy, port)
 
 
 def _rank(u: Usage, objective: str) -> tuple[float, float, float]:
@@ -427,7 +443,8 @@ class Planner:
         if key not in self._linked:
             k = self.rung(i, share).kernel
             links = frozenset(t for t, linked in zip((k.inputs[0], k.outputs[0]), ends) if linked)
-            self._linked[key] = (usage(k, self.graph, self.target, links), l3_demand(k, self.graph, self.target, links))
+            self._linked[key] = (usage(k, self.graph, self.target, links, chained=True),
+                                 l3_demand(k, self.graph, self.target, links))
         return self._linked[key]
 
     def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:

@@ -97,16 +97,6 @@ class StreamReq:
     l2_buffer: int | None  # op_id of the L2 buffer whose bank port it uses (same worker)
 
 
-def l2_port_op(op: DataMove) -> int | None:
-    """The L2 buffer a move uses the bank port of: the one it fills, or the one it drains (filled
-    by the move it depends on)."""
-    if op.destination.level == "L2":
-        return op.op_id
-    if op.source.level == "L2" and op.depends_on:
-        return op.depends_on[0]
-    return None
-
-
 def level_banks(machine: Machine, level: str) -> tuple[int, int]:
     """(banks one worker may choose from, bytes each). L1 buffers are per compute tile. The L3
     tiles are one address space, interleaved line by line across them, so a buffer (a resident
@@ -171,7 +161,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
             if isinstance(op, DataMove):
                 src_level, dst_level = move_levels(op, homes)
                 streams.append(StreamReq(op.op_id, w, engine_kind(src_level, dst_level), dst.tensor,
-                                         src_level, dst_level, tile_bytes, max(1, runs // copies), l2_port_op(op)))
+                                         src_level, dst_level, tile_bytes, max(1, runs // copies), op.l2_port()))
     return buffers, streams
 
 

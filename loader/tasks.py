@@ -42,7 +42,7 @@ from hardware import Machine, Task
 
 from .binding import Binding, BoundBuffer
 from .execution import compute_ops
-from .buffers import IN_PLACE, Buffer, engine_kind, home_move, l2_port_op, move_levels
+from .buffers import IN_PLACE, Buffer, engine_kind, home_move, move_levels
 from .relocate import Occupancy, place_of
 from .schedule import (accumulate_rule, expand, first_of_block, last_of_block, loop_ranges, move_slices, readers,
                        region_elements, table_values, tile_slices, unchecked_bounds, whole_move_bounds,
@@ -558,7 +558,7 @@ class _MovePlan(_Plan):
         bank = self.l2_bank
         if self.l2_slots is not None:
             if self.port is None:
-                port = l2_port_op(self.op)
+                port = self.op.l2_port()
                 self.port = self if port == self.op_id else next(d for d in self.deps if d.op_id == port)
             bank = self.l2_slots[(self.port.instances - 1) % len(self.l2_slots)]
         # Task's fields in order: most tasks are moves, and keywords would cost more than the task.
@@ -662,7 +662,7 @@ def _l2_banks(kernel: Kernel, binding: Binding) -> dict[tuple[int, int], tuple[i
     filled = {key: tuple(bank for _, bank in sorted(banks)) for key, banks in slots.items()}
     out = {}
     for op in kernel.body:
-        port = l2_port_op(op) if isinstance(op, DataMove) else None
+        port = op.l2_port() if isinstance(op, DataMove) else None
         for w in range(binding.workers):
             if (port, w) in filled:
                 out[op.op_id, w] = filled[port, w]

@@ -4,6 +4,7 @@ under one budget of the target, the rings of their links, and a chain compiled a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 
@@ -20,7 +21,7 @@ from kernel_compiler.target import load_target
 from loader import bind_cpsat, bind_greedy, bind_program, execute, simulate
 from loader.report import dram_bytes
 from conftest import DATA
-from dfx import Graph
+from dfx import Graph, Program
 from kernel_compiler import chains
 from kernel_compiler.frontends import load_graph
 from test_vector_kernels import STANDARD, graph_of, random
@@ -215,3 +216,34 @@ def test_a_reader_waits_for_as_much_of_its_writer_as_its_first_band_reads():
     # rows 0 .. 9 by 5,250
     dealt = chains.Stage(7000.0, bands=7, tiles=2, writes=2)
     assert chains.pipeline([dealt, nine]) == pytest.approx(5250 + 20000)
+
+
+
+def test_a_member_bringing_its_weights_down_for_every_row_is_rated_by_its_l2_bank_port(monkeypatch):
+    """A 14 x 14 depthwise and a 576 -> 96 pointwise chained (MobileNet v2's last stage but one):
+    the pointwise taken a row at a time brings all its weights (216 KiB) down through the one L2
+    bank holding them for every row, so that bank's port, not its array, would set its pace.
+    Rated by its array alone it is taken so, and the chain runs 26% longer."""
+    shapes = {"x": ((1, 14, 14, 576), "f32"), "wd": ((3, 3, 576, 1), "f32"), "wp": ((96, 1, 1, 576), "f32")}
+    ops = [("DEPTHWISE_CONV2D", ["x", "wd"], PAD), ("CONV2D", ["t0", "wp"], {})]
+    target, machine = load_target(STANDARD), load_machine(STANDARD)
+
+    def run() -> tuple[Program, int]:
+        program = compile_graph(graph_of(ops, shapes), "block.dfg", target)
+        assert program.chains == [[k.name for k in program.kernels]]
+        return program, simulate(program, machine, bind_program(program, machine, "block.kpu", bind_cpsat)).cycles
+
+    program, cycles = run()
+    pointwise = program.kernels[1]
+    rated = chains.usage(pointwise, program.graph, target, chained=True)
+    # its weights into the bank and out to L1 for every band of rows, half the bands on each
+    # compute tile; the slots of its weights in one bank, as a chain's members are bound
+    bands = pointwise.tiling["num_tiles_th"]
+    assert rated.port == 2 * 96 * 576 * 4 * bands / 2 / target.costs.streamer_bytes_per_cycle
+    assert pointwise.tiling["R"] > 1
+    rated_by_array = chains.usage
+    monkeypatch.setattr(chains, "usage", lambda *args, **kwargs: dataclasses.replace(
+        rated_by_array(*args, **kwargs), port=0.0, cycles=max(rated_by_array(*args, **kwargs).busy)))
+    program, by_array = run()
+    assert program.kernels[1].tiling["R"] == 1
+    assert by_array > 1.2 * cycles
