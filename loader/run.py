@@ -209,15 +209,27 @@ def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
     its own size. An operand in `exact` (what a
     kernel read, which the check takes as given) carries no error into a map op: a map's result
     is rounded once, relative to itself, however steep the map (exp(80) is held to a few ulps of
-    itself, not 80 of them); sums, windows and rows round with their operands' sizes and keep them."""
+    itself, not 80 of them); into a softmax only the size it has less its row's max, which the
+    kernel takes first (`OpDef.shifted`); sums, windows and other rows round with their operands'
+    sizes and keep them."""
     opdef = lookup(op.op_type)
     with np.errstate(all="ignore"):
         own = [np.abs(r.astype(np.float64)) for r in results]
         if opdef.magnitude is None:
             return own
-        carried = [np.zeros_like(known[n]) if opdef.family == "map" and n in exact else known[n] for n in op.inputs]
-        rule = opdef.magnitude([values[n].astype(np.float64) for n in op.inputs], carried,
-                               opdef.normalize_attrs(op.attrs), rtol)
+        attrs = opdef.normalize_attrs(op.attrs)
+        operands = [values[n].astype(np.float64) for n in op.inputs]
+
+        def carried(i: int, name: str) -> np.ndarray:
+            if name not in exact:
+                return known[name]
+            if opdef.family == "map":
+                return np.zeros_like(known[name])
+            if i == 0 and opdef.shifted is not None:
+                return np.abs(opdef.shifted(operands[0], attrs))
+            return known[name]
+
+        rule = opdef.magnitude(operands, [carried(i, n) for i, n in enumerate(op.inputs)], attrs, rtol)
         return [np.where(np.isfinite(m), np.maximum(m, size), size) for m, size in zip(rule, own)]
 
 

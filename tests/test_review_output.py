@@ -147,11 +147,15 @@ def test_a_matmul_row_is_held_to_its_own_products():
 @pytest.mark.parametrize("op_type, x, wrong", [
     ("SOFTMAX", [[1000.0, 0.0, 0.0, 0.0]], lambda y: np.where(y > 0.5, 0.85, y)),  # the row's top element
     ("EXP", [[80.0, 1.0]], lambda y: y * 1.005),  # 0.5% off
-], ids=["softmax_top", "exp_steep"])
+    # 0.1 moved from the top element to the next (0.73 and 0.27)
+    ("SOFTMAX", [[5000.0, 4999.0, 4990.0, 4980.0]], lambda y: y + [[-0.1, 0.1, 0.0, 0.0]]),
+], ids=["softmax_top", "exp_steep", "softmax_large_logits"])
 def test_a_kernel_of_exact_inputs_is_held_to_its_own_rounding(op_type, x, wrong):
     """A kernel's inputs are what it read, exact for its check: a steep map or a softmax row's
     largest element is held to its own size, not to its operands' carried through the slope
-    (which let 0.85 pass for 1.0 and exp(80) 0.5% off)."""
+    (which let 0.85 pass for 1.0 and exp(80) 0.5% off); a softmax's logits to their distance
+    from their row's max, where its rounding starts, not to their size (logits near 5,000, each
+    held off by up to 0.5, let the top two pass 0.1 off)."""
     x = np.asarray(x, np.float32)
     program = loads(dumps(compile_graph(graph([(op_type, "y", ["x"], {})], {"x": x.shape}), "steep.dfg",
                                         load_target(STANDARD))))

@@ -179,10 +179,10 @@ _arg_op("MIN", np.argmin)
 
 
 def _row_op(name: str, min_inputs: int, max_inputs: int, infer_shapes, whole_axes, fn, work, doc: str,
-            attrs: dict, magnitude=None) -> OpDef:
+            attrs: dict, magnitude=None, shifted=None) -> OpDef:
     """Declare a float row op, its result shaped as its first operand: fn(operands in the compute
     dtype, attrs) -> result; `work` the vector work per element of the first operand;
-    `magnitude` as OpDef's."""
+    `magnitude` and `shifted` as OpDef's."""
 
     def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
         ct = compute_dtype([x.dtype for x in arrays] + [numpy_dtype(out_dtypes[0])], exact=False)
@@ -202,7 +202,8 @@ def _row_op(name: str, min_inputs: int, max_inputs: int, infer_shapes, whole_axe
     return register(OpDef(name=name, min_inputs=min_inputs, max_inputs=max_inputs, infer_shapes=infer_shapes,
                           reference=reference, compute_type=f"{name}_TILE", doc=doc, family="reduction",
                           attrs=attrs, tile=tile, vector_work=vector_work, whole_axes=whole_axes,
-                          result_dims=lambda shape, attrs: list(range(len(shape))), magnitude=magnitude))
+                          result_dims=lambda shape, attrs: list(range(len(shape))), magnitude=magnitude,
+                          shifted=shifted))
 
 
 def _axis_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
@@ -228,6 +229,11 @@ def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarra
     x = operands[0]
     shifted = x - np.max(x, axis=attrs["axis"], keepdims=True)
     return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
+
+
+def _below_max(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """x less its row's max, what a softmax takes first (exact: the max is one of the row's)."""
+    return x - np.max(x, axis=attrs["axis"], keepdims=True)
 
 
 def _lse(v: np.ndarray, axis: int) -> np.ndarray:
@@ -283,12 +289,12 @@ def _log_softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray
 # max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
 _row_op("SOFTMAX", 1, 1, _axis_shapes, _the_axis, _softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
-        "exp(x - max) / sum(exp(x - max)) along `axis`", {"axis": -1}, _softmax_magnitude)
+        "exp(x - max) / sum(exp(x - max)) along `axis`", {"axis": -1}, _softmax_magnitude, _below_max)
 # max and sum (reductions), exp, subtract the max and subtract the log of the sum
 _row_op("LOG_SOFTMAX", 1, 1, _axis_shapes, _the_axis, _log_softmax,
         lambda n: {"reduction": 2, "transcendental": 1, "simple": 2},
         "x - max - log(sum(exp(x - max))) along `axis`", {"axis": -1},
-        _log_softmax_magnitude)
+        _log_softmax_magnitude, _below_max)
 
 
 def _layernorm_shapes(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) -> list[Shape]:
