@@ -59,9 +59,10 @@ from .tiling import link_busy
 # the anchors whose kernels go by bands of rows of NHWC tensors (lower_conv, lower_window)
 WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D"})
 SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
-# the share of its output rows a member's tiles may hold: less only where with all of them it
-# takes the whole image in one band (a 14 x 14 depthwise does), so it goes by rows; None: the
-# whole image in one tile, so it goes by bands of channels
+# the share of its output rows a member's tiles may hold: a member starts from the largest with
+# which it goes by rows (less than all where with all of them it takes the whole image in one
+# band, as a 14 x 14 depthwise does), and the search over pairs tries every one; None: the whole
+# image in one tile, so it goes by bands of channels
 ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
@@ -189,8 +190,9 @@ class Usage:
 
 def together(usages: list[Usage]) -> Usage:
     """A chain's members: the loader runs them at once, interleaved by bands, so each kind of
-    engine does all their work and the kinds overlap; their pJ add up. Their L2 buffers lie in
-    banks of their own, as each member's do."""
+    engine does all their work and the kinds overlap; their pJ add up. Their L2 buffers count as
+    in banks of their own, as each member's do (where the binder cannot spread them so, the
+    port takes longer)."""
     busy = tuple(map(sum, zip(*(u.busy for u in usages))))
     port = max(u.port for u in usages)
     return Usage(max(*busy, port), sum(u.pj for u in usages), busy, port)
@@ -223,9 +225,9 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
         levels = {op.source.level, op.destination.level}
         tile = math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype)
         moved = runs[op.op_id] * tile
-        if op.l2_port() is not None:
-            ported[op.l2_port()] += moved
-        if not chained and op.destination.level == "L2" and op.move_type == "LOAD" and tile % target.line_bytes == 0:
+        if (buffer := op.l2_port()) is not None:
+            ported[buffer] += moved
+        if not chained and op.move_type == "LOAD" and op.destination.level == "L2" and tile % target.line_bytes == 0:
             banks[op.op_id] = op.depth
         if "EXTERNAL" in levels:
             if op.source.tensor not in links:
@@ -263,10 +265,15 @@ def _whole_rows(kernel: Kernel, graph: Graph) -> bool:
     return kernel.dataflow != "vector" or kernel.tiling["C"] >= graph.tensors[kernel.outputs[0]].shape[2]
 
 
-def _rows(dim: int) -> list[int]:
-    """The indices into `ROWS` of a member going by bands along `dim`: shares of its rows, or
-    the whole image."""
-    return [r for r, share in enumerate(ROWS) if (share is None) == (dim == BY_CHANNELS)]
+def _rows(kernel: Kernel, graph: Graph, dim: int) -> list[int]:
+    """The indices into `ROWS` of a member going by bands along `dim`: the whole image, or the
+    shares of its output rows that each leave its tiles fewer rows than the one before (a
+    7 x 7 image takes 1 row at 1/8 and at 1/16: one lowering, not two)."""
+    if dim == BY_CHANNELS:
+        return [ROWS.index(None)]
+    height = graph.tensors[kernel.outputs[0]].shape[1]
+    most = {r: max(1, math.ceil(height * share)) for r, share in enumerate(ROWS) if share is not None}
+    return [r for r in most if r == 0 or most[r] < most[r - 1]]
 
 
 def figure(u: Usage | Way, objective: str) -> float:
@@ -475,7 +482,7 @@ class Planner:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
         of its links: by rows, with the largest share of its rows for which those do; by
         channels, holding the whole image."""
-        shares = ((s, s, r) for s in range(len(SHARES)) for r in _rows(dim))
+        shares = ((s, s, r) for s in range(len(SHARES)) for r in _rows(self.kernels[i], self.graph, dim))
         return next((share for share in shares if self._usable(i, share, ends, dim)), None)
 
     def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel], dim: int) -> Usage:
@@ -490,7 +497,7 @@ class Planner:
         """Every share for which kernel i goes by bands along `dim` of its links, its shares of
         L1 and L2 and of L3 a step apart at most (the pair search's: the others cost lowerings
         that seldom pay)."""
-        return [(n, l, r) for r in _rows(dim) for n in range(len(SHARES))
+        return [(n, l, r) for r in _rows(self.kernels[i], self.graph, dim) for n in range(len(SHARES))
                 for l in range(max(n - 1, 0), min(n + 2, len(SHARES))) if self._usable(i, (n, l, r), ends, dim)]
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,

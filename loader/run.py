@@ -221,11 +221,9 @@ def magnitudes(op, values: dict[str, np.ndarray], known: dict[str, np.ndarray],
         operands = [values[n].astype(np.float64) for n in op.inputs]
 
         def carried(i: int, name: str) -> np.ndarray:
-            if name not in exact:
-                return known[name]
-            if opdef.family == "map":
+            if name in exact and opdef.family == "map":
                 return np.zeros_like(known[name])
-            if i == 0 and opdef.shifted is not None:
+            if name in exact and i == 0 and opdef.shifted is not None:
                 return np.abs(opdef.shifted(operands[0], attrs))
             return known[name]
 

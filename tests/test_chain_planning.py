@@ -218,7 +218,6 @@ def test_a_reader_waits_for_as_much_of_its_writer_as_its_first_band_reads():
     assert chains.pipeline([dealt, nine]) == pytest.approx(5250 + 20000)
 
 
-
 def test_a_member_bringing_its_weights_down_for_every_row_is_rated_by_its_l2_bank_port(monkeypatch):
     """A 14 x 14 depthwise and a 576 -> 96 pointwise chained (MobileNet v2's last stage but one):
     the pointwise taken a row at a time brings all its weights (216 KiB) down through the one L2
@@ -241,9 +240,13 @@ def test_a_member_bringing_its_weights_down_for_every_row_is_rated_by_its_l2_ban
     bands = pointwise.tiling["num_tiles_th"]
     assert rated.port == 2 * 96 * 576 * 4 * bands / 2 / target.costs.streamer_bytes_per_cycle
     assert pointwise.tiling["R"] > 1
-    rated_by_array = chains.usage
-    monkeypatch.setattr(chains, "usage", lambda *args, **kwargs: dataclasses.replace(
-        rated_by_array(*args, **kwargs), port=0.0, cycles=max(rated_by_array(*args, **kwargs).busy)))
+    rated_with_port = chains.usage
+
+    def rated_by_array(*args, **kwargs) -> chains.Usage:
+        u = rated_with_port(*args, **kwargs)
+        return dataclasses.replace(u, port=0.0, cycles=max(u.busy))
+
+    monkeypatch.setattr(chains, "usage", rated_by_array)
     program, by_array = run()
     assert program.kernels[1].tiling["R"] == 1
-    assert by_array > 1.2 * cycles
+    assert by_array > 1.25 * cycles

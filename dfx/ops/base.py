@@ -103,10 +103,11 @@ class OpDef:
     # (`on_magnitudes`, or the op's own rule). None: the element's own size alone.
     magnitude: MagnitudeRule | None = None
     # for --check of a kernel, whose operands are what it read, exact: an op that first takes
-    # from its operand what its result does not change by, exactly (softmax: each row's max),
-    # gives that operand so shifted; its kernel's own rounding starts there, so an exact
-    # operand's magnitude is the shifted one's size, not its own (logits near 5,000 each held
-    # off by up to 0.5 at rtol 1e-4 let a softmax pass 0.1 off). None: the operand's size.
+    # from its first operand what its result does not change by, found exactly (softmax: each
+    # row's max), gives that operand so shifted; its kernel's own rounding starts there,
+    # relative to the shifted value, so an exact first operand's magnitude is that one's size,
+    # not its own (logits near 5,000 each held off by up to 0.5 at rtol 1e-4 let a softmax pass
+    # 0.1 off). None: the operand's size.
     shifted: Callable[[np.ndarray, dict[str, Any]], np.ndarray] | None = None
 
     def padding_value(self, attrs: dict[str, Any], dtype: str) -> int | float:

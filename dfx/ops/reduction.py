@@ -219,21 +219,20 @@ def _axis_to_last(shape: Shape, attrs: dict[str, Any]) -> tuple[int, ...]:
     return tuple(range(normalize_axis(attrs["axis"], len(shape)), len(shape)))
 
 
+def _below_max(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """x less its row's max, what a softmax takes first (the max exact, one of the row's; the
+    difference rounded relative to itself)."""
+    return x - np.max(x, axis=attrs["axis"], keepdims=True)
+
+
 def _softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    x = operands[0]
-    e = np.exp(x - np.max(x, axis=attrs["axis"], keepdims=True))  # <= 1: no overflow
+    e = np.exp(_below_max(operands[0], attrs))  # <= 1: no overflow
     return e * (1 / np.sum(e, axis=attrs["axis"], keepdims=True))
 
 
 def _log_softmax(operands: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    x = operands[0]
-    shifted = x - np.max(x, axis=attrs["axis"], keepdims=True)
+    shifted = _below_max(operands[0], attrs)
     return shifted - np.log(np.sum(np.exp(shifted), axis=attrs["axis"], keepdims=True))
-
-
-def _below_max(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """x less its row's max, what a softmax takes first (exact: the max is one of the row's)."""
-    return x - np.max(x, axis=attrs["axis"], keepdims=True)
 
 
 def _lse(v: np.ndarray, axis: int) -> np.ndarray:
