@@ -218,7 +218,7 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     moves = movers = streamers = 0
     energy = 0.0
     ported: Counter = Counter()  # L2 buffer -> the bytes its bank's port takes in and gives out
-    banks: dict[int, int] = {}  # L2 buffer -> the banks its slots are in, where more than one
+    banks: dict[int, int] = {}  # L2 buffer -> the banks its slots lie in, a bank each where unchained
     for op in kernel.body:
         if not isinstance(op, DataMove) or op.move_type == "VIEW":
             continue
