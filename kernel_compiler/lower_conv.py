@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileRef, itemsize, lookup
 from dfx.ops.window import weight_layout, weight_perms
@@ -322,8 +323,8 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     single = _candidates(p, target, narrowest)
     scored = _scored(p, single, target, dataflows)
     if scored and p.depth == 2 and target.costs is not None and target.objective == "latency":
-        cycles, _, fastest, _, _, _ = min(scored, key=lambda s: s[0])
-        if _drain(p, fastest, target) > (CYCLE_SLACK - 1) * cycles:
+        fastest = min(scored, key=lambda s: s.cycles)
+        if _drain(p, fastest.tiling, target) > (CYCLE_SLACK - 1) * fastest.cycles:
             within: dict[tuple, tuple[int, int]] = {}
             for t in single:  # the tallest first
                 within.setdefault((t.order, t.band_channels, t.weights, t.Tn, t.Tc), (t.R, t.C))
@@ -331,15 +332,15 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
             scored += _scored(doubled, _candidates(doubled, target, narrowest, within), target, dataflows)
     if not scored:
         return None
-    fewest = min(s[0] for s in scored)
+    fewest = min(s.cycles for s in scored)
 
-    def rank(s: tuple) -> tuple:
-        cycles, dram, t, dataflow, q, link_bound = s
-        exposed = _exposed(replace(q, results=1), t, target.costs, link_bound)
-        return dram, cycles, exposed, -t.R * t.C, dataflow, -q.results
+    def rank(s: Scored) -> tuple:
+        t, q = s.tiling, s.problem
+        exposed = _exposed(replace(q, results=1), t, target.costs, s.link_bound)
+        return s.dram, s.cycles, exposed, -t.R * t.C, s.dataflow, -q.results
 
-    _, _, t, dataflow, q, _ = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=rank)
-    return q, t, dataflow
+    best = min((s for s in scored if s.cycles <= fewest * CYCLE_SLACK), key=rank)
+    return best.problem, best.tiling, best.dataflow
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -354,10 +355,20 @@ def _exposed(p: ConvProblem, t: ConvTiling, costs: Costs | None, link_bound: boo
     return first if costs is None else first / costs.dram_bytes_per_cycle
 
 
+class Scored(NamedTuple):
+    """A candidate tiling in one dataflow, as `_best_tiling` ranks it."""
+
+    cycles: int  # the array's, with its drains, or the moves' where longer
+    dram: int  # external-memory bytes
+    tiling: ConvTiling
+    dataflow: str
+    problem: ConvProblem
+    link_bound: bool  # whether the moves bound it
+
+
 def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
-            dataflows: tuple[str, ...]) -> list[tuple[int, int, ConvTiling, str, ConvProblem, bool]]:
-    """(cycles: the array's, with its drains, or the moves' where longer; DRAM bytes; tiling;
-    dataflow; problem; whether the moves bound it) of each candidate in each dataflow."""
+            dataflows: tuple[str, ...]) -> list[Scored]:
+    """Each candidate in each dataflow, scored."""
     scored = []
     single = replace(p, results=1)  # the array's work and the moves do not depend on it: cached once for both
     for t in candidates:
@@ -365,7 +376,7 @@ def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
         drain = _drain(p, t, target)
         for dataflow in dataflows:
             array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow) + drain
-            scored.append((math.ceil(max(array, moves)), dram, t, dataflow, p, moves > array))
+            scored.append(Scored(math.ceil(max(array, moves)), dram, t, dataflow, p, moves > array))
     return scored
 
 
