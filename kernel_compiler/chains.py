@@ -18,15 +18,17 @@ lowering, before the homes and the barriers:
   the one before (its link), which nothing else reads, one image along dim 0.
 - The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
   again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
-  shares cut member by member (the cut that frees the most room for the least cost first: the
-  objective's figure, then energy) until all their buffers and the links' homes fit the target
-  together, then grown back where a member's larger share still fits and ranks better
-  (`_rank`); for two kernels whose cut falls short by more than `SHORT`, every pair of usable
-  shares is tried. A member must go by bands of its links: its outermost loop of more than one
+  shares cut member by member, of its banks or of its rows (the cut that frees the most room for
+  the least cost first: the objective's figure, then energy) until all their buffers and the
+  links' homes fit the target together, then grown back where a member's larger share still
+  fits and ranks better (`_rank`); for two kernels whose cut falls short by more than `SHORT`,
+  every pair of usable shares is tried. A member must go by bands of its links: its outermost loop of more than one
   trip indexes their rows (or, the whole image in one tile, their channels), stepping upward;
   one writing a link, through more than one band on each compute tile. A chain costs what its
   kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
-  slowest member its last ends, each band waiting for the bands of the member before it reads).
+  slowest member its last ends, each band waiting for the bands of the member before it reads);
+  one of more than two members in rings of one band's slack, at least its array's and its vector
+  unit's cycles one after the other (each member waits on the next band by band).
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
   on every compute tile at once, plus those the writer's next bands write on every compute tile
   (so neither waits on the other for room); the whole tensor where that is all of them. A
@@ -61,8 +63,8 @@ WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "S
 SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
 # the share of its output rows a member's tiles may hold: a member starts from the largest with
 # which it goes by rows (less than all where with all of them it takes the whole image in one
-# band, as a 14 x 14 depthwise does), and the search over pairs tries every one; None: the whole
-# image in one tile, so it goes by bands of channels
+# band, as a 14 x 14 depthwise does), the cut takes it lower, and the search over pairs tries
+# every one; None: the whole image in one tile, so it goes by bands of channels
 ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
@@ -187,6 +189,11 @@ class Usage:
     busy: tuple[float, ...] = ()  # the cycles of each kind of engine (`usage`)
     port: float = 0.0  # the cycles the busiest L2 bank's port is held
 
+    @property
+    def in_turn(self) -> float:
+        """The cycles of its array and its vector unit, one after the other."""
+        return self.busy[3] + self.busy[4]
+
 
 def together(usages: list[Usage]) -> Usage:
     """A chain's members: the loader runs them at once, interleaved by bands, so each kind of
@@ -207,11 +214,11 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     elements (the kernel's, or its epilogue's) on each compute tile it runs on; or of the busiest
     L2 bank's port (a 14 x 14 pointwise taken a row at a time brings all its weights down through
     one bank for each row: MobileNet v2's 576 -> 96 pointwise, rated by its array at 26,040
-    cycles, took 61,203). Each compute tile's copy of an L2 buffer has a bank, whose one port
-    takes every byte moved into it and out of it; but a load more than one deep of whole lines
-    has a bank per slot, where the kernel is not `chained` (as the loader binds them,
-    `kernel_demands`). A move of one of `links` at its home is none of the DMAs': it runs in
-    place, or as a BlockMover's copy where it makes a padded band."""
+    cycles, took 61,203). Each compute tile's copy of an L2 buffer has a bank, whose ports (each
+    at a Streamer's rate) take every byte moved into it and out of it; but a load more than one
+    deep of whole lines has a bank per slot, where the kernel is not `chained` (as the loader
+    binds them, `kernel_demands`). A move of one of `links` at its home is none of the DMAs': it
+    runs in place, or as a BlockMover's copy where it makes a padded band."""
     c, runs = target.costs, _runs(kernel, target.compute_tiles)
     pj = c.energy.access_pj_per_byte
     tiles = workers(kernel, target.compute_tiles)
@@ -243,7 +250,7 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
         energy += moved * (pj[op.source.level.lower()] + pj[op.destination.level.lower()])
     dram = sum(b for t, b in kernel.hints["dram_bytes_per_stream"].items() if t not in links)
     vector = c.vector_cycles(kernel.hints.get("vector_elements", {})) / tiles
-    port = max((n / banks.get(b, 1) for b, n in ported.items()), default=0) / tiles / c.streamer_bytes_per_cycle
+    port = max((n / banks.get(b, 1) for b, n in ported.items()), default=0) / tiles / c.l2_bank_bytes_per_cycle
     busy = (*link_busy(c, dram, moves, movers, streamers), kernel.hints.get("estimated_compute_cycles", 0), vector)
     return Usage(max(*busy, port), energy + dram * (pj["external"] + pj["l3"]), busy, port)
 
@@ -502,9 +509,17 @@ class Planner:
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
                way: int = 1) -> list[tuple[int, int, int]]:
-        """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, for
-        which kernel i goes by bands along `dim` of its links."""
+        """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, or of
+        its rows (the next that changes how many bands it goes by), for which kernel i goes by
+        bands along `dim` of its links."""
         out = []
+        rows = _rows(self.kernels[i], self.graph, dim)
+        at, bands = rows.index(share[2]), self._bands(self.rung(i, share).kernel)
+        for r in (rows[at + 1:] if way > 0 else reversed(rows[:at])):
+            other = (share[0], share[1], r)
+            if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other).kernel) != bands:
+                out.append(other)
+                break
         for step in ((way, 0), (0, way), (way, way)):
             near, l3 = share[0] + step[0], share[1] + step[1]
             while 0 <= min(near, l3) and max(near, l3) < len(SHARES):
@@ -576,6 +591,8 @@ class Planner:
             l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
             each = alone(shares)
             took = self._filled(together(each), each, [r.kernel for r in rungs], dim)
+            if on_chip and depth == 1 and len(shares) > 2:
+                took = dataclasses.replace(took, cycles=max(took.cycles, took.in_turn))
             return Fit(shares, rings, _overflow(rungs, l3 + homes, self.target), took)
 
         steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]

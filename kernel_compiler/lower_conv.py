@@ -183,8 +183,8 @@ def _moves_bound(p: ConvProblem, t: ConvTiling, target: Target) -> tuple[float, 
     """What the busiest compute tile waits for besides its array, and the external-memory bytes:
     the busiest link (`link_cycles`: the streams over external memory, the chunks of input and
     weights each task takes from L3 down to L1 and the result's tiles coming up) or L2 bank (each
-    operand's L2 tiles sit in one bank, whose one port takes every byte a BlockMover writes there
-    and a Streamer reads back); without the target's costs, nothing."""
+    operand's L2 tiles sit in one bank, whose ports take every byte a BlockMover writes there and
+    a Streamer reads back); without the target's costs, nothing."""
     return _moves_bound_on(p, t, target.costs, target.compute_tiles)
 
 
@@ -198,7 +198,7 @@ def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_
     loops = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
     chunks = {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in loops.items()}
     bank = 2 * max(chunks[name] * busiest_share(p, t, compute_tiles, along) for name, along in loops.items()) \
-        / costs.streamer_bytes_per_cycle
+        / costs.l2_bank_bytes_per_cycle
     return max(link_cycles(costs, dram, moves, sum(chunks.values()), sum(chunks.values())), bank), dram
 
 
