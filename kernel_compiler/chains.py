@@ -18,13 +18,14 @@ lowering, before the homes and the barriers:
   the one before (its link), which nothing else reads, one image along dim 0.
 - The members' tilings: the loader runs them at once, their buffers disjoint, so each is lowered
   again for a share of the target (`SHARES`: of every L1 and L2 bank's bytes and of L3), the
-  shares cut member by member, of its banks or of its rows (the cut that frees the most room for
-  the least cost first: the objective's figure, then energy) until all their buffers and the
-  links' homes fit the target together, then grown back where a member's larger share still
-  fits and ranks better (`_rank`); for two kernels whose cut falls short by more than `SHORT`,
-  every pair of usable shares is tried. A member must go by bands of its links: its outermost loop of more than one
-  trip indexes their rows (or, the whole image in one tile, their channels), stepping upward;
-  one writing a link, through more than one band on each compute tile. A chain costs what its
+  shares cut member by member (the cut that frees the most room for the least cost first: the
+  objective's figure, then energy; of their banks alone, and again of their rows too, the better
+  of the two) until all their buffers and the links' homes fit the target together, then grown
+  back where a member's larger share still fits and ranks better (`_rank`); for two kernels
+  whose cut falls short by more than `SHORT`, every pair of usable shares is tried. A member
+  must go by bands of its links: its outermost loop of more than one trip indexes their rows
+  (or, the whole image in one tile, their channels), stepping upward; one writing a link,
+  through more than one band on each compute tile. A chain costs what its
   kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
   slowest member its last ends, each band waiting for the bands of the member before it reads);
   one of more than two members in rings of one band's slack, at least its array's and its vector
@@ -63,9 +64,10 @@ WINDOWED = frozenset({"CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "S
 SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, largest first
 # the share of its output rows a member's tiles may hold: a member starts from the largest with
 # which it goes by rows (less than all where with all of them it takes the whole image in one
-# band, as a 14 x 14 depthwise does), the cut takes it lower, and the search over pairs tries
-# every one; None: the whole image in one tile, so it goes by bands of channels
-ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, None)
+# band, as a 14 x 14 depthwise does), the cut takes it lower (to a row or two of a 112-row
+# image), and the search over pairs tries every one; None: the whole image in one tile, so it
+# goes by bands of channels
+ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
@@ -508,18 +510,19 @@ class Planner:
                 for l in range(max(n - 1, 0), min(n + 2, len(SHARES))) if self._usable(i, (n, l, r), ends, dim)]
 
     def _steps(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int,
-               way: int = 1) -> list[tuple[int, int, int]]:
-        """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, or of
-        its rows (the next that changes how many bands it goes by), for which kernel i goes by
-        bands along `dim` of its links."""
+               way: int = 1, rows: bool = True) -> list[tuple[int, int, int]]:
+        """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, and
+        with `rows` of its rows (the next that changes how many bands it goes by), for which kernel
+        i goes by bands along `dim` of its links."""
         out = []
-        rows = _rows(self.kernels[i], self.graph, dim)
-        at, bands = rows.index(share[2]), self._bands(self.rung(i, share).kernel)
-        for r in (rows[at + 1:] if way > 0 else reversed(rows[:at])):
-            other = (share[0], share[1], r)
-            if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other).kernel) != bands:
-                out.append(other)
-                break
+        if rows:
+            shares = _rows(self.kernels[i], self.graph, dim)
+            at, bands = shares.index(share[2]), self._bands(self.rung(i, share).kernel)
+            for r in (shares[at + 1:] if way > 0 else reversed(shares[:at])):
+                other = (share[0], share[1], r)
+                if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other).kernel) != bands:
+                    out.append(other)
+                    break
         for step in ((way, 0), (0, way), (way, way)):
             near, l3 = share[0] + step[0], share[1] + step[1]
             while 0 <= min(near, l3) and max(near, l3) < len(SHARES):
@@ -609,12 +612,17 @@ class Planner:
                 f = state(list(pair))
                 if f.over == 0 and (fit is None or _rank(f.usage, objective) < _rank(fit.usage, objective)):
                     fit = f
+            fit = None if fit is None else self._grown(fit, state, steps)
         else:
+            # the cut is greedy: of the members' banks alone, or of their rows too, either may end
+            # better (more ways to cut leave more ways to go wrong)
             first_shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
-            fit = None if None in first_shares else self._cut(state(first_shares), state, steps)
+            banks = [functools.partial(self._steps, i, ends=e, dim=dim, rows=False) for i, e in zip(members, ends)]
+            cut = [] if None in first_shares else [self._cut(state(first_shares), state, by) for by in (banks, steps)]
+            fit = min((self._grown(f, state, steps) for f in cut if f is not None),
+                      key=lambda f: _rank(f.usage, objective), default=None)
         if fit is None:
             return None
-        fit = self._grown(fit, state, steps)
         return Plan(first, tuple(fit.shares), {self.links[i]: n for i, n in zip(members, fit.rings)}, fit.usage,
                     on_chip, dim)
 
