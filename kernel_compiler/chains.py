@@ -69,6 +69,7 @@ SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, 
 # goes by bands of channels
 ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, None)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
+ENGINES = ("dma", "block_mover", "streamer", "array", "vector")  # the kinds in `Usage.busy`, in order
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # a ring holding the slices the writer and the reader work on this many times over, where that
@@ -188,13 +189,13 @@ class Usage:
 
     cycles: float
     pj: float
-    busy: tuple[float, ...] = ()  # the cycles of each kind of engine (`usage`)
-    port: float = 0.0  # the cycles the busiest L2 bank's port is held
+    busy: tuple[float, ...] = ()  # the cycles of each kind of engine (`usage`: ENGINES)
+    port: float = 0.0  # the cycles the busiest L2 bank's ports are held
 
     @property
     def in_turn(self) -> float:
         """The cycles of its array and its vector unit, one after the other."""
-        return self.busy[3] + self.busy[4]
+        return self.busy[ENGINES.index("array")] + self.busy[ENGINES.index("vector")]
 
 
 def together(usages: list[Usage]) -> Usage:
@@ -516,9 +517,9 @@ class Planner:
         i goes by bands along `dim` of its links."""
         out = []
         if rows:
-            shares = _rows(self.kernels[i], self.graph, dim)
-            at, bands = shares.index(share[2]), self._bands(self.rung(i, share).kernel)
-            for r in (shares[at + 1:] if way > 0 else reversed(shares[:at])):
+            row_shares = _rows(self.kernels[i], self.graph, dim)
+            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share).kernel)
+            for r in (row_shares[at + 1:] if way > 0 else reversed(row_shares[:at])):
                 other = (share[0], share[1], r)
                 if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other).kernel) != bands:
                     out.append(other)
@@ -573,8 +574,10 @@ class Planner:
                 search: bool = False) -> Plan | None:
         """Kernels first .. last as one chain going by bands along `dim` of its links, rings
         `depth` times the slices in flight, the links on chip or through external memory:
-        their shares cut until everything fits (`_cut`), or, with `search`, the best of every
-        combination of usable shares that fits; then grown where that pays (`_grown`)."""
+        their shares cut until everything fits (`_cut`; of their banks alone, and by rows of their
+        rows too, the better of the two), or, with `search`, the best of every combination of
+        usable shares that fits; then grown where that pays (`_grown`). More than two members in
+        rings of one band's slack count as their array and vector unit taking turns."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
         line, objective = self.target.line_bytes, self.target.objective
@@ -594,33 +597,37 @@ class Planner:
             l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
             each = alone(shares)
             took = self._filled(together(each), each, [r.kernel for r in rungs], dim)
+            # a middle member waits on both its rings; with one band's slack in each, the units
+            # take turns (two members, one ring: they overlapped within 4% of their rating)
             if on_chip and depth == 1 and len(shares) > 2:
                 took = dataclasses.replace(took, cycles=max(took.cycles, took.in_turn))
             return Fit(shares, rings, _overflow(rungs, l3 + homes, self.target), took)
 
         steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]
+        found: list[Fit] = []
         if search:
             # the pairs by the figure of their work without the fill, which no state of theirs
             # beats: past the best fit's figure, none ranks better
             pairs = sorted(((figure(together(alone(list(pair))), objective), pair) for pair in
                             itertools.product(*(self._usables(i, e, dim) for i, e in zip(members, ends)))),
                            key=lambda floored: floored[0])
-            fit = None
             for floor, pair in pairs:
-                if fit is not None and floor > figure(fit.usage, objective):
+                if found and floor > figure(found[0].usage, objective):
                     break
                 f = state(list(pair))
-                if f.over == 0 and (fit is None or _rank(f.usage, objective) < _rank(fit.usage, objective)):
-                    fit = f
-            fit = None if fit is None else self._grown(fit, state, steps)
+                if f.over == 0 and (not found or _rank(f.usage, objective) < _rank(found[0].usage, objective)):
+                    found = [f]
         else:
-            # the cut is greedy: of the members' banks alone, or of their rows too, either may end
-            # better (more ways to cut leave more ways to go wrong)
             first_shares = [self._first(i, e, dim) for i, e in zip(members, ends)]
-            banks = [functools.partial(self._steps, i, ends=e, dim=dim, rows=False) for i, e in zip(members, ends)]
-            cut = [] if None in first_shares else [self._cut(state(first_shares), state, by) for by in (banks, steps)]
-            fit = min((self._grown(f, state, steps) for f in cut if f is not None),
-                      key=lambda f: _rank(f.usage, objective), default=None)
+            # the cut is greedy: of the members' banks alone, or of their rows too, either may end
+            # better (more ways to cut leave more ways to go wrong); by channels, no rows to cut
+            bank_steps = [functools.partial(self._steps, i, ends=e, dim=dim, rows=False) for i, e in zip(members, ends)]
+            ways = [bank_steps, steps] if dim == BY_ROWS else [steps]
+            for by in ways if None not in first_shares else []:
+                cut = self._cut(state(first_shares), state, by)
+                if cut is not None and all(cut.shares != f.shares for f in found):
+                    found.append(cut)
+        fit = min((self._grown(f, state, steps) for f in found), key=lambda f: _rank(f.usage, objective), default=None)
         if fit is None:
             return None
         return Plan(first, tuple(fit.shares), {self.links[i]: n for i, n in zip(members, fit.rings)}, fit.usage,

@@ -37,7 +37,7 @@ class Costs:
     l3_l2_bytes_per_cycle: float  # the BlockMovers'
     l2_l1_bytes_per_cycle: float  # the Streamers'
     streamer_bytes_per_cycle: float  # one Streamer's: an accumulator tile drains or reloads through one
-    l2_bank_bytes_per_cycle: float  # one L2 bank's ports together: each serves one Streamer at its rate
+    l2_bank_bytes_per_cycle: float  # one L2 bank's ports: each serves one move at a time, at a Streamer's rate
     energy: EnergyModel
     vector: VectorUnit  # each compute tile's: its lanes and cycles per element by op class
 
