@@ -215,7 +215,7 @@ def usage(kernel: Kernel, graph: Graph, target: Target, links: frozenset[str] = 
     holds its engine for the memory's latency), the BlockMovers and the Streamers with their
     bytes, the array with its cycles on the busiest compute tile, the vector unit with its
     elements (the kernel's, or its epilogue's) on each compute tile it runs on; or of the busiest
-    L2 bank's port (a 14 x 14 pointwise taken a row at a time brings all its weights down through
+    L2 bank's ports (a 14 x 14 pointwise taken a row at a time brings all its weights down through
     one bank for each row: MobileNet v2's 576 -> 96 pointwise, rated by its array at 26,040
     cycles, took 61,203). Each compute tile's copy of an L2 buffer has a bank, whose ports (each
     at a Streamer's rate) take every byte moved into it and out of it; but a load more than one
@@ -574,10 +574,11 @@ class Planner:
                 search: bool = False) -> Plan | None:
         """Kernels first .. last as one chain going by bands along `dim` of its links, rings
         `depth` times the slices in flight, the links on chip or through external memory:
-        their shares cut until everything fits (`_cut`; of their banks alone, and by rows of their
-        rows too, the better of the two), or, with `search`, the best of every combination of
-        usable shares that fits; then grown where that pays (`_grown`). More than two members in
-        rings of one band's slack count as their array and vector unit taking turns."""
+        their shares cut until everything fits (`_cut`: of their banks alone and, going by rows,
+        of their rows too; the better of the two), or, with `search`, the best of every
+        combination of usable shares that fits; then grown where that pays (`_grown`). More than
+        two members in rings of one band's slack count as their array and vector unit taking
+        turns."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
         line, objective = self.target.line_bytes, self.target.objective
