@@ -351,17 +351,26 @@ def pipeline(stages: list[Stage]) -> float:
     ends: list[float] = []  # the member before's: when each of its bands ends, the latest so far
     written = 1
     for stage in stages:
+        # the planner runs this for every state it weighs: plain comparisons, not min and max
         each = stage.cycles / -(-stage.bands // stage.tiles)
         extent, step, offset, size = stage.reads
         free = [0.0] * stage.tiles
         mine: list[float] = []
+        latest = 0.0
         for b in range(stage.bands):
-            ready = 0.0
+            tile = b % stage.tiles
+            start = free[tile]
             if ends:
-                last = max(min(size, b * step + offset + extent) - 1, 0)
-                ready = ends[min(last // written, len(ends) - 1)]
-            free[b % stage.tiles] = max(free[b % stage.tiles], ready) + each
-            mine.append(max(free[b % stage.tiles], mine[-1] if mine else 0.0))
+                last = b * step + offset + extent
+                last = (size if last > size else last) - 1
+                band = (last if last > 0 else 0) // written
+                ready = ends[band] if band < len(ends) else ends[-1]
+                if ready > start:
+                    start = ready
+            free[tile] = start = start + each
+            if start > latest:
+                latest = start
+            mine.append(latest)
         ends, written = mine, stage.writes
     return ends[-1]
 
