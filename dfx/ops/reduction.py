@@ -268,21 +268,22 @@ def _softmax_reach(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs
     return log_s, x + e - raised, x - e - np.logaddexp(others, x - e)
 
 
-def _softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
-                       rtol: float) -> list[np.ndarray]:
-    if rtol == 0:  # the check allows no relative error: no magnitude counts
-        return [np.zeros_like(values[0])]
-    log_s, most, least = _softmax_reach(values, magnitudes, attrs, rtol)
-    s = np.exp(log_s)
-    return [np.maximum(np.exp(most) - s, s - np.exp(least)) / rtol]
+def _reach_magnitude(spread: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
+    """The magnitude rule of a softmax-like row op: how far its result may move (`spread` of the
+    log-result and its reach up and down, `_softmax_reach`) in units of rtol."""
+
+    def rule(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+             rtol: float) -> list[np.ndarray]:
+        if rtol == 0:  # the check allows no relative error: no magnitude counts
+            return [np.zeros_like(values[0])]
+        return [spread(*_softmax_reach(values, magnitudes, attrs, rtol)) / rtol]
+
+    return rule
 
 
-def _log_softmax_magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
-                           rtol: float) -> list[np.ndarray]:
-    if rtol == 0:
-        return [np.zeros_like(values[0])]
-    log_s, most, least = _softmax_reach(values, magnitudes, attrs, rtol)
-    return [np.maximum(most - log_s, log_s - least) / rtol]
+_softmax_magnitude = _reach_magnitude(
+    lambda log_s, most, least: np.maximum(np.exp(most) - np.exp(log_s), np.exp(log_s) - np.exp(least)))
+_log_softmax_magnitude = _reach_magnitude(lambda log_s, most, least: np.maximum(most - log_s, log_s - least))
 
 
 # max and sum (reductions), exp, subtract the max and multiply by the sum's reciprocal
