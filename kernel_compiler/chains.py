@@ -48,10 +48,10 @@ import functools
 import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
-from dfx import DataMove, Graph, Kernel, Op, home_bytes, in_lines, itemsize
+from dfx import DataMove, Graph, Kernel, Op, TileLoop, home_bytes, in_lines, itemsize
 
 from .errors import CompileError
 from .requirements import body_buffers, fits
@@ -96,6 +96,18 @@ class Rung:
 
     kernel: Kernel
     buffers: tuple[tuple[str, int], ...]  # its L1 and L2 buffers on one compute tile
+    tiles: int  # the compute tiles it runs on (`workers`)
+    loop: TileLoop | None  # its band loop (`Kernel.band_loop`)
+    # (written, dim) -> `band`'s: every state of every chain the rung is in asks for them
+    _bands: dict[tuple[bool, int], tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
+
+    def band(self, written: bool, dim: int) -> tuple[int, int, int]:
+        """`_band` of its result (`written`) or its window input, along `dim`."""
+        key = (written, dim)
+        if key not in self._bands:
+            k = self.kernel
+            self._bands[key] = _band(k, k.outputs[0] if written else k.inputs[0], written, dim)
+        return self._bands[key]
 
 
 @dataclass(frozen=True)
@@ -311,21 +323,20 @@ def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     return kernel.band_loop() is not None and kernel.off_band(tensor, dim) is None
 
 
-def _in_flight(kernel: Kernel, tensor: str, written: bool, compute_tiles: int, dim: int) -> int:
-    """Slices along `dim` of `tensor` the kernel's bands span at once: a band on each compute
-    tile, the tiles consecutive bands apart (the loader deals them the steps of the band loop, or
-    they go through the bands alike and one may get a band ahead of another)."""
-    extent, step, _ = _band(kernel, tensor, written, dim)
-    return (workers(kernel, compute_tiles) - 1) * step + extent
+def _in_flight(rung: Rung, written: bool, dim: int) -> int:
+    """Slices along `dim` of the rung's result (`written`) or window input its bands span at
+    once: a band on each compute tile, the tiles consecutive bands apart (the loader deals them
+    the steps of the band loop, or they go through the bands alike and one may get a band ahead
+    of another)."""
+    extent, step, _ = rung.band(written, dim)
+    return (rung.tiles - 1) * step + extent
 
 
-def ring_slices(writer: Kernel, reader: Kernel, extent: int, compute_tiles: int, depth: int = 1,
-              dim: int = BY_ROWS) -> int | None:
+def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS) -> int | None:
     """The slices along `dim` (rows, or channels), of its `extent` there, a link's home holds
     (the writer's one result, the reader's window input): the reader's bands in flight and the
     writer's next ones on every compute tile, `depth` times over; None where that is all of them."""
-    slices = depth * (_in_flight(reader, reader.inputs[0], False, compute_tiles, dim)
-                      + _in_flight(writer, writer.outputs[0], True, compute_tiles, dim))
+    slices = depth * (_in_flight(reader, False, dim) + _in_flight(writer, True, dim))
     return slices if slices < extent else None
 
 
@@ -375,35 +386,20 @@ def pipeline(stages: list[Stage]) -> float:
     return ends[-1]
 
 
-def _stages(each: list[Usage], kernels: list[Kernel], graph: Graph, dim: int, compute_tiles: int) -> list[Stage]:
+def _stages(each: list[Usage], rungs: list[Rung], graph: Graph, dim: int) -> list[Stage]:
     """The chain's members (their cycles `each`) as `pipeline` takes them, going by `dim`."""
     out = []
-    for i, (u, kernel) in enumerate(zip(each, kernels)):
-        loop = kernel.band_loop()
-        link_in, link_out = kernel.inputs[0], kernel.outputs[0]
-        reads = (*_band(kernel, link_in, False, dim), graph.tensors[link_in].shape[dim]) if i else (0, 0, 0, 0)
-        writes = _band(kernel, link_out, True, dim)[1] if i < len(kernels) - 1 else 1
-        out.append(Stage(u.cycles, loop.trip_count, workers(kernel, compute_tiles) if loop.parallel else 1,
-                         reads, writes))
+    for i, (u, rung) in enumerate(zip(each, rungs)):
+        loop = rung.loop
+        reads = (*rung.band(False, dim), graph.tensors[rung.kernel.inputs[0]].shape[dim]) if i else (0, 0, 0, 0)
+        writes = rung.band(True, dim)[1] if i < len(rungs) - 1 else 1
+        out.append(Stage(u.cycles, loop.trip_count, rung.tiles if loop.parallel else 1, reads, writes))
     return out
 
 
 def ring_bytes(tensor: str, ring: int | None, graph: Graph, dim: int = BY_ROWS) -> int:
     """The bytes of a link's home holding `ring` slices along `dim` (None: all of them)."""
     return home_bytes(dataclasses.replace(graph.tensors[tensor], ring=ring, ring_dim=dim))
-
-
-def _overflow(rungs: list[Rung], l3: int, target: Target) -> float:
-    """How far the rungs' L1 and L2 buffers and `l3` bytes of L3 are from fitting the target at
-    once: 0 where they fit, else the fractions by which each level is over (a little where only
-    the packing of banks fails)."""
-    capacity = target.l3.banks * target.l3.bank_bytes * target.compute_tiles
-    over = max(0.0, l3 / capacity - 1)
-    for name, level in (("L1", target.l1), ("L2", target.l2)):
-        buffers = [b for r in rungs for b in r.buffers if b[0] == name]
-        if not fits(buffers, target):
-            over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
-    return over
 
 
 def _signature(group: list[Op], graph: Graph) -> tuple:
@@ -433,6 +429,8 @@ class Planner:
         self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
         self._linked: dict[tuple, tuple[Usage, int]] = {}
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
+        self._packed: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
+        self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -455,7 +453,8 @@ class Planner:
             else:
                 try:
                     m = self.lowered(self.proxy[i], share)
-                    self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"))
+                    self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
+                                            workers(m, self.target.compute_tiles), m.band_loop())
                 except CompileError:
                     self._rungs[key] = None
                     unfit.append((near, l3))
@@ -481,10 +480,10 @@ class Planner:
         """Kernels first .. last chained, each tiled for the whole target."""
         return together([self.usage(i, WHOLE, (i > first, i < last)) for i in range(first, last + 1)])
 
-    def _bands(self, kernel: Kernel) -> int:
-        """The bands of its links one compute tile of the kernel goes through: its outermost loop
-        of more than one trip, dealt to the compute tiles where that loop is the parallel one."""
-        loop = kernel.band_loop()
+    def _bands(self, rung: Rung) -> int:
+        """The bands of its links one compute tile of the rung's kernel goes through: its outermost
+        loop of more than one trip, dealt to the compute tiles where that loop is the parallel one."""
+        loop = rung.loop
         return loop.trip_count // self.target.compute_tiles if loop.parallel else loop.trip_count
 
     def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> bool:
@@ -495,7 +494,7 @@ class Planner:
         r = self.rung(i, share)
         return r is not None and all(goes_along(r.kernel, t, dim)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
-            and (not ends[1] or self._bands(r.kernel) > 1) and _whole_rows(r.kernel, self.graph)
+            and (not ends[1] or self._bands(r) > 1) and _whole_rows(r.kernel, self.graph)
 
     def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
@@ -504,11 +503,33 @@ class Planner:
         shares = ((s, s, r) for s in range(len(SHARES)) for r in _rows(self.kernels[i], self.graph, dim))
         return next((share for share in shares if self._usable(i, share, ends, dim)), None)
 
-    def _filled(self, took: Usage, each: list[Usage], kernels: list[Kernel], dim: int) -> Usage:
+    def _home_lines(self, tensor: str, ring: int | None, dim: int) -> int:
+        """The bytes in whole lines of a link's home holding `ring` slices along `dim`."""
+        key = (tensor, ring, dim)
+        if key not in self._homes:
+            self._homes[key] = in_lines(ring_bytes(tensor, ring, self.graph, dim), self.target.line_bytes)
+        return self._homes[key]
+
+    def _overflow(self, rungs: list[Rung], l3: int) -> float:
+        """How far the rungs' L1 and L2 buffers and `l3` bytes of L3 are from fitting the target at
+        once: 0 where they fit, else the fractions by which each level is over (a little where
+        only the packing of banks fails)."""
+        target = self.target
+        capacity = target.l3.banks * target.l3.bank_bytes * target.compute_tiles
+        over = max(0.0, l3 / capacity - 1)
+        for name, level in (("L1", target.l1), ("L2", target.l2)):
+            buffers = tuple(sorted(b for r in rungs for b in r.buffers if b[0] == name))
+            if buffers not in self._packed:  # the states of a cut share most of their members' buffers
+                self._packed[buffers] = fits(buffers, target)
+            if not self._packed[buffers]:
+                over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
+        return over
+
+    def _filled(self, took: Usage, each: list[Usage], rungs: list[Rung], dim: int) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: how much later than its
         slowest member alone its last member ends, each member's bands going one after another
         on each compute tile, each once the member before has written all it reads (`pipeline`)."""
-        stages = _stages(each, kernels, self.graph, dim, self.target.compute_tiles)
+        stages = _stages(each, rungs, self.graph, dim)
         fill = pipeline(stages) - max(u.cycles for u in each)
         return dataclasses.replace(took, cycles=took.cycles + max(fill, 0.0))
 
@@ -527,10 +548,10 @@ class Planner:
         out = []
         if rows:
             row_shares = _rows(self.kernels[i], self.graph, dim)
-            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share).kernel)
+            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share))
             for r in (row_shares[at + 1:] if way > 0 else reversed(row_shares[:at])):
                 other = (share[0], share[1], r)
-                if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other).kernel) != bands:
+                if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other)) != bands:
                     out.append(other)
                     break
         for step in ((way, 0), (0, way), (way, way)):
@@ -590,7 +611,7 @@ class Planner:
         turns."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
-        line, objective = self.target.line_bytes, self.target.objective
+        objective = self.target.objective
 
         def alone(shares: list[tuple[int, int, int]]) -> list[Usage]:
             """What each member costs at its share."""
@@ -599,19 +620,17 @@ class Planner:
         def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
-            rings = [ring_slices(a.kernel, b.kernel, self.graph.tensors[self.links[i]].shape[dim],
-                               self.target.compute_tiles, depth, dim)
+            rings = [ring_slices(a, b, self.graph.tensors[self.links[i]].shape[dim], depth, dim)
                      for i, a, b in zip(members, rungs, rungs[1:])]
-            homes = sum(in_lines(ring_bytes(self.links[i], n, self.graph, dim), line)
-                        for i, n in zip(members, rings)) if on_chip else 0
+            homes = sum(self._home_lines(self.links[i], n, dim) for i, n in zip(members, rings)) if on_chip else 0
             l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
             each = alone(shares)
-            took = self._filled(together(each), each, [r.kernel for r in rungs], dim)
+            took = self._filled(together(each), each, rungs, dim)
             # a middle member waits on both its rings; with one band's slack in each, the units
             # take turns (two members, one ring: they overlapped within 4% of their rating)
             if on_chip and depth == 1 and len(shares) > 2:
                 took = dataclasses.replace(took, cycles=max(took.cycles, took.in_turn))
-            return Fit(shares, rings, _overflow(rungs, l3 + homes, self.target), took)
+            return Fit(shares, rings, self._overflow(rungs, l3 + homes), took)
 
         steps = [functools.partial(self._steps, i, ends=e, dim=dim) for i, e in zip(members, ends)]
         found: list[Fit] = []
