@@ -114,23 +114,31 @@ def spread_engines(binding: Binding, streams: list[StreamReq], machine: Machine,
 
 
 def _packed(members: list[Binding], level: str, machine: Machine) -> list[Binding] | None:
-    """The members with their buffers at `level` placed anew, as the compiler's fit test packs
-    them (`kernel_compiler.requirements`): largest first, each at the end of the first bank of
-    its pool with room; None where one finds none."""
+    """The members with their buffers at `level` placed anew, largest first: each into the bank of
+    its pool with room that holds the fewest bytes yet, so the buffers spread over the banks and
+    their ports (first fit put both compute tiles' copies of a 1x1's input in one L2 bank, whose
+    port then served both: MobileNet v2's dw16 .. pw18 chain); where that leaves one without
+    room, as the compiler's fit test packs them (`kernel_compiler.requirements`), each at the
+    end of the first bank with room. None where even that finds none."""
     count, size = level_banks(machine, level)
-    fill: dict[tuple, int] = {}  # (pool, bank) -> bytes used
-    where: dict[tuple[int, int], BoundBuffer] = {}  # (member, buffer) -> its new place
-    at_level = [(m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers)
-                if bb.buffer.level == level]
-    for m, i, bb in sorted(at_level, key=lambda x: -x[2].buffer.bytes):
-        pool = place_of(bb)[:2]
-        bank = next((k for k in range(count) if fill.get((pool, k), 0) + bb.buffer.bytes <= size), None)
-        if bank is None:
-            return None
-        start = fill.get((pool, bank), 0)
-        where[m, i] = BoundBuffer(bb.buffer, bank, start)
-        fill[pool, bank] = in_lines(start + bb.buffer.bytes, machine.line_bytes)
-    return [replace(b, buffers=[where.get((m, i), bb) for i, bb in enumerate(b.buffers)]) for m, b in enumerate(members)]
+    at_level = sorted(((m, i, bb) for m, b in enumerate(members) for i, bb in enumerate(b.buffers)
+                       if bb.buffer.level == level), key=lambda x: -x[2].buffer.bytes)
+    for spread in (True, False):
+        fill: dict[tuple, int] = {}  # (pool, bank) -> bytes used
+        where: dict[tuple[int, int], BoundBuffer] = {}  # (member, buffer) -> its new place
+        for m, i, bb in at_level:
+            pool = place_of(bb)[:2]
+            room = [k for k in range(count) if fill.get((pool, k), 0) + bb.buffer.bytes <= size]
+            if not room:
+                break
+            bank = min(room, key=lambda k: (fill.get((pool, k), 0), k)) if spread else room[0]
+            start = fill.get((pool, bank), 0)
+            where[m, i] = BoundBuffer(bb.buffer, bank, start)
+            fill[pool, bank] = in_lines(start + bb.buffer.bytes, machine.line_bytes)
+        else:
+            return [replace(b, buffers=[where.get((m, i), bb) for i, bb in enumerate(b.buffers)])
+                    for m, b in enumerate(members)]
+    return None
 
 
 def chain_head(binding: Binding, machine: Machine) -> Binding:

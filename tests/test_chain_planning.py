@@ -278,7 +278,7 @@ def test_three_members_in_rings_of_one_bands_slack_are_rated_as_taking_turns(mon
     assert rated < 0.85 * ran_overlapping
     program = compile_graph(graph, "three.dfg", target)
     assert program.chains != [[k.name for k in program.kernels]]
-    assert simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles < 0.9 * ran
+    assert simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles < ran
 
 
 def test_a_chain_pays_against_what_its_members_cost_apart_not_the_whole_network():

@@ -5,6 +5,7 @@ validator's chain rules; the binder keeping a chain's buffers apart."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -393,6 +394,35 @@ def test_a_kernel_whose_banks_find_no_free_bank_each_is_squeezed_in_beside_the_c
     with pytest.raises(BindError, match=r"^chain.kpu: chain \[a, b\]: kernel 'b' finds no room in L1"):
         away_from_chain(bound("b", [(0, 0, 32768), (1, 0, 32768), (2, 0, 8192)]), [before], standard, "chain.kpu",
                         "chain [a, b]")
+
+
+def test_a_level_packed_anew_spreads_its_buffers_over_the_banks_where_they_fit_so():
+    # two members' L2 tiles on each of two compute tiles: first fit would put each second
+    # member's tile in a bank with the first's tile of the same compute tile, two streams on
+    # one port; spread, each has a bank of its own
+    from loader import Buffer, Binding, BoundBuffer
+    from loader.chains import _packed, shared_level
+
+    standard = load_machine(STANDARD)  # L2: 8 banks of 64 KiB, one pool for both compute tiles
+    kib = 1024
+
+    def bound(kernel: str, level: str, sizes: list[int], workers: list[int]) -> Binding:
+        return Binding(kernel, 2, [BoundBuffer(Buffer(i, w, kernel, level, size * kib, 1), 0, 0)
+                                   for i, (size, w) in enumerate(zip(sizes, workers))], {}, "greedy")
+
+    members = _packed([bound("a", "L2", [40, 40], [0, 1]), bound("b", "L2", [20, 20], [0, 1])], "L2", standard)
+    assert shared_level(members) is None
+    assert len({bb.bank for m in members for bb in m.buffers}) == 4
+    # where spreading leaves a buffer without room, first fit (the compiler's test) still packs
+    # them: 32, 28, 16, 16, 12, 12 and 8 KiB in four 32 KiB L1 buffers
+    sizes = [32, 28, 16, 16, 12, 12, 8]
+    (packed,) = _packed([bound("a", "L1", sizes, [0] * len(sizes))], "L1", standard)
+    fill = Counter()
+    for bb in packed.buffers:
+        fill[bb.bank] += bb.buffer.bytes
+    assert sorted(fill.values()) == [28 * kib, 32 * kib, 32 * kib, 32 * kib]
+    # 100 KiB in 128, but no two of them in one bank
+    assert _packed([bound("a", "L1", [20] * 5, [0] * 5)], "L1", standard) is None
 
 
 def test_a_chain_member_takes_the_engines_the_members_before_it_keep_least_busy():
