@@ -74,7 +74,7 @@ MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, a
 WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # a ring holding the slices the writer and the reader work on this many times over, where that
 # costs no more: with room for one band of each, each waits on the other's every band (MobileNet
-# v1's conv1 .. pw1 chained: 271,907 cycles; twice over 236,849)
+# v1's conv1 .. pw1 chained: 261,591 cycles; twice over 230,281)
 RING_DEPTH = 2
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a

@@ -28,7 +28,7 @@ from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
     CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, busiest_share, channel_splits, dram_bytes,
-    dram_moves, epilogue_buffers, layer, load_depth, output_ref, tallest,
+    dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
@@ -78,6 +78,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...
     band_h, band_w = p.band(t.R, t.C)
     channels = t.Tc * p.multiplier
     out_tile = t.R * t.C * channels
+    results = result_depth(p, t, runs)
     tiles = {"x": band_h * band_w * t.Tc * p.x_bytes,
              "w": (p.weights[0] * p.weights[1] * channels if p.weights else 0) * p.w_bytes,
              "bias": (channels if p.bias_along else 1) * p.bias_bytes}
@@ -85,7 +86,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...
              "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
     buffers: list[Buffer] = []
     for level in ("L1", "L2", "L3"):
-        buffers += [(level, out_tile * p.out_bytes)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
+        buffers += [(level, out_tile * p.out_bytes * results)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
     shared: list[int] = []
     for name, loops in t.stream_loops(p).items():
         if name not in tiles:
@@ -129,19 +130,22 @@ def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) ->
     return max(vector, link_cycles(target.costs, dram, moves, dram, dram))
 
 
-def choose_window_tiling(p: WindowProblem, target: Target, work: float) -> WindowTiling:
+def choose_window_tiling(p: WindowProblem, target: Target, work: float) -> tuple[WindowProblem, WindowTiling]:
     """The tiling with the fewest external-memory bytes among those within CYCLE_SLACK of the
-    fewest cycles (`_estimate`), the largest tiles of those. Without the target's costs, or for
-    an objective but latency, among those of the best balance of the work over the compute tiles
-    (measured on MobileNet v1's first six layers under `energy`: cycles first cost 2.32 mJ and
-    737,568 cycles, balance first 2.26 mJ and 605,013)."""
+    fewest cycles (`_estimate`), the largest tiles of those, its result tiles two deep where that
+    leaves them as large (with loads two deep), else one (and the problem so). Without the
+    target's costs, or for an objective but latency, among those of the best balance of the work
+    over the compute tiles (measured on MobileNet v1's first six layers under `energy`: cycles
+    first cost 2.32 mJ and 737,568 cycles, balance first 2.26 mJ and 605,013)."""
     latency = target.costs is not None and target.objective == "latency"
-    rank = (lambda t: _estimate(p, t, target, work)) if latency else (lambda t: round(_balance(p, t, target), 2))
-    scored = [(rank(t), dram_bytes(p, t), -t.R * t.C * t.Tc, t) for t in _candidates(p, target)]
+    scored = []
+    for q in [replace(p, results=2), p] if p.depth == 2 else [p]:
+        rank = (lambda t: _estimate(q, t, target, work)) if latency else (lambda t: round(_balance(q, t, target), 2))
+        scored += [(rank(t), dram_bytes(q, t), -t.R * t.C * t.Tc, -q.results, q, t) for t in _candidates(q, target)]
     if not scored:
         raise ValueError("no tiling fits")
     fewest = min(s[0] for s in scored)
-    return min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
+    return min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:4])[4:]
 
 
 def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
@@ -156,7 +160,7 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target, work))
     if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")
-    return _kernel(graph, ops, name, target, *found)
+    return _kernel(graph, ops, name, target, *found[1])
 
 
 def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowProblem, t: WindowTiling) -> Kernel:
@@ -191,10 +195,12 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
     space = builder.output_space(p, t, t.Tc * p.multiplier)
     # the vector unit keeps the result in its registers for an epilogue, else writes it to L1
     level = "REGISTER" if ops[1:] else "L1"
+    depth = result_depth(p, t, set(order))
     body.append(Compute(len(body), lookup(op.op_type).compute_type, inputs, output_ref(op.outputs[0], level, space),
-                        at=inner, depends_on=deps))
-    # one buffer of result tiles: the vector unit computes the next tile into its registers while
-    # this one is stored
-    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=1)
+                        at=inner, depends_on=deps, depth=depth if level == "L1" else 1))
+    # result tiles two deep where they fit as large: the vector unit computes the next while the
+    # last is stored; one deep, each waits for the last one's stores (MobileNet v1 ranked by
+    # energy, its depthwise layers chained: 1,894,117 cycles one deep, 1,866,474 two deep)
+    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth)
     return band_kernel(graph, ops, name, target, p, t, body, extra, "vector", {"Tc": t.Tc},
                        lambda dram: {"vector_elements": dict(sorted(epilogue_work(graph, ops).items()))})

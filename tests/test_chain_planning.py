@@ -184,8 +184,8 @@ def test_rings_twice_as_deep_keep_the_writer_and_the_reader_from_waiting_on_each
         rings[depth] = sorted(t.ring for t in program.graph.tensors.values() if t.home)
         cycles[depth] = simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles
     assert rings == {1: [6, 10], 2: [12, 16]}
-    # with room for one band of each, the vector units waited on the array and back (271,907
-    # cycles against 236,849)
+    # with room for one band of each, the vector units waited on the array and back (261,591
+    # cycles against 230,281)
     assert cycles[2] < 0.96 * cycles[1]
 
 
@@ -252,11 +252,36 @@ def test_the_cut_of_the_banks_alone_may_end_better_than_the_cut_of_the_rows_too(
     assert ran["both"][2]["read"] <= ran["rows too"][2]["read"] - first_layers
 
 
+def test_a_depthwise_in_a_chain_stores_its_result_tiles_two_deep(monkeypatch):
+    """MobileNet v1's first three layers chained: the depthwise's result tiles two deep (they fit
+    as large) let its vector unit go on while the last tile is stored behind the members' other
+    moves; the same object with them one deep runs longer."""
+    graph, target, machine = first_three_layers(), load_target(STANDARD), load_machine(STANDARD)
+    monkeypatch.setattr(Planner, "chains", lambda self: [self.plan(0, 2)])
+    program = loads(dumps(compile_graph(graph, "three.dfg", target)))
+    depthwise = program.kernels[1]
+    assert depthwise.dataflow == "vector"
+    stores = [op for op in depthwise.body if getattr(op, "move_type", None) == "STORE"]
+    assert [(op.source.level, op.destination.level, op.depth) for op in stores] == [
+        ("L1", "L2", 2), ("L2", "L3", 2), ("L3", "EXTERNAL", 1)]
+
+    def one_deep(kernel):
+        return dataclasses.replace(kernel, body=[dataclasses.replace(op, depth=1) if op.op_id >= stores[0].op_id - 1
+                                                 else op for op in kernel.body])
+
+    shallow = loads(dumps(dataclasses.replace(program, kernels=[program.kernels[0], one_deep(depthwise),
+                                                                 program.kernels[2]])))
+    assert [op.depth for op in shallow.kernels[1].body if getattr(op, "move_type", None) == "STORE"] == [1, 1, 1]
+    cycles = [simulate(p, machine, bind_program(p, machine, "three.kpu", bind_cpsat)).cycles for p in (program, shallow)]
+    assert cycles[0] < 0.98 * cycles[1], cycles
+
+
 def test_three_members_in_rings_of_one_bands_slack_are_rated_as_taking_turns(monkeypatch):
     """MobileNet v1's first three layers chained in rings of one band's slack: each member waits on
     the next band by band, so the array and the vector units take turns more than they overlap.
-    Rated as overlapping, the chain was promised 20% fewer cycles than it ran; rated as taking
-    turns it is promised no fewer, and the planner takes a cheaper way."""
+    Rated as overlapping, the chain was promised 17% fewer cycles than it ran; rated as taking
+    turns it is promised no fewer, and the planner takes a way that runs faster than the one the
+    overlapping rating picks."""
     graph, target, machine = first_three_layers(), load_target(STANDARD), load_machine(STANDARD)
     monkeypatch.setattr(chains, "RING_DEPTH", 1)
 
@@ -278,7 +303,8 @@ def test_three_members_in_rings_of_one_bands_slack_are_rated_as_taking_turns(mon
     assert rated < 0.85 * ran_overlapping
     program = compile_graph(graph, "three.dfg", target)
     assert program.chains != [[k.name for k in program.kernels]]
-    assert simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles < ran
+    assert simulate(program, machine, bind_program(program, machine, "three.kpu", bind_cpsat)).cycles \
+        < 0.9 * ran_overlapping
 
 
 def test_a_chain_pays_against_what_its_members_cost_apart_not_the_whole_network():
