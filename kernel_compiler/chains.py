@@ -96,18 +96,18 @@ class Rung:
 
     kernel: Kernel
     buffers: tuple[tuple[str, int], ...]  # its L1 and L2 buffers on one compute tile
-    tiles: int  # the compute tiles it runs on (`workers`)
+    workers: int  # the compute tiles it runs on (`residency.workers`)
     loop: TileLoop | None  # its band loop (`Kernel.band_loop`)
     # (written, dim) -> `band`'s: every state of every chain the rung is in asks for them
-    _bands: dict[tuple[bool, int], tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
+    _link_bands: dict[tuple[bool, int], tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def band(self, written: bool, dim: int) -> tuple[int, int, int]:
         """`_band` of its result (`written`) or its window input, along `dim`."""
         key = (written, dim)
-        if key not in self._bands:
+        if key not in self._link_bands:
             k = self.kernel
-            self._bands[key] = _band(k, k.outputs[0] if written else k.inputs[0], written, dim)
-        return self._bands[key]
+            self._link_bands[key] = _band(k, k.outputs[0] if written else k.inputs[0], written, dim)
+        return self._link_bands[key]
 
 
 @dataclass(frozen=True)
@@ -329,7 +329,7 @@ def _in_flight(rung: Rung, written: bool, dim: int) -> int:
     the steps of the band loop, or they go through the bands alike and one may get a band ahead
     of another)."""
     extent, step, _ = rung.band(written, dim)
-    return (rung.tiles - 1) * step + extent
+    return (rung.workers - 1) * step + extent
 
 
 def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS) -> int | None:
@@ -393,7 +393,7 @@ def _stages(each: list[Usage], rungs: list[Rung], graph: Graph, dim: int) -> lis
         loop = rung.loop
         reads = (*rung.band(False, dim), graph.tensors[rung.kernel.inputs[0]].shape[dim]) if i else (0, 0, 0, 0)
         writes = rung.band(True, dim)[1] if i < len(rungs) - 1 else 1
-        out.append(Stage(u.cycles, loop.trip_count, rung.tiles if loop.parallel else 1, reads, writes))
+        out.append(Stage(u.cycles, loop.trip_count, rung.workers if loop.parallel else 1, reads, writes))
     return out
 
 
@@ -429,7 +429,7 @@ class Planner:
         self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
         self._linked: dict[tuple, tuple[Usage, int]] = {}
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
-        self._packed: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
+        self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
@@ -519,9 +519,9 @@ class Planner:
         over = max(0.0, l3 / capacity - 1)
         for name, level in (("L1", target.l1), ("L2", target.l2)):
             buffers = tuple(sorted(b for r in rungs for b in r.buffers if b[0] == name))
-            if buffers not in self._packed:  # the states of a cut share most of their members' buffers
-                self._packed[buffers] = fits(buffers, target)
-            if not self._packed[buffers]:
+            if buffers not in self._fitting:  # the states of a cut share most of their members' buffers
+                self._fitting[buffers] = fits(buffers, target)
+            if not self._fitting[buffers]:
                 over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
         return over
 

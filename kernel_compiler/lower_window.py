@@ -12,10 +12,11 @@ them when a channel has several results, so that a loop steps input and result c
 Each band (padded with the registry's fill: zero, or the lowest value for a max) comes to L3 once
 and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy for every
 compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
-epilogue's last result to L1) and stored from there. The tiling taken moves the fewest
-external-memory bytes among those within CYCLE_SLACK of the fewest cycles (the vector unit's on
-the busiest compute tile, or a link's where longer; for an objective but latency, among those
-that balance the compute tiles best), then has the largest tiles.
+epilogue's last result to L1) and stored from there, two deep where its loads are and that
+leaves the tiles as large. The tiling taken moves the fewest external-memory bytes among those
+within CYCLE_SLACK of the fewest cycles (the vector unit's on the busiest compute tile, or a
+link's where longer; for an objective but latency, among those that balance the compute tiles
+best), then has the largest tiles, then results two deep.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """A convolution's result tiles two deep (`Compute.depth`, the STOREs after it): the array starts
 the next output tile while this one drains to L2, goes through its epilogue and is stored. The
 tiler picks two where its estimate of the array's waits for the drains says so; the object
-carries the depth, the loader binds and schedules by it, and the values are the same."""
+carries the depth, the loader binds and schedules by it, and the values are the same. (A window
+op's result tiles are two deep wherever its tiles stay as large: test_chain_planning.)"""
 
 from __future__ import annotations
 
@@ -34,10 +35,10 @@ def _result_ops(kernel):
 
 
 def _one_deep(program):
-    """The program with every result tile one deep."""
+    """The program with every result tile of its convolutions one deep."""
     kernels = []
     for k in program.kernels:
-        ids = {op.op_id for op in _result_ops(k)}
+        ids = {op.op_id for op in _result_ops(k)} if k.dataflow != "vector" else set()
         kernels.append(dataclasses.replace(k, body=[dataclasses.replace(op, depth=1) if op.op_id in ids else op
                                                    for op in k.body]))
     return dataclasses.replace(program, kernels=kernels)
@@ -71,7 +72,7 @@ def test_a_chained_pointwise_convolution_takes_its_result_tiles_two_deep_and_run
     assert len(in_l2) == 2 and {b.op_id for b in placed} == in_l2
     assert {(b.depth, b.bytes) for b in placed} == {(2, 2 * tile)}
     _, single = _run(one_deep)
-    assert sim.cycles < single.cycles, (sim.cycles, single.cycles)  # 160,010 against 168,308
+    assert sim.cycles < single.cycles, (sim.cycles, single.cycles)  # 147,868 against 148,880
 
     values = {name: random(shape, seed=i) for i, (name, (shape, _)) in enumerate(PAIR[1].items())}
     got = execute(program, bindings, values)
