@@ -264,13 +264,13 @@ class Body:
                      tuple(v if v in self.order else None for v in (*POSITIONS, t.CHANNEL)))
 
     def finish(self, graph: Graph, ops: list[Op], result_level: str, space: Space, place: dict,
-               level: str, depth: int) -> list[Stream]:
+               level: str, depth: int, l3_depth: int | None = None) -> list[Stream]:
         """Append, after the op just appended (the anchor's result at `result_level`), the epilogue
         (its operands loaded to `level`) and the stores of its result from `level`, the result
-        tile's buffers `depth` deep (`result_depth`); its streams."""
+        tile's buffers `depth` deep (`result_depth`; in L3, `l3_depth` where given); its streams."""
         final, last, streams = epilogue(self.ops, graph, ops[1:], ops[0].outputs[0], result_level,
                                         len(self.ops) - 1, space, self.order, self.depth, place, level, depth)
-        store(self.ops, final, list(range(4)), space, last, place, source=level, depth=depth)
+        store(self.ops, final, list(range(4)), space, last, place, source=level, depth=depth, l3_depth=l3_depth)
         return streams
 
 

@@ -191,14 +191,15 @@ def load(body: list, tensor: str, dims: list[int | None], space: Space, at: str 
 
 
 def store(body: list, tensor: str, dims: list[int | None], space: Space, after: int, place: dict,
-          source: str = "L1", depth: int = 1) -> None:
+          source: str = "L1", depth: int = 1, l3_depth: int | None = None) -> None:
     """Append the hops that take a result tile from level `source` back to external memory, each
-    on-chip one `depth` deep."""
+    on-chip one `depth` deep (in L3, `l3_depth` where given)."""
     prev = [after]
     hops = LEVELS[: LEVELS.index(source) + 1][::-1]
     for src, dst in zip(hops, hops[1:]):
+        deep = 1 if dst == "EXTERNAL" else l3_depth if dst == "L3" and l3_depth is not None else depth
         body.append(DataMove(len(body), "STORE", tile_ref(tensor, src, dims, space), tile_ref(tensor, dst, dims, space),
-                             depth=1 if dst == "EXTERNAL" else depth, depends_on=prev, **place))
+                             depth=deep, depends_on=prev, **place))
         prev = [len(body) - 1]
 
 

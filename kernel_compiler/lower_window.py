@@ -12,8 +12,8 @@ them when a channel has several results, so that a loop steps input and result c
 Each band (padded with the registry's fill: zero, or the lowest value for a max) comes to L3 once
 and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy for every
 compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
-epilogue's last result to L1) and stored from there, two deep where its loads are and that
-leaves the tiles as large. The tiling taken moves the fewest external-memory bytes among those
+epilogue's last result to L1) and stored from there, two deep (but in L3) where its loads are
+and that leaves the tiles as large. The tiling taken moves the fewest external-memory bytes among those
 within CYCLE_SLACK of the fewest cycles (the vector unit's on the busiest compute tile, or a
 link's where longer; for an objective but latency, among those that balance the compute tiles
 best), then has the largest tiles, then results two deep.
@@ -87,7 +87,8 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...
              "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
     buffers: list[Buffer] = []
     for level in ("L1", "L2", "L3"):
-        buffers += [(level, out_tile * p.out_bytes * results)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
+        deep = results if level != "L3" else 1
+        buffers += [(level, out_tile * p.out_bytes * deep)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
     shared: list[int] = []
     for name, loops in t.stream_loops(p).items():
         if name not in tiles:
@@ -201,7 +202,9 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
                         at=inner, depends_on=deps, depth=depth if level == "L1" else 1))
     # result tiles two deep where they fit as large: the vector unit computes the next while the
     # last is stored; one deep, each waits for the last one's stores (MobileNet v1 ranked by
-    # energy, its depthwise layers chained: 1,894,117 cycles one deep, 1,866,474 two deep)
-    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth)
+    # energy, its depthwise layers chained: 1,894,117 cycles one deep, 1,880,532 two deep). In L3
+    # one deep: a second there takes room homes would have (MobileNet v2 on minimal: 7 MB more
+    # DRAM) and its store holds up no unit
+    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth, l3_depth=1)
     return band_kernel(graph, ops, name, target, p, t, body, extra, "vector", {"Tc": t.Tc},
                        lambda dram: {"vector_elements": dict(sorted(epilogue_work(graph, ops).items()))})
