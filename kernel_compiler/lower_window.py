@@ -12,11 +12,11 @@ them when a channel has several results, so that a loop steps input and result c
 Each band (padded with the registry's fill: zero, or the lowest value for a max) comes to L3 once
 and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one copy for every
 compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
-epilogue's last result to L1) and stored from there, two deep (but in L3) where its loads are
-and that leaves the tiles as large. The tiling taken moves the fewest external-memory bytes among those
-within CYCLE_SLACK of the fewest cycles (the vector unit's on the busiest compute tile, or a
-link's where longer; for an objective but latency, among those that balance the compute tiles
-best), then has the largest tiles, then results two deep.
+epilogue's last result to L1) and stored from there. The tiling taken moves the fewest
+external-memory bytes among those within CYCLE_SLACK of the fewest cycles (the vector unit's on
+the busiest compute tile, or a link's where longer; for an objective but latency, among those
+that balance the compute tiles best), then has the largest tiles; its results are two deep (but
+in L3) where its loads are and it fits so.
 """
 
 from __future__ import annotations
@@ -134,20 +134,20 @@ def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) ->
 
 def choose_window_tiling(p: WindowProblem, target: Target, work: float) -> tuple[WindowProblem, WindowTiling]:
     """The tiling with the fewest external-memory bytes among those within CYCLE_SLACK of the
-    fewest cycles (`_estimate`), the largest tiles of those, its result tiles two deep where that
-    leaves them as large (with loads two deep), else one (and the problem so). Without the
+    fewest cycles (`_estimate`), the largest tiles of those; its result tiles two deep where that
+    tiling fits so (with loads two deep), else one (and the problem so). Without the
     target's costs, or for an objective but latency, among those of the best balance of the work
     over the compute tiles (measured on MobileNet v1's first six layers under `energy`: cycles
     first cost 2.32 mJ and 737,568 cycles, balance first 2.26 mJ and 605,013)."""
     latency = target.costs is not None and target.objective == "latency"
-    scored = []
-    for q in [replace(p, results=2), p] if p.depth == 2 else [p]:
-        rank = (lambda t: _estimate(q, t, target, work)) if latency else (lambda t: round(_balance(q, t, target), 2))
-        scored += [(rank(t), dram_bytes(q, t), -t.R * t.C * t.Tc, -q.results, q, t) for t in _candidates(q, target)]
+    rank = (lambda t: _estimate(p, t, target, work)) if latency else (lambda t: round(_balance(p, t, target), 2))
+    scored = [(rank(t), dram_bytes(p, t), -t.R * t.C * t.Tc, t) for t in _candidates(p, target)]
     if not scored:
         raise ValueError("no tiling fits")
     fewest = min(s[0] for s in scored)
-    return min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:4])[4:]
+    t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
+    deeper = replace(p, results=2)
+    return (deeper, t) if p.depth == 2 and _fits(deeper, t, target) else (p, t)
 
 
 def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
