@@ -18,7 +18,8 @@ array OHWI: the BlockMover permutes each tile on its way L3 -> L2, as it transpo
 The tiling taken is the one with the fewest external-memory bytes among those whose cycles per
 compute tile (the array's, or a link's where longer: `_moves_bound`) are within CYCLE_SLACK of the
 fewest, its buffers fitting the target; of those that tie, the one whose DMAs the run shows least
-beyond the estimate (`_exposed`).
+beyond the estimate (`_exposed`). Under the `energy` and `edp` objectives, the one of least pJ
+(`conv_pj`), or pJ x cycles, over all of them; ties as for latency.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", 
 class ConvProblem(Layer):
     c_bytes: int  # per element of the convolution's result (before its epilogue)
     epilogue: bool  # whether ops follow it: their result is a buffer in L2 of its own
+    dtype: str  # its operands': what a MAC costs in pJ
 
     @property
     def KH(self) -> int:
@@ -193,13 +195,38 @@ def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_
     dram, moves = dram_moves(p, t)
     if costs is None:
         return 0.0, dram
-    order, trips = t.loop_order(p), t.trips(p)
-    size = {s.name: s.bytes for s in band_streams(p, t)}
-    loops = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
-    chunks = {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in loops.items()}
-    bank = 2 * max(chunks[name] * busiest_share(p, t, compute_tiles, along) for name, along in loops.items()) \
+    chunks = _chunks(p, t)
+    bank = 2 * max(chunks[name] * busiest_share(p, t, compute_tiles, along) for name, along in CHUNKED.items()) \
         / costs.l2_bank_bytes_per_cycle
     return max(link_cycles(costs, dram, moves, sum(chunks.values()), sum(chunks.values())), bank), dram
+
+
+# the loops each operand's chunks between L3 and L1 (and the result's tiles) step with
+CHUNKED = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
+
+
+def _chunks(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
+    """The bytes each of x, w and y moves between L3 and L1 (y: up from the accumulators)."""
+    order, trips = t.loop_order(p), t.trips(p)
+    size = {s.name: s.bytes for s in band_streams(p, t)}
+    return {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in CHUNKED.items()}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def conv_pj(p: ConvProblem, t: ConvTiling, costs: Costs) -> float:
+    """The tiling's pJ as `hardware.energy` prices the simulator's counts: its external-memory
+    bytes at both ends, each chunk of input and weights from L3 to L2 to L1, the array's reads
+    there (each task reads its windows, the input of every output position once per tile of
+    output channels, and its weights), each result tile from the accumulators up to L3, each MAC
+    with its register reads (a bias's and an epilogue's moves and vector work are left out)."""
+    pj = costs.energy.access_pj_per_byte
+    chunks = _chunks(p, t)
+    windows = p.N * p.OH * p.OW * p.KH * p.KW * p.Ci
+    read = windows * p.x_bytes * t.channel_trips(p)["tj"] + chunks["w"]
+    return (dram_moves(p, t)[0] * (pj["external"] + pj["l3"])
+            + (chunks["x"] + chunks["w"]) * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) + read * pj["l1"]
+            + chunks["y"] * (pj["register"] + 2 * pj["l2"] + pj["l3"])
+            + windows * p.Co * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.x_bytes * pj["register"]))
 
 
 # How the operands are held, (loop order, input band in L3, weights in L3); the others are
@@ -301,8 +328,9 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int],
 def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                        narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str]:
     """The tiling (and dataflow, and the problem with its result tiles one or two deep) with the
-    fewest external-memory bytes among those within CYCLE_SLACK of the fewest array cycles, its
-    channel tiles at least `narrowest` (output, input); ValueError when none fits."""
+    fewest external-memory bytes among those within CYCLE_SLACK of the fewest array cycles, or
+    for an objective but latency of its least figure, its channel tiles at least `narrowest`
+    (output, input); ValueError when none fits."""
     found = _best_tiling(p, target, dataflows, narrowest)
     if found is None:
         raise ValueError("no tiling fits")
@@ -339,7 +367,14 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
         exposed = _exposed(replace(q, results=1), t, target.costs, s.link_bound)
         return s.dram, s.cycles, exposed, -t.R * t.C, s.dataflow, -q.results
 
-    best = min((s for s in scored if s.cycles <= fewest * CYCLE_SLACK), key=rank)
+    if target.costs is not None and target.objective != "latency":
+        def figure(s: Scored) -> float:
+            pj = conv_pj(replace(s.problem, results=1), s.tiling, target.costs)
+            return pj if target.objective == "energy" else pj * s.cycles
+
+        best = min(scored, key=lambda s: (figure(s), *rank(s)))
+    else:
+        best = min((s for s in scored if s.cycles <= fewest * CYCLE_SLACK), key=rank)
     return best.problem, best.tiling, best.dataflow
 
 
@@ -394,7 +429,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
                            f"there is nothing to tile")
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
-    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue=len(ops) > 1)
+    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue=len(ops) > 1, dtype=x.dtype)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)

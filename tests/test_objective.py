@@ -10,7 +10,9 @@ import pytest
 from conftest import assert_one_line_error, run_cli
 from dfx import encode, read
 from hardware import kernel_energy, load_machine
+from kernel_compiler.bands import layer
 from kernel_compiler.compile import compile_graph
+from kernel_compiler.lower_conv import MIN_CHUNK, ConvProblem, choose_conv_tiling, conv_pj
 from kernel_compiler.target import load_target
 from kernel_compiler.tiling import MatmulProblem, choose_tiling, estimate, trips_of
 from loader import bind_cpsat, bind_program, simulate
@@ -119,3 +121,46 @@ def test_an_unknown_objective_is_one_line(gemm_file, tmp_path):
     assert_one_line_error(run_cli("compiler", gemm_file(16, 16, 16), "-o", out, "--objective", "power"),
                           "--objective", "latency, energy or edp", "'power'")
     assert not out.exists()
+
+
+CONV = ([("CONV2D", ["x", "w"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]})],
+        {"x": ((1, 28, 28, 64), "f32"), "w": ((96, 3, 3, 64), "f32")})
+
+
+@pytest.fixture(scope="module")
+def conv_runs():
+    """A 3 x 3 convolution compiled for each objective and run on standard: objective ->
+    (its tiling as the tiler chose it, its target, cycles, pJ by the loader's model)."""
+    machine = load_machine(STANDARD)
+    runs = {}
+    for objective in ("latency", "energy", "edp"):
+        target = load_target(STANDARD, None, objective)
+        program = compile_graph(graph_of(*CONV), "test.dfg", target)
+        sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
+        pj = kernel_energy(machine.energy, energy_counts(sim.phases[0], program.graph.ops[0], program.graph),
+                           engine_kind)["total_pj"]
+        problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
+        chosen = choose_conv_tiling(problem, target, target.dataflows, (target.cols, MIN_CHUNK))
+        assert {k: program.kernels[0].tiling[k] for k in ("R", "C", "Tn", "Tc")} == \
+            {"R": chosen[1].R, "C": chosen[1].C, "Tn": chosen[1].Tn, "Tc": chosen[1].Tc}
+        runs[objective] = chosen, target, sim.cycles, pj
+    return runs
+
+
+def test_the_conv_tilers_energy_is_the_loaders(conv_runs):
+    """`conv_pj` prices a tiling's moves, the array's reads of its windows and the MACs as
+    `hardware.energy` prices what the simulator counted."""
+    for (problem, tiling, _), target, _, pj in conv_runs.values():
+        assert conv_pj(problem, tiling, target.costs) == pytest.approx(pj)
+
+
+def test_energy_tiles_a_convolution_for_less_energy(conv_runs):
+    """The 5% of cycles the latency objective may give up kept the whole image in one tile of
+    16 output channels, reading every window six times; ranked by energy, bands of 6 rows with
+    all 96 output channels read each once."""
+    _, _, cycles, pj = conv_runs["latency"]
+    (_, tiling, _), _, e_cycles, e_pj = conv_runs["energy"]
+    assert tiling.Tn == 96
+    assert e_pj < pj and e_cycles > cycles
+    edp = {objective: cycles * pj for objective, (_, _, cycles, pj) in conv_runs.items()}
+    assert edp["edp"] == min(edp.values())
