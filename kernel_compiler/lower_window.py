@@ -14,9 +14,9 @@ and down to L1 whole; the weights (and bias) sit in L3 whole where they fit, one
 compute tile. The result tile is written to L1 (with an epilogue, to the registers, the
 epilogue's last result to L1) and stored from there. The tiling taken moves the fewest
 external-memory bytes among those within CYCLE_SLACK of the fewest cycles (the vector unit's on
-the busiest compute tile, or a link's where longer; for an objective but latency, among those
-that balance the compute tiles best), then has the largest tiles; its results are two deep (but
-in L3) where its loads are and it fits so.
+the busiest compute tile, or a link's where longer), then has the largest tiles; for an
+objective but latency, the one of least pJ or pJ x cycles, then the best balance of the compute
+tiles. Its results are two deep (but in L3) where its loads are and it fits so.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from dataclasses import dataclass, replace
 from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
-    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, busiest_share, channel_splits, dram_bytes,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits, dram_bytes,
     dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
 from .requirements import Buffer, fits
-from .target import Target
-from .tiling import first_fit, link_cycles
+from .target import Costs, Target
+from .tiling import Stream, first_fit, link_cycles, stream_traffic
 
 
 @dataclass(frozen=True)
@@ -132,20 +132,45 @@ def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) ->
     return max(vector, link_cycles(target.costs, dram, moves, dram, dram))
 
 
-def choose_window_tiling(p: WindowProblem, target: Target, work: float) -> tuple[WindowProblem, WindowTiling]:
+@functools.lru_cache(maxsize=1 << 16)
+def window_pj(p: WindowProblem, t: WindowTiling, costs: Costs, vector_pj: float) -> float:
+    """The tiling's pJ as `hardware.energy` prices the simulator's counts: its external-memory
+    bytes at both ends, each band and weight (and bias) tile from L3 to L2 to L1 where the vector
+    unit reads it, each result tile from L1 up to L3, and the vector work (`vector_pj`, the same
+    for every tiling)."""
+    pj = costs.energy.access_pj_per_byte
+    order, trips, streams = t.loop_order(p), t.trips(p), band_streams(p, t)
+    below = {"x": t.nest(), "w": ("tc",), "bias": ("tc",) if p.bias_along else ()}
+    down = sum(stream_traffic(Stream(s.name, below[s.name], s.bytes), order, trips) for s in streams if s.name in below)
+    up = sum(stream_traffic(s, order, trips) for s in streams if s.name == "y")
+    return dram_bytes(p, t) * (pj["external"] + pj["l3"]) + (down + up) * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) \
+        + vector_pj
+
+
+def choose_window_tiling(p: WindowProblem, target: Target, work: float,
+                         vector_pj: float = 0.0) -> tuple[WindowProblem, WindowTiling]:
     """The tiling with the fewest external-memory bytes among those within CYCLE_SLACK of the
     fewest cycles (`_estimate`), the largest tiles of those; its result tiles two deep where that
-    tiling fits so (with loads two deep), else one (and the problem so). Without the
-    target's costs, or for an objective but latency, among those of the best balance of the work
-    over the compute tiles (measured on MobileNet v1's first six layers under `energy`: cycles
-    first cost 2.32 mJ and 737,568 cycles, balance first 2.26 mJ and 605,013)."""
+    tiling fits so (with loads two deep), else one (and the problem so). Without the target's
+    costs, among those of the best balance of the work over the compute tiles; for an objective
+    but latency, the one of least pJ (`window_pj`, with `vector_pj` for the vector work), or pJ x
+    cycles, then as without costs (balance before cycles, measured on MobileNet v1's first six
+    layers under `energy`: cycles first cost 2.32 mJ and 737,568 cycles, balance first 2.26 mJ
+    and 605,013)."""
     latency = target.costs is not None and target.objective == "latency"
     rank = (lambda t: _estimate(p, t, target, work)) if latency else (lambda t: round(_balance(p, t, target), 2))
     scored = [(rank(t), dram_bytes(p, t), -t.R * t.C * t.Tc, t) for t in _candidates(p, target)]
     if not scored:
         raise ValueError("no tiling fits")
     fewest = min(s[0] for s in scored)
-    t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
+    if target.costs is not None and not latency:
+        def figure(t: WindowTiling) -> float:
+            pj = window_pj(p, t, target.costs, vector_pj)
+            return pj if target.objective == "energy" else pj * _estimate(p, t, target, work)
+
+        t = min(scored, key=lambda s: (figure(s[3]), *s[:3]))[3]
+    else:
+        t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
     deeper = replace(p, results=2)
     return (deeper, t) if p.depth == 2 and _fits(deeper, t, target) else (p, t)
 
@@ -158,8 +183,13 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if 0 in x.shape or 0 in y.shape:
         raise CompileError(f"{where}: {op.op_type} of {list(x.shape)} has an empty dimension; there is nothing to tile")
     p = layer(WindowProblem, graph, ops, 2)
-    work = target.costs.vector_cycles(epilogue_work(graph, ops)) if target.costs is not None else 0.0
-    found = first_fit((replace(p, depth=depth) for depth in (2, 1)), lambda q: choose_window_tiling(q, target, work))
+    work, vector_pj = 0.0, 0.0
+    if target.costs is not None:
+        elements = epilogue_work(graph, ops)
+        work = target.costs.vector_cycles(elements)
+        vector_pj = sum(n * target.costs.energy.vector_pj_per_element[kind] for kind, n in elements.items())
+    found = first_fit((replace(p, depth=depth) for depth in (2, 1)),
+                      lambda q: choose_window_tiling(q, target, work, vector_pj))
     if found is None:
         raise CompileError(f"{where}: no tiling of {op.op_type} over {list(x.shape)} fits target '{target.name}'")
     return _kernel(graph, ops, name, target, *found[1])

@@ -1,6 +1,7 @@
 """`kpu-kernel-compiler --objective latency|energy|edp`: the default tiles as before; energy moves
 fewer bytes for less energy and edp takes the least energy x cycles, both as the loader measures
-them; the choice is in the object, in --dump and -v."""
+them; the matmul, convolution and window tilers price a tiling as the loader does; the choice
+is in the object, in --dump and -v."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from hardware import kernel_energy, load_machine
 from kernel_compiler.bands import layer
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.lower_conv import MIN_CHUNK, ConvProblem, choose_conv_tiling, conv_pj
+from kernel_compiler.lower_vector import epilogue_work
+from kernel_compiler.lower_window import WindowProblem, choose_window_tiling, window_pj
 from kernel_compiler.target import load_target
 from kernel_compiler.tiling import MatmulProblem, choose_tiling, estimate, trips_of
 from loader import bind_cpsat, bind_program, simulate
@@ -164,3 +167,29 @@ def test_energy_tiles_a_convolution_for_less_energy(conv_runs):
     assert e_pj < pj and e_cycles > cycles
     edp = {objective: cycles * pj for objective, (_, _, cycles, pj) in conv_runs.items()}
     assert edp["edp"] == min(edp.values())
+
+
+@pytest.mark.parametrize("graph", [
+    ([("DEPTHWISE_CONV2D", ["x", "w"], {"stride": [2, 2], "padding": [[1, 1], [1, 1]]}),
+      ("CLAMP", ["t0"], {"min": 0.0, "max": 6.0})], {"x": ((1, 56, 56, 144), "f32"), "w": ((3, 3, 144, 1), "f32")}),
+    ([("DEPTHWISE_CONV2D", ["x", "w", "b"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]})],
+     {"x": ((1, 28, 28, 96), "f32"), "w": ((3, 3, 96, 1), "f32"), "b": ((96,), "f32")}),
+    ([("MAXPOOL2D", ["x"], {"kernel": [3, 3], "stride": [2, 2], "padding": [[1, 1], [1, 1]]})],
+     {"x": ((1, 48, 48, 64), "f32")})])
+def test_the_window_tilers_energy_is_the_loaders(graph):
+    """`window_pj` prices a window op's tiling, with its bias and epilogue, as `hardware.energy`
+    prices what the simulator counted."""
+    machine = load_machine(STANDARD)
+    target = load_target(STANDARD, None, "energy")
+    program = compile_graph(graph_of(*graph), "test.dfg", target)
+    assert len(program.kernels) == 1
+    sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
+    pj = kernel_energy(machine.energy, energy_counts(sim.phases[0], program.graph.ops[0], program.graph),
+                       engine_kind)["total_pj"]
+    ops = program.graph.ops
+    problem = layer(WindowProblem, program.graph, ops, 2)
+    work = epilogue_work(program.graph, ops)
+    vector_pj = sum(n * machine.energy.vector_pj_per_element[kind] for kind, n in work.items())
+    problem, tiling = choose_window_tiling(problem, target, target.costs.vector_cycles(work), vector_pj)
+    assert program.kernels[0].tiling["R"] == tiling.R and program.kernels[0].tiling["Tc"] == tiling.Tc
+    assert window_pj(problem, tiling, target.costs, vector_pj) == pytest.approx(pj)
