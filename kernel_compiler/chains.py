@@ -431,6 +431,7 @@ class Planner:
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
         self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
+        self._fills: dict[tuple, float] = {}  # (members, dim) -> their pipeline's fill (`_filled`)
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -525,13 +526,15 @@ class Planner:
                 over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
         return over
 
-    def _filled(self, took: Usage, each: list[Usage], rungs: list[Rung], dim: int) -> Usage:
+    def _filled(self, took: Usage, each: list[Usage], rungs: list[Rung], dim: int, members: tuple) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: how much later than its
         slowest member alone its last member ends, each member's bands going one after another
-        on each compute tile, each once the member before has written all it reads (`pipeline`)."""
-        stages = _stages(each, rungs, self.graph, dim)
-        fill = pipeline(stages) - max(u.cycles for u in each)
-        return dataclasses.replace(took, cycles=took.cycles + max(fill, 0.0))
+        on each compute tile, each once the member before has written all it reads (`pipeline`).
+        `members`: what sets `each` and `rungs` (their proxies, shares and links on chip or not)."""
+        key = (members, dim)
+        if key not in self._fills:  # the cut and the growth weigh most states many times
+            self._fills[key] = pipeline(_stages(each, rungs, self.graph, dim)) - max(u.cycles for u in each)
+        return dataclasses.replace(took, cycles=took.cycles + max(self._fills[key], 0.0))
 
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
         """Every share for which kernel i goes by bands along `dim` of its links, its shares of
@@ -625,7 +628,8 @@ class Planner:
             homes = sum(self._home_lines(self.links[i], n, dim) for i, n in zip(members, rings)) if on_chip else 0
             l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
             each = alone(shares)
-            took = self._filled(together(each), each, rungs, dim)
+            took = self._filled(together(each), each, rungs, dim,
+                                (tuple(self.proxy[i] for i in members), tuple(shares), on_chip))
             # a middle member waits on both its rings; with one band's slack in each, the units
             # take turns (two members, one ring: they overlapped within 4% of their rating)
             if on_chip and depth == 1 and len(shares) > 2:
