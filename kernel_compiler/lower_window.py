@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
-    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits, dram_bytes,
-    dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
+    CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits,
+    dram_bytes, dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
