@@ -1,5 +1,6 @@
 """Whole networks near the machine's limits: cycles and DRAM bytes against their bounds, with
-intermediates through external memory, kept on chip and chained, and ranked by energy.
+intermediates through external memory, kept on chip and chained, and ranked by energy and by
+energy x cycles.
 
     .venv/bin/python benchmarks/whole_networks.py --zoo DIR [--trace FILE]
 

@@ -21,7 +21,7 @@ from dfx import DataMove, Graph, Kernel, Op, TileLoop, TileRef, itemsize, lookup
 from .lower_vector import Space, dram_hints, epilogue, kernel_reads, store, tile_ref, traffic
 from .requirements import Buffer, body_buffers, requirements
 from .target import Target
-from .tiling import Stream, busiest_steps, parallel_loop, stream_moves, stream_traffic, tile_sizes
+from .tiling import Stream, busiest_steps, parallel_loop, placement, stream_moves, stream_traffic, tile_sizes
 
 POSITIONS = ("b0", "th", "tw")  # images, bands of output rows, bands of output columns
 CYCLE_SLACK = 1.05  # cycles a tiling may spend over the fewest to move fewer bytes
@@ -277,6 +277,14 @@ class Body:
 def output_ref(tensor: str, level: str, space: Space) -> TileRef:
     """A tile of the output (or of an epilogue's result) at `level`."""
     return tile_ref(tensor, level, list(range(4)), space)
+
+
+def copies_below_l3(stream: Stream, order: tuple[str, ...], trips: dict[str, int], compute_tiles: int) -> int:
+    """The bytes a load moves on each hop below L3: its traffic, on every compute tile where it
+    sits outside the parallel loop (there each makes its own copy; only the L3 load is shared)."""
+    parallel = parallel_loop(order, trips, compute_tiles)
+    outside = parallel.loop is None or placement(stream, order) < order.index(parallel.loop)
+    return stream_traffic(stream, order, trips) * (parallel.workers if outside else 1)
 
 
 def dram_bytes(p: Layer, t: BandTiling) -> int:

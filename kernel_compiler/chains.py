@@ -431,7 +431,7 @@ class Planner:
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits
         self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
-        self._fills: dict[tuple, float] = {}  # (members, dim) -> their pipeline's fill (`_filled`)
+        self._fills: dict[tuple, float] = {}  # (state, dim) -> its pipeline's fill (`_filled`)
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -526,12 +526,13 @@ class Planner:
                 over += max(0.01, sum(b for _, b in buffers) / (level.banks * level.bank_bytes) - 1)
         return over
 
-    def _filled(self, took: Usage, each: list[Usage], rungs: list[Rung], dim: int, members: tuple) -> Usage:
+    def _filled(self, took: Usage, each: list[Usage], rungs: list[Rung], dim: int, state: tuple) -> Usage:
         """A chain (`took`, its members `each`) with its pipeline's fill: how much later than its
         slowest member alone its last member ends, each member's bands going one after another
         on each compute tile, each once the member before has written all it reads (`pipeline`).
-        `members`: what sets `each` and `rungs` (their proxies, shares and links on chip or not)."""
-        key = (members, dim)
+        `state`: what sets `each` and `rungs` (the members' proxies, their shares, and whether the
+        links are on chip)."""
+        key = (state, dim)
         if key not in self._fills:  # the cut and the growth weigh most states many times
             self._fills[key] = pipeline(_stages(each, rungs, self.graph, dim)) - max(u.cycles for u in each)
         return dataclasses.replace(took, cycles=took.cycles + max(self._fills[key], 0.0))

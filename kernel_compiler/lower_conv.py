@@ -34,7 +34,7 @@ from dfx.ops.window import weight_layout, weight_perms
 
 from .bands import (
     CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits,
-    dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest, widths,
+    copies_below_l3, dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest, widths,
 )
 from .errors import CompileError
 from .lower_matmul import choose_dataflow
@@ -213,19 +213,22 @@ def _chunks(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def conv_pj(p: ConvProblem, t: ConvTiling, costs: Costs) -> float:
+def conv_pj(p: ConvProblem, t: ConvTiling, costs: Costs, compute_tiles: int) -> float:
     """The tiling's pJ as `hardware.energy` prices the simulator's counts: its external-memory
-    bytes at both ends, each chunk of input and weights from L3 to L2 to L1, the array's reads
-    there (each task reads its windows, the input of every output position once per tile of
-    output channels, and its weights), each result tile from the accumulators up to L3, each MAC
-    with its register reads (a bias's and an epilogue's moves and vector work are left out)."""
+    bytes at both ends, each chunk of input and weights from L3 to L2 to L1 (`copies_below_l3`),
+    the array's reads there (each task reads its windows, the input of every output position
+    once per tile of output channels, and its weights, all of them once per tile of positions),
+    each result tile from the accumulators up to L3, each MAC with its register reads (a bias's
+    and an epilogue's moves and vector work are left out)."""
     pj = costs.energy.access_pj_per_byte
-    chunks = _chunks(p, t)
+    order, trips, size = t.loop_order(p), t.trips(p), {s.name: s.bytes for s in band_streams(p, t)}
+    down = sum(copies_below_l3(Stream(name, CHUNKED[name], size[name]), order, trips, compute_tiles)
+               for name in ("x", "w"))
     windows = p.N * p.OH * p.OW * p.KH * p.KW * p.Ci
-    read = windows * p.x_bytes * t.channel_trips(p)["tj"] + chunks["w"]
+    read = windows * p.x_bytes * trips["tj"] + size["w"] * trips["b0"] * trips["th"] * trips["tw"]
     return (dram_moves(p, t)[0] * (pj["external"] + pj["l3"])
-            + (chunks["x"] + chunks["w"]) * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) + read * pj["l1"]
-            + chunks["y"] * (pj["register"] + 2 * pj["l2"] + pj["l3"])
+            + down * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) + read * pj["l1"]
+            + _chunks(p, t)["y"] * (pj["register"] + 2 * pj["l2"] + pj["l3"])
             + windows * p.Co * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.x_bytes * pj["register"]))
 
 
@@ -343,8 +346,8 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 # room the tiles could have, one costs the array a wait for each tile's drain. Two are searched
 # only where the fastest single tiling waits for its drains longer than CYCLE_SLACK lets a
 # tiling be slower (else two could buy little more than the slack), and under the latency
-# objective only: room is what the others trade for fewer bytes (MobileNet v2 ranked by energy:
-# 12.22 mJ with the search, 11.73 without).
+# objective only: room is what the others trade for fewer pJ (MobileNet v2 ranked by energy,
+# when that took the fewest bytes within the slack: 12.22 mJ with the search, 11.73 without).
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str] | None:
@@ -369,7 +372,7 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
 
     if target.costs is not None and target.objective != "latency":
         def figure(s: Scored) -> float:
-            pj = conv_pj(replace(s.problem, results=1), s.tiling, target.costs)
+            pj = conv_pj(replace(s.problem, results=1), s.tiling, target.costs, target.compute_tiles)
             return pj if target.objective == "energy" else pj * s.cycles
 
         best = min(scored, key=lambda s: (figure(s), *rank(s)))

@@ -29,7 +29,7 @@ from dfx import Compute, Graph, Kernel, Op, TileRef, lookup
 
 from .bands import (
     CYCLE_SLACK, POSITIONS, BandTiling, Body, Layer, band_kernel, band_streams, busiest_share, channel_splits,
-    dram_bytes, dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
+    copies_below_l3, dram_bytes, dram_moves, epilogue_buffers, layer, load_depth, output_ref, result_depth, tallest,
 )
 from .errors import CompileError
 from .lower_vector import epilogue_work
@@ -133,43 +133,43 @@ def _estimate(p: WindowProblem, t: WindowTiling, target: Target, work: float) ->
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def window_pj(p: WindowProblem, t: WindowTiling, costs: Costs, vector_pj: float) -> float:
+def window_pj(p: WindowProblem, t: WindowTiling, costs: Costs, compute_tiles: int, vector_pj: float) -> float:
     """The tiling's pJ as `hardware.energy` prices the simulator's counts: its external-memory
-    bytes at both ends, each band and weight (and bias) tile from L3 to L2 to L1 where the vector
-    unit reads it, each result tile from L1 up to L3, and the vector work (`vector_pj`, the same
-    for every tiling)."""
+    bytes at both ends, each band, weight, bias and epilogue operand tile from L3 to L2 to L1
+    where the vector unit reads it (`copies_below_l3`), each result tile from L1 up to L3, and
+    the vector work (`vector_pj`, the same for every tiling)."""
     pj = costs.energy.access_pj_per_byte
     order, trips, streams = t.loop_order(p), t.trips(p), band_streams(p, t)
+    # below L3, a weight or bias tile is the one of this tile of channels (`window_buffers`)
     below = {"x": t.nest(), "w": ("tc",), "bias": ("tc",) if p.bias_along else ()}
-    down = sum(stream_traffic(Stream(s.name, below[s.name], s.bytes), order, trips) for s in streams if s.name in below)
+    down = sum(copies_below_l3(Stream(s.name, below.get(s.name, s.loop_vars), s.bytes), order, trips, compute_tiles)
+               for s in streams if s.name != "y")
     up = sum(stream_traffic(s, order, trips) for s in streams if s.name == "y")
     return dram_bytes(p, t) * (pj["external"] + pj["l3"]) + (down + up) * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) \
         + vector_pj
 
 
 def choose_window_tiling(p: WindowProblem, target: Target, work: float,
-                         vector_pj: float = 0.0) -> tuple[WindowProblem, WindowTiling]:
+                         vector_pj: float) -> tuple[WindowProblem, WindowTiling]:
     """The tiling with the fewest external-memory bytes among those within CYCLE_SLACK of the
     fewest cycles (`_estimate`), the largest tiles of those; its result tiles two deep where that
     tiling fits so (with loads two deep), else one (and the problem so). Without the target's
     costs, among those of the best balance of the work over the compute tiles; for an objective
     but latency, the one of least pJ (`window_pj`, with `vector_pj` for the vector work), or pJ x
-    cycles, then as without costs (balance before cycles, measured on MobileNet v1's first six
-    layers under `energy`: cycles first cost 2.32 mJ and 737,568 cycles, balance first 2.26 mJ
-    and 605,013)."""
+    cycles, then as without costs."""
     latency = target.costs is not None and target.objective == "latency"
     rank = (lambda t: _estimate(p, t, target, work)) if latency else (lambda t: round(_balance(p, t, target), 2))
     scored = [(rank(t), dram_bytes(p, t), -t.R * t.C * t.Tc, t) for t in _candidates(p, target)]
     if not scored:
         raise ValueError("no tiling fits")
-    fewest = min(s[0] for s in scored)
     if target.costs is not None and not latency:
         def figure(t: WindowTiling) -> float:
-            pj = window_pj(p, t, target.costs, vector_pj)
+            pj = window_pj(p, t, target.costs, target.compute_tiles, vector_pj)
             return pj if target.objective == "energy" else pj * _estimate(p, t, target, work)
 
         t = min(scored, key=lambda s: (figure(s[3]), *s[:3]))[3]
     else:
+        fewest = min(s[0] for s in scored)
         t = min((s for s in scored if s[0] <= fewest * CYCLE_SLACK), key=lambda s: s[1:3])[3]
     deeper = replace(p, results=2)
     return (deeper, t) if p.depth == 2 and _fits(deeper, t, target) else (p, t)

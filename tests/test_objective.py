@@ -5,6 +5,8 @@ is in the object, in --dump and -v."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
 import pytest
 
@@ -13,9 +15,10 @@ from dfx import encode, read
 from hardware import kernel_energy, load_machine
 from kernel_compiler.bands import layer
 from kernel_compiler.compile import compile_graph
-from kernel_compiler.lower_conv import MIN_CHUNK, ConvProblem, choose_conv_tiling, conv_pj
+from kernel_compiler import lower_conv, lower_window
+from kernel_compiler.lower_conv import MIN_CHUNK, ConvProblem, conv_pj
 from kernel_compiler.lower_vector import epilogue_work
-from kernel_compiler.lower_window import WindowProblem, choose_window_tiling, window_pj
+from kernel_compiler.lower_window import WindowProblem, window_pj
 from kernel_compiler.target import load_target
 from kernel_compiler.tiling import MatmulProblem, choose_tiling, estimate, trips_of
 from loader import bind_cpsat, bind_program, simulate
@@ -128,45 +131,73 @@ def test_an_unknown_objective_is_one_line(gemm_file, tmp_path):
 
 CONV = ([("CONV2D", ["x", "w"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]})],
         {"x": ((1, 28, 28, 64), "f32"), "w": ((96, 3, 3, 64), "f32")})
+POINTWISE = ([("CONV2D", ["x", "w"], {})], {"x": ((1, 56, 56, 16), "f32"), "w": ((32, 1, 1, 16), "f32")})
+
+
+def loader_pj(program, machine) -> float:
+    """The one-kernel program run on `machine` as `kpu-loader` runs it: its pJ by the loader's model."""
+    sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
+    return kernel_energy(machine.energy, energy_counts(sim.phases[0], program.graph.ops[0], program.graph),
+                         engine_kind)["total_pj"]
+
+
+def forced(program, kernel):
+    """The one-kernel program with `kernel` in place of its own."""
+    return dataclasses.replace(program, kernels=[dataclasses.replace(kernel, depends_on=program.kernels[0].depends_on)])
+
+
+@pytest.mark.parametrize("graph", [CONV, POINTWISE])
+def test_the_conv_tilers_energy_is_the_loaders(graph):
+    """`conv_pj` prices every holding's tiling (weights resident in L1 across tiles of positions,
+    loads outside the parallel loop copied on each compute tile) as `hardware.energy` prices what
+    the simulator counted."""
+    machine, target = load_machine(STANDARD), load_target(STANDARD, None, "energy")
+    program = compile_graph(graph_of(*graph), "test.dfg", target)
+    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
+    tilings = {(t.order, t.band_channels, t.weights): t
+               for t in lower_conv._candidates(problem, target, (target.cols, MIN_CHUNK))}
+    assert len(tilings) >= 4
+    for t in tilings.values():
+        kernel = lower_conv._kernel(program.graph, program.graph.ops, program.kernels[0].name, target, problem, t,
+                                    "output_stationary")
+        assert conv_pj(problem, t, target.costs, target.compute_tiles) == \
+            pytest.approx(loader_pj(forced(program, kernel), machine)), t
 
 
 @pytest.fixture(scope="module")
 def conv_runs():
-    """A 3 x 3 convolution compiled for each objective and run on standard: objective ->
-    (its tiling as the tiler chose it, its target, cycles, pJ by the loader's model)."""
+    """The 3 x 3 convolution compiled for each objective and run on standard: objective ->
+    (its kernel, cycles, pJ by the loader's model)."""
     machine = load_machine(STANDARD)
     runs = {}
     for objective in ("latency", "energy", "edp"):
-        target = load_target(STANDARD, None, objective)
-        program = compile_graph(graph_of(*CONV), "test.dfg", target)
+        program = compile_graph(graph_of(*CONV), "test.dfg", load_target(STANDARD, None, objective))
         sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
-        pj = kernel_energy(machine.energy, energy_counts(sim.phases[0], program.graph.ops[0], program.graph),
-                           engine_kind)["total_pj"]
-        problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
-        chosen = choose_conv_tiling(problem, target, target.dataflows, (target.cols, MIN_CHUNK))
-        assert {k: program.kernels[0].tiling[k] for k in ("R", "C", "Tn", "Tc")} == \
-            {"R": chosen[1].R, "C": chosen[1].C, "Tn": chosen[1].Tn, "Tc": chosen[1].Tc}
-        runs[objective] = chosen, target, sim.cycles, pj
+        runs[objective] = program.kernels[0], sim.cycles, loader_pj(program, machine)
     return runs
-
-
-def test_the_conv_tilers_energy_is_the_loaders(conv_runs):
-    """`conv_pj` prices a tiling's moves, the array's reads of its windows and the MACs as
-    `hardware.energy` prices what the simulator counted."""
-    for (problem, tiling, _), target, _, pj in conv_runs.values():
-        assert conv_pj(problem, tiling, target.costs) == pytest.approx(pj)
 
 
 def test_energy_tiles_a_convolution_for_less_energy(conv_runs):
     """The 5% of cycles the latency objective may give up kept the whole image in one tile of
-    16 output channels, reading every window six times; ranked by energy, bands of 6 rows with
-    all 96 output channels read each once."""
-    _, _, cycles, pj = conv_runs["latency"]
-    (_, tiling, _), _, e_cycles, e_pj = conv_runs["energy"]
-    assert tiling.Tn == 96
+    16 output channels, reading every window six times; ranked by energy, bands of rows with all
+    96 output channels read each once."""
+    latency, cycles, pj = conv_runs["latency"]
+    energy, e_cycles, e_pj = conv_runs["energy"]
+    assert (latency.tiling["R"], latency.tiling["Tn"], energy.tiling["Tn"]) == (28, 16, 96)
     assert e_pj < pj and e_cycles > cycles
-    edp = {objective: cycles * pj for objective, (_, _, cycles, pj) in conv_runs.items()}
-    assert edp["edp"] == min(edp.values())
+
+
+def test_edp_tiles_a_convolution_for_the_least_energy_times_cycles(conv_runs):
+    """Of every tiling the tiler weighs, edp takes the one of least pJ x cycles by its estimates."""
+    target = load_target(STANDARD, None, "edp")
+    program = compile_graph(graph_of(*CONV), "test.dfg", target)
+    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
+    scored = lower_conv._scored(problem, lower_conv._candidates(problem, target, (target.cols, MIN_CHUNK)), target,
+                                target.dataflows)
+    least = min(conv_pj(problem, s.tiling, target.costs, target.compute_tiles) * s.cycles for s in scored)
+    s = next(s for s in scored if s.dataflow == conv_runs["edp"][0].dataflow
+             and all(getattr(s.tiling, k) == conv_runs["edp"][0].tiling[k] for k in ("R", "C", "Tn", "Tc")))
+    assert conv_pj(problem, s.tiling, target.costs, target.compute_tiles) * s.cycles == pytest.approx(least)
 
 
 @pytest.mark.parametrize("graph", [
@@ -174,22 +205,23 @@ def test_energy_tiles_a_convolution_for_less_energy(conv_runs):
       ("CLAMP", ["t0"], {"min": 0.0, "max": 6.0})], {"x": ((1, 56, 56, 144), "f32"), "w": ((3, 3, 144, 1), "f32")}),
     ([("DEPTHWISE_CONV2D", ["x", "w", "b"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]})],
      {"x": ((1, 28, 28, 96), "f32"), "w": ((3, 3, 96, 1), "f32"), "b": ((96,), "f32")}),
+    ([("DEPTHWISE_CONV2D", ["x", "w", "b"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]})],
+     {"x": ((1, 56, 56, 16), "f32"), "w": ((3, 3, 16, 1), "f32"), "b": ((16,), "f32")}),
+    ([("DEPTHWISE_CONV2D", ["x", "w"], {"stride": [1, 1], "padding": [[1, 1], [1, 1]]}), ("ADD", ["t0", "r"], {})],
+     {"x": ((1, 28, 28, 96), "f32"), "w": ((3, 3, 96, 1), "f32"), "r": ((1, 28, 28, 96), "f32")}),
     ([("MAXPOOL2D", ["x"], {"kernel": [3, 3], "stride": [2, 2], "padding": [[1, 1], [1, 1]]})],
      {"x": ((1, 48, 48, 64), "f32")})])
 def test_the_window_tilers_energy_is_the_loaders(graph):
-    """`window_pj` prices a window op's tiling, with its bias and epilogue, as `hardware.energy`
-    prices what the simulator counted."""
-    machine = load_machine(STANDARD)
-    target = load_target(STANDARD, None, "energy")
+    """`window_pj` prices every tiling the window tiler weighs, with its bias and its epilogue's
+    operands and work, as `hardware.energy` prices what the simulator counted."""
+    machine, target = load_machine(STANDARD), load_target(STANDARD, None, "energy")
     program = compile_graph(graph_of(*graph), "test.dfg", target)
     assert len(program.kernels) == 1
-    sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
-    pj = kernel_energy(machine.energy, energy_counts(sim.phases[0], program.graph.ops[0], program.graph),
-                       engine_kind)["total_pj"]
     ops = program.graph.ops
     problem = layer(WindowProblem, program.graph, ops, 2)
     work = epilogue_work(program.graph, ops)
     vector_pj = sum(n * machine.energy.vector_pj_per_element[kind] for kind, n in work.items())
-    problem, tiling = choose_window_tiling(problem, target, target.costs.vector_cycles(work), vector_pj)
-    assert program.kernels[0].tiling["R"] == tiling.R and program.kernels[0].tiling["Tc"] == tiling.Tc
-    assert window_pj(problem, tiling, target.costs, vector_pj) == pytest.approx(pj)
+    for t in lower_window._candidates(problem, target):
+        kernel = lower_window._kernel(program.graph, ops, program.kernels[0].name, target, problem, t)
+        assert window_pj(problem, t, target.costs, target.compute_tiles, vector_pj) == \
+            pytest.approx(loader_pj(forced(program, kernel), machine)), t
