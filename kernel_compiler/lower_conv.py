@@ -205,11 +205,16 @@ def _moves_bound_on(p: ConvProblem, t: ConvTiling, costs: Costs | None, compute_
 CHUNKED = {"x": POSITIONS + ("tk",), "w": ("tj", "tk"), "y": POSITIONS + ("tj",)}
 
 
-def _chunks(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
-    """The bytes each of x, w and y moves between L3 and L1 (y: up from the accumulators)."""
-    order, trips = t.loop_order(p), t.trips(p)
+def _chunk_streams(p: ConvProblem, t: ConvTiling) -> dict[str, Stream]:
+    """x, w and y as they move between L3 and L1 (y: up from the accumulators)."""
     size = {s.name: s.bytes for s in band_streams(p, t)}
-    return {name: stream_traffic(Stream(name, along, size[name]), order, trips) for name, along in CHUNKED.items()}
+    return {name: Stream(name, along, size[name]) for name, along in CHUNKED.items()}
+
+
+def _chunks(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
+    """The bytes each of x, w and y moves between L3 and L1."""
+    order, trips = t.loop_order(p), t.trips(p)
+    return {name: stream_traffic(s, order, trips) for name, s in _chunk_streams(p, t).items()}
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -221,14 +226,13 @@ def conv_pj(p: ConvProblem, t: ConvTiling, costs: Costs, compute_tiles: int) -> 
     each result tile from the accumulators up to L3, each MAC with its register reads (a bias's
     and an epilogue's moves and vector work are left out)."""
     pj = costs.energy.access_pj_per_byte
-    order, trips, size = t.loop_order(p), t.trips(p), {s.name: s.bytes for s in band_streams(p, t)}
-    down = sum(copies_below_l3(Stream(name, CHUNKED[name], size[name]), order, trips, compute_tiles)
-               for name in ("x", "w"))
+    order, trips, streams = t.loop_order(p), t.trips(p), _chunk_streams(p, t)
+    down = sum(copies_below_l3(streams[name], order, trips, compute_tiles) for name in ("x", "w"))
     windows = p.N * p.OH * p.OW * p.KH * p.KW * p.Ci
-    read = windows * p.x_bytes * trips["tj"] + size["w"] * trips["b0"] * trips["th"] * trips["tw"]
+    read = windows * p.x_bytes * trips["tj"] + streams["w"].bytes * trips["b0"] * trips["th"] * trips["tw"]
     return (dram_moves(p, t)[0] * (pj["external"] + pj["l3"])
             + down * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) + read * pj["l1"]
-            + _chunks(p, t)["y"] * (pj["register"] + 2 * pj["l2"] + pj["l3"])
+            + stream_traffic(streams["y"], order, trips) * (pj["register"] + 2 * pj["l2"] + pj["l3"])
             + windows * p.Co * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.x_bytes * pj["register"]))
 
 

@@ -38,6 +38,11 @@ from .target import Costs, Target
 from .tiling import Stream, first_fit, link_cycles, stream_traffic
 
 
+# result tiles in L3 one deep, whatever they are below: a second there takes room homes would
+# have (MobileNet v2 on minimal: 7 MB more DRAM) and its store holds up no unit
+L3_RESULTS = 1
+
+
 @dataclass(frozen=True)
 class WindowProblem(Layer):  # its weights, if any, HWCM
     @property
@@ -87,7 +92,7 @@ def window_buffers(p: WindowProblem, t: WindowTiling) -> tuple[tuple[Buffer, ...
              "bias": (p.Co if p.bias_along else 1) * p.bias_bytes}
     buffers: list[Buffer] = []
     for level in ("L1", "L2", "L3"):
-        deep = results if level != "L3" else 1
+        deep = results if level != "L3" else L3_RESULTS
         buffers += [(level, out_tile * p.out_bytes * deep)] + epilogue_buffers(p, t, runs, level, out_tile, channels)
     shared: list[int] = []
     for name, loops in t.stream_loops(p).items():
@@ -186,8 +191,7 @@ def lower_window(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     work, vector_pj = 0.0, 0.0
     if target.costs is not None:
         elements = epilogue_work(graph, ops)
-        work = target.costs.vector_cycles(elements)
-        vector_pj = sum(n * target.costs.energy.vector_pj_per_element[kind] for kind, n in elements.items())
+        work, vector_pj = target.costs.vector_cycles(elements), target.costs.vector_pj(elements)
     found = first_fit((replace(p, depth=depth) for depth in (2, 1)),
                       lambda q: choose_window_tiling(q, target, work, vector_pj))
     if found is None:
@@ -232,9 +236,7 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: WindowPro
                         at=inner, depends_on=deps, depth=depth if level == "L1" else 1))
     # result tiles two deep where they fit as large: the vector unit computes the next while the
     # last is stored; one deep, each waits for the last one's stores (MobileNet v1 ranked by
-    # energy, its depthwise layers chained: 1,894,117 cycles one deep, 1,880,532 two deep). In L3
-    # one deep: a second there takes room homes would have (MobileNet v2 on minimal: 7 MB more
-    # DRAM) and its store holds up no unit
-    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth, l3_depth=1)
+    # energy, its depthwise layers chained: 1,894,117 cycles one deep, 1,880,532 two deep)
+    extra = builder.finish(graph, ops, level, space, {"at": inner}, level="L1", depth=depth, l3_depth=L3_RESULTS)
     return band_kernel(graph, ops, name, target, p, t, body, extra, "vector", {"Tc": t.Tc},
                        lambda dram: {"vector_elements": dict(sorted(epilogue_work(graph, ops).items()))})

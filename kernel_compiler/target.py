@@ -45,6 +45,10 @@ class Costs:
         """One vector unit's cycles for `work`, elements by op class, on all its lanes."""
         return sum(n * self.vector.cycles_per_element[kind] for kind, n in work.items()) / self.vector.lanes
 
+    def vector_pj(self, work: dict[str, int]) -> float:
+        """The pJ of `work`, elements by op class, on the vector unit (as `hardware.energy` prices it)."""
+        return sum(n * self.energy.vector_pj_per_element[kind] for kind, n in work.items())
+
 
 @dataclass(frozen=True)
 class Target:

@@ -219,8 +219,7 @@ def test_the_window_tilers_energy_is_the_loaders(graph):
     assert len(program.kernels) == 1
     ops = program.graph.ops
     problem = layer(WindowProblem, program.graph, ops, 2)
-    work = epilogue_work(program.graph, ops)
-    vector_pj = sum(n * machine.energy.vector_pj_per_element[kind] for kind, n in work.items())
+    vector_pj = target.costs.vector_pj(epilogue_work(program.graph, ops))
     for t in lower_window._candidates(problem, target):
         kernel = lower_window._kernel(program.graph, ops, program.kernels[0].name, target, problem, t)
         assert window_pj(problem, t, target.costs, target.compute_tiles, vector_pj) == \
