@@ -51,7 +51,9 @@ ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", 
 @dataclass(frozen=True)
 class ConvProblem(Layer):
     c_bytes: int  # per element of the convolution's result (before its epilogue)
-    epilogue: bool  # whether ops follow it: their result is a buffer in L2 of its own
+    # the vector elements, by op class, of the ops that follow it over the whole result (none:
+    # no epilogue); their result is a buffer in L2 of its own
+    epilogue_work: tuple[tuple[str, int], ...]
     dtype: str  # its operands': what a MAC costs in pJ
 
     @property
@@ -105,7 +107,7 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
     if p.bias_bytes:
         buffers.append(("L2", (t.Tn if p.bias_along else 1) * p.bias_bytes))
     buffers += epilogue_buffers(p, t, runs, "L2", t.R * t.C * t.Tn, t.Tn)
-    if p.epilogue:
+    if p.epilogue_work:
         buffers.append(("L2", out_tile * p.out_bytes))  # the epilogue's result, before it leaves
     return tuple(buffers)
 
@@ -144,19 +146,26 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
     """Array cycles of the compute tile with the most work, with its waits for the drains."""
-    return math.ceil(_array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
-                     + _drain(p, t, target))
+    array = _array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
+    return math.ceil(array + _drain(p, t, target, array))
 
 
-def _drain(p: ConvProblem, t: ConvTiling, target: Target) -> float:
-    """With one buffer of result tiles (`result_depth`), the array waits for each tile's drain
-    through a Streamer before it starts the next: the busiest compute tile's result bytes over a
-    Streamer's rate. None with two, nor without the target's costs."""
+def _drain(p: ConvProblem, t: ConvTiling, target: Target, array: float) -> float:
+    """With one buffer of result tiles (`result_depth`), the array of the busiest compute tile
+    (`array` cycles of work) waits for each tile's drain through a Streamer before it starts the
+    next, and the drain of the next waits for the epilogue to have read this one on the vector
+    unit: where the epilogue takes longer than the array, the array waits out the difference
+    too. None with two, nor without the target's costs."""
     trips = t.trips(p)
     if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
         return 0.0
     share = busiest_share(p, t, target.compute_tiles, POSITIONS + ("tj",))
-    return p.N * p.OH * p.OW * p.Co * p.c_bytes * share / target.costs.streamer_bytes_per_cycle
+    out = p.N * p.OH * p.OW * p.Co * share
+    drain = out * p.c_bytes / target.costs.streamer_bytes_per_cycle
+    store = out * p.out_bytes / target.costs.streamer_bytes_per_cycle
+    epilogue = target.costs.vector_cycles(dict(p.epilogue_work)) * share
+    stages = [drain, epilogue, store] if p.epilogue_work else [drain, store]
+    return max(drain, max(a + b for a, b in zip(stages, stages[1:])) - array)
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -347,19 +356,20 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 # The choice depends on its arguments alone, and networks repeat their convolutions (ResNet-50's
 # 53 are 23 problems, ShuffleNet's 129 per-group ones 8): each is searched once per process.
 # Result tiles double-buffered (where loads are) or single, whichever ranks better: two cost
-# room the tiles could have, one costs the array a wait for each tile's drain. Two are searched
-# only where the fastest single tiling waits for its drains longer than CYCLE_SLACK lets a
-# tiling be slower (else two could buy little more than the slack), and under the latency
-# objective only: room is what the others trade for fewer pJ (MobileNet v2 ranked by energy,
-# when that took the fewest bytes within the slack: 12.22 mJ with the search, 11.73 without).
+# room the tiles could have, one costs the array a wait for each tile's drain (`_drain`). Two are
+# searched only where the fastest single tiling waits for its drains longer than CYCLE_SLACK lets
+# a tiling be slower (else two could buy little more than the slack). Under every objective: by
+# energy a second buffer moves no byte more, so it wins only where its tiling costs no more pJ
+# (MobileNet v2's 56 x 56 and 112 x 112 expansions by edp take it: 1,602,453 -> 1,526,542 cycles).
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str] | None:
     single = _candidates(p, target, narrowest)
     scored = _scored(p, single, target, dataflows)
-    if scored and p.depth == 2 and target.costs is not None and target.objective == "latency":
+    if scored and p.depth == 2 and target.costs is not None:
         fastest = min(scored, key=lambda s: s.cycles)
-        if _drain(p, fastest.tiling, target) > (CYCLE_SLACK - 1) * fastest.cycles:
+        array = _array_cycles(p, fastest.tiling, target.rows, target.cols, target.compute_tiles, fastest.dataflow)
+        if _drain(p, fastest.tiling, target, array) > (CYCLE_SLACK - 1) * fastest.cycles:
             within: dict[tuple, tuple[int, int]] = {}
             for t in single:  # the tallest first
                 within.setdefault((t.order, t.band_channels, t.weights, t.Tn, t.Tc), (t.R, t.C))
@@ -415,9 +425,9 @@ def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
     single = replace(p, results=1)  # the array's work and the moves do not depend on it: cached once for both
     for t in candidates:
         moves, dram = _moves_bound(single, t, target)
-        drain = _drain(p, t, target)
         for dataflow in dataflows:
-            array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow) + drain
+            array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow)
+            array += _drain(p, t, target, array)
             scored.append(Scored(math.ceil(max(array, moves)), dram, t, dataflow, p, moves > array))
     return scored
 
@@ -436,7 +446,8 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
                            f"there is nothing to tile")
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
-    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue=len(ops) > 1, dtype=x.dtype)
+    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype),
+              epilogue_work=tuple(sorted(epilogue_work(graph, ops[1:]).items())), dtype=x.dtype)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)

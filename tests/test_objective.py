@@ -153,7 +153,7 @@ def test_the_conv_tilers_energy_is_the_loaders(graph):
     the simulator counted."""
     machine, target = load_machine(STANDARD), load_target(STANDARD, None, "energy")
     program = compile_graph(graph_of(*graph), "test.dfg", target)
-    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
+    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue_work=(), dtype="f32")
     tilings = {(t.order, t.band_channels, t.weights): t
                for t in lower_conv._candidates(problem, target, (target.cols, MIN_CHUNK))}
     assert len(tilings) >= 4
@@ -191,7 +191,7 @@ def test_edp_tiles_a_convolution_for_the_least_energy_times_cycles(conv_runs):
     """Of every tiling the tiler weighs, edp takes the one of least pJ x cycles by its estimates."""
     target = load_target(STANDARD, None, "edp")
     program = compile_graph(graph_of(*CONV), "test.dfg", target)
-    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue=False, dtype="f32")
+    problem = layer(ConvProblem, program.graph, program.graph.ops, 2, c_bytes=4, epilogue_work=(), dtype="f32")
     scored = lower_conv._scored(problem, lower_conv._candidates(problem, target, (target.cols, MIN_CHUNK)), target,
                                 target.dataflows)
     least = min(conv_pj(problem, s.tiling, target.costs, target.compute_tiles) * s.cycles for s in scored)
