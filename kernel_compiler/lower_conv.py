@@ -156,16 +156,26 @@ def _drain(p: ConvProblem, t: ConvTiling, target: Target, array: float) -> float
     next, and the drain of the next waits for the epilogue to have read this one on the vector
     unit: where the epilogue takes longer than the array, the array waits out the difference
     too. None with two, nor without the target's costs."""
+    steps = _result_steps(p, t, target.costs, target.compute_tiles)
+    return 0.0 if steps is None else max(steps[0], steps[1] - array)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _result_steps(p: ConvProblem, t: ConvTiling, costs: Costs | None,
+                  compute_tiles: int) -> tuple[float, float] | None:
+    """With one buffer of result tiles, the busiest compute tile's drain and the longest of two
+    consecutive steps a result tile goes through (drain, epilogue, store into L3), which paces
+    them; None with two, or without the target's costs."""
     trips = t.trips(p)
-    if target.costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
-        return 0.0
-    share = busiest_share(p, t, target.compute_tiles, POSITIONS + ("tj",))
+    if costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
+        return None
+    share = busiest_share(p, t, compute_tiles, POSITIONS + ("tj",))
     out = p.N * p.OH * p.OW * p.Co * share
-    drain = out * p.c_bytes / target.costs.streamer_bytes_per_cycle
-    store = out * p.out_bytes / target.costs.streamer_bytes_per_cycle
-    epilogue = target.costs.vector_cycles(dict(p.epilogue_work)) * share
-    stages = [drain, epilogue, store] if p.epilogue_work else [drain, store]
-    return max(drain, max(a + b for a, b in zip(stages, stages[1:])) - array)
+    drain = out * p.c_bytes / costs.streamer_bytes_per_cycle
+    store = out * p.out_bytes / costs.streamer_bytes_per_cycle
+    epilogue = costs.vector_cycles(dict(p.epilogue_work)) * share
+    steps = [drain, epilogue, store] if p.epilogue_work else [drain, store]
+    return drain, max(a + b for a, b in zip(steps, steps[1:]))
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -378,15 +388,16 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     if not scored:
         return None
     fewest = min(s.cycles for s in scored)
+    one = replace(p, results=1)  # what the exposure and the pJ count: not the result buffers
 
     def rank(s: Scored) -> tuple:
-        t, q = s.tiling, s.problem
-        exposed = _exposed(replace(q, results=1), t, target.costs, s.link_bound)
-        return s.dram, s.cycles, exposed, -t.R * t.C, s.dataflow, -q.results
+        t = s.tiling
+        exposed = _exposed(one, t, target.costs, s.link_bound)
+        return s.dram, s.cycles, exposed, -t.R * t.C, s.dataflow, -s.problem.results
 
     if target.costs is not None and target.objective != "latency":
         def figure(s: Scored) -> float:
-            pj = conv_pj(replace(s.problem, results=1), s.tiling, target.costs, target.compute_tiles)
+            pj = conv_pj(one, s.tiling, target.costs, target.compute_tiles)
             return pj if target.objective == "energy" else pj * s.cycles
 
         best = min(scored, key=lambda s: (figure(s), *rank(s)))
