@@ -51,9 +51,9 @@ ORDERS = {"positions": ("b0", "th", "tw", "tj", "tk"), "channels": ("tj", "b0", 
 @dataclass(frozen=True)
 class ConvProblem(Layer):
     c_bytes: int  # per element of the convolution's result (before its epilogue)
-    # the vector elements, by op class, of the ops that follow it over the whole result (none:
-    # no epilogue); their result is a buffer in L2 of its own
-    epilogue_work: tuple[tuple[str, int], ...]
+    # each op that follows it: its vector elements by op class over the whole result (none: no
+    # epilogue); their result is a buffer in L2 of its own
+    epilogue_work: tuple[tuple[tuple[str, int], ...], ...]
     dtype: str  # its operands': what a MAC costs in pJ
 
     @property
@@ -145,37 +145,39 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
 
 
 def _cycles(p: ConvProblem, t: ConvTiling, target: Target, dataflow: str) -> int:
-    """Array cycles of the compute tile with the most work, with its waits for the drains."""
+    """Array cycles of the compute tile with the most work, with its waits for its result tiles."""
     array = _array_cycles(p, t, target.rows, target.cols, target.compute_tiles, dataflow)
-    return math.ceil(array + _drain(p, t, target, array))
+    return math.ceil(array + _result_wait(p, t, target, array))
 
 
-def _drain(p: ConvProblem, t: ConvTiling, target: Target, array: float) -> float:
-    """With one buffer of result tiles (`result_depth`), the array of the busiest compute tile
-    (`array` cycles of work) waits for each tile's drain through a Streamer before it starts the
-    next, and the drain of the next waits for the epilogue to have read this one on the vector
-    unit: where the epilogue takes longer than the array, the array waits out the difference
-    too. None with two, nor without the target's costs."""
-    steps = _result_steps(p, t, target.costs, target.compute_tiles)
-    return 0.0 if steps is None else max(steps[0], steps[1] - array)
+def _result_wait(p: ConvProblem, t: ConvTiling, target: Target, array: float) -> float:
+    """What the array of the busiest compute tile (`array` cycles of work) waits for its result
+    tiles beyond its work. Each goes through steps (`_result_pace`): the drain, each epilogue op,
+    the store into L3 and the one out to external memory. With one buffer of them the array
+    waits for each tile's drain before it starts the next, and each step for the one after it to
+    have taken the tile before: the slowest two consecutive steps pace the tiles. With two, the
+    slowest step does. None without the target's costs."""
+    if target.costs is None:
+        return 0.0
+    single, drain, step, pair = _result_pace(p, t, target.costs, target.compute_tiles)
+    return max(drain, pair - array) if single else max(0.0, step - array)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _result_steps(p: ConvProblem, t: ConvTiling, costs: Costs | None,
-                  compute_tiles: int) -> tuple[float, float] | None:
-    """With one buffer of result tiles, the busiest compute tile's drain and the longest of two
-    consecutive steps a result tile goes through (drain, epilogue, store into L3), which paces
-    them; None with two, or without the target's costs."""
+def _result_pace(p: ConvProblem, t: ConvTiling, costs: Costs,
+                 compute_tiles: int) -> tuple[bool, float, float, float]:
+    """Whether the result tiles have one buffer (`result_depth`), and, for the busiest compute
+    tile, their drain's cycles, the slowest step's and the slowest two consecutive steps'."""
     trips = t.trips(p)
-    if costs is None or result_depth(p, t, {v for v, n in trips.items() if n > 1}) > 1:
-        return None
     share = busiest_share(p, t, compute_tiles, POSITIONS + ("tj",))
     out = p.N * p.OH * p.OW * p.Co * share
+    tiles = p.N * -(-p.OH // t.R) * -(-p.OW // t.C) * -(-p.Co // t.Tn) * share
     drain = out * p.c_bytes / costs.streamer_bytes_per_cycle
-    store = out * p.out_bytes / costs.streamer_bytes_per_cycle
-    epilogue = costs.vector_cycles(dict(p.epilogue_work)) * share
-    steps = [drain, epilogue, store] if p.epilogue_work else [drain, store]
-    return drain, max(a + b for a, b in zip(steps, steps[1:]))
+    steps = [drain, *(costs.vector_cycles(dict(work)) * share for work in p.epilogue_work),
+             out * p.out_bytes / costs.block_mover_bytes_per_cycle,
+             out * p.out_bytes / costs.dma_engine_bytes_per_cycle + tiles * costs.dma_cycles_per_move]
+    single = result_depth(p, t, {v for v, n in trips.items() if n > 1}) == 1
+    return single, drain, max(steps), max(a + b for a, b in zip(steps, steps[1:]))
 
 
 # the estimates depend on the tiling and the target's array, engines and compute tiles, not on
@@ -366,7 +368,7 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 # The choice depends on its arguments alone, and networks repeat their convolutions (ResNet-50's
 # 53 are 23 problems, ShuffleNet's 129 per-group ones 8): each is searched once per process.
 # Result tiles double-buffered (where loads are) or single, whichever ranks better: two cost
-# room the tiles could have, one costs the array a wait for each tile's drain (`_drain`). Two are
+# room the tiles could have, one costs the array a wait for each tile's drain (`_result_wait`). Two are
 # searched only where the fastest single tiling waits for its drains longer than CYCLE_SLACK lets
 # a tiling be slower (else two could buy little more than the slack). Under every objective: by
 # energy a second buffer moves no byte more, so it wins only where its tiling costs no more pJ
@@ -379,7 +381,7 @@ def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
     if scored and p.depth == 2 and target.costs is not None:
         fastest = min(scored, key=lambda s: s.cycles)
         array = _array_cycles(p, fastest.tiling, target.rows, target.cols, target.compute_tiles, fastest.dataflow)
-        if _drain(p, fastest.tiling, target, array) > (CYCLE_SLACK - 1) * fastest.cycles:
+        if _result_wait(p, fastest.tiling, target, array) > (CYCLE_SLACK - 1) * fastest.cycles:
             within: dict[tuple, tuple[int, int]] = {}
             for t in single:  # the tallest first
                 within.setdefault((t.order, t.band_channels, t.weights, t.Tn, t.Tc), (t.R, t.C))
@@ -438,7 +440,7 @@ def _scored(p: ConvProblem, candidates: list[ConvTiling], target: Target,
         moves, dram = _moves_bound(single, t, target)
         for dataflow in dataflows:
             array = _array_cycles(single, t, target.rows, target.cols, target.compute_tiles, dataflow)
-            array += _drain(p, t, target, array)
+            array += _result_wait(p, t, target, array)
             scored.append(Scored(math.ceil(max(array, moves)), dram, t, dataflow, p, moves > array))
     return scored
 
@@ -458,7 +460,7 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
     p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype),
-              epilogue_work=tuple(sorted(epilogue_work(graph, ops[1:]).items())), dtype=x.dtype)
+              epilogue_work=tuple(tuple(sorted(epilogue_work(graph, [o]).items())) for o in ops[1:]), dtype=x.dtype)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)

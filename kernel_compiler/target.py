@@ -37,6 +37,7 @@ class Costs:
     l3_l2_bytes_per_cycle: float  # the BlockMovers'
     l2_l1_bytes_per_cycle: float  # the Streamers'
     streamer_bytes_per_cycle: float  # one Streamer's: an accumulator tile drains or reloads through one
+    block_mover_bytes_per_cycle: float  # one BlockMover's: a result tile goes up into L3 through one
     l2_bank_bytes_per_cycle: float  # one L2 bank's ports: each serves one move at a time, at a Streamer's rate
     energy: EnergyModel
     vector: VectorUnit  # each compute tile's: its lanes and cycles per element by op class
@@ -99,5 +100,6 @@ def target_from_machine(m: Machine, objective: str = "latency") -> Target:
         costs=Costs(min(x.channels * x.channel_bytes_per_cycle, e.dma * e.dma_bytes_per_cycle), e.dma,
                     x.latency_cycles, min(e.dma_bytes_per_cycle, x.channel_bytes_per_cycle),
                     e.block_mover * e.block_mover_bytes_per_cycle, e.streamer * e.streamer_bytes_per_cycle,
-                    e.streamer_bytes_per_cycle, e.streamer_bytes_per_cycle * m.l2_bank_ports, m.energy, m.vector),
+                    e.streamer_bytes_per_cycle, e.block_mover_bytes_per_cycle,
+                    e.streamer_bytes_per_cycle * m.l2_bank_ports, m.energy, m.vector),
     )

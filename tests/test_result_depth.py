@@ -83,11 +83,11 @@ def test_a_chained_pointwise_convolution_takes_its_result_tiles_two_deep_and_run
     np.testing.assert_allclose(got["t3"], want, rtol=1e-5, atol=1e-4)
 
 
-# MobileNet v2's first expansion: a 1x1 convolution of 16 input channels, whose ReLU6 takes the
-# vector unit (2 elements per result, 16 lanes) longer than the array takes for the result (16 MACs
-# each, 256 PEs)
+# MobileNet v2's first expansion: a 1x1 convolution of 16 input channels over 112 x 112, whose
+# ReLU6 takes the vector unit (2 elements per result, 16 lanes) twice as long as the array takes
+# for the result (16 MACs each, 256 PEs)
 EXPANSION = ([("CONV2D", ["x", "w"], {}), ("CLAMP", ["t0"], RELU6)],
-             {"x": ((1, 56, 56, 16), "f32"), "w": ((96, 1, 1, 16), "f32")})
+             {"x": ((1, 112, 112, 16), "f32"), "w": ((96, 1, 1, 16), "f32")})
 
 
 def test_a_convolution_whose_epilogue_outlasts_the_array_takes_its_results_two_deep():
@@ -102,6 +102,19 @@ def test_a_convolution_whose_epilogue_outlasts_the_array_takes_its_results_two_d
         _, two = _run(program)
         _, one = _run(_one_deep(program))
         assert two.cycles < 0.9 * one.cycles, (objective, two.cycles, one.cycles)
+
+
+def test_the_estimate_counts_the_steps_a_result_tile_goes_through():
+    """The tiler's cycles for a convolution whose epilogue outlasts the array are the pace of its
+    result tiles' steps, as the simulator runs them: two deep, the epilogue's alone (75,264, the
+    array's work being 37,632); one deep, the drain and the epilogue one after the other."""
+    for objective, depth in (("latency", 2), ("energy", 1)):
+        program = compile_graph(graph_of(*EXPANSION), "test.dfg", load_target(STANDARD, objective=objective))
+        (conv,) = program.kernels
+        assert {op.depth for op in _result_ops(conv)} == {depth}
+        _, sim = _run(program)
+        estimate = conv.hints["estimated_compute_cycles"]
+        assert 0.9 * sim.cycles < estimate <= sim.cycles, (objective, estimate, sim.cycles)
 
 
 def test_a_result_depth_out_of_range_is_refused():
