@@ -156,7 +156,7 @@ def _result_wait(p: ConvProblem, t: ConvTiling, target: Target, array: float) ->
     the store into L3 and the one out to external memory. With one buffer of them the array
     waits for each tile's drain before it starts the next, and each step for the one after it to
     have taken the tile before: the slowest two consecutive steps pace the tiles. With two, the
-    slowest step does. None without the target's costs."""
+    slowest step does. Nothing without the target's costs."""
     if target.costs is None:
         return 0.0
     single, drain, step, pair = _result_pace(p, t, target.costs, target.compute_tiles)
@@ -368,11 +368,12 @@ def choose_conv_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...
 # The choice depends on its arguments alone, and networks repeat their convolutions (ResNet-50's
 # 53 are 23 problems, ShuffleNet's 129 per-group ones 8): each is searched once per process.
 # Result tiles double-buffered (where loads are) or single, whichever ranks better: two cost
-# room the tiles could have, one costs the array a wait for each tile's drain (`_result_wait`). Two are
-# searched only where the fastest single tiling waits for its drains longer than CYCLE_SLACK lets
-# a tiling be slower (else two could buy little more than the slack). Under every objective: by
-# energy a second buffer moves no byte more, so it wins only where its tiling costs no more pJ
-# (MobileNet v2's 56 x 56 and 112 x 112 expansions by edp take it: 1,602,453 -> 1,526,542 cycles).
+# room the tiles could have, one costs the array a wait for each tile's drain and the steps after
+# it (`_result_wait`). Two are searched only where the fastest single tiling waits for them longer
+# than CYCLE_SLACK lets a tiling be slower (else two could buy little more than the slack). Under
+# every objective: by energy a second buffer moves no byte more, so it wins only where its tiling
+# costs no more pJ (MobileNet v2's 112 x 112 and 56 x 56 expansions by edp take it: 1,602,453 ->
+# 1,526,542 cycles).
 @functools.lru_cache(maxsize=4096)
 def _best_tiling(p: ConvProblem, target: Target, dataflows: tuple[str, ...],
                  narrowest: tuple[int, int]) -> tuple[ConvProblem, ConvTiling, str] | None:
@@ -459,8 +460,8 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
                            f"there is nothing to tile")
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
-    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype),
-              epilogue_work=tuple(tuple(sorted(epilogue_work(graph, [o]).items())) for o in ops[1:]), dtype=x.dtype)
+    epilogue_ops = tuple(tuple(sorted(epilogue_work(graph, [o]).items())) for o in ops[1:])
+    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue_work=epilogue_ops, dtype=x.dtype)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)
