@@ -104,6 +104,14 @@ def test_a_convolution_whose_epilogue_outlasts_the_array_takes_its_results_two_d
         assert two.cycles < 0.9 * one.cycles, (objective, two.cycles, one.cycles)
 
 
+def test_ranked_by_energy_a_depthwise_takes_its_result_tiles_two_deep():
+    """A depthwise's result tiles are two deep wherever its tiles stay as large, under energy too
+    (in L3 one deep)."""
+    program = compile_graph(graph_of(*PAIR), "test.dfg", load_target(STANDARD, objective="energy"))
+    depthwise, _ = program.kernels
+    assert [op.depth for op in _result_ops(depthwise)] == [1, 2, 2, 1]  # in registers, CLAMP, into L2, L3
+
+
 def test_the_estimate_counts_the_steps_a_result_tile_goes_through():
     """One deep, the tiler's cycles for a convolution whose epilogue outlasts the array are the
     pace of its result tiles' steps, as the simulator runs them: the drain and the epilogue one
