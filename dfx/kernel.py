@@ -13,6 +13,7 @@ tile, or a window (`offset`) reaching past its tensor, holds only the part insid
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -213,6 +214,21 @@ class Kernel:
                 if anchor is None or order.index(anchor) < parallel:
                     out.add(op.op_id)
         return out
+
+    def runs(self, op: BodyOp) -> int:
+        """How many times a body op runs in the whole kernel, on all its compute tiles together:
+        once per step of the loops enclosing its place (`at` inside that loop, `after` outside)."""
+        anchor, after = op.after or op.at, op.after is not None
+        live = []
+        for loop in self.tile_loops:
+            if anchor is None or (after and loop.induction_var == anchor):
+                break
+            live.append(loop)
+            if loop.induction_var == anchor:
+                break
+        # a loop within blocks counts its steps over all of them: its loop over blocks adds none
+        blocks = {loop.within for loop in live}
+        return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
 
     def band_loop(self) -> TileLoop | None:
         """The outermost loop of more than one trip: the one a kernel of a chain steps its links

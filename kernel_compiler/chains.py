@@ -189,8 +189,7 @@ def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
     for op in kernel.body:
         anchor = op.at if op.at is not None else op.after
         depth = 0 if anchor is None else names.index(anchor) + (op.at is not None)
-        out[op.op_id] = math.prod(l.trip_count for l in kernel.tile_loops[:depth]) \
-            * (tiles if depth <= parallel and op.op_id not in shared else 1)
+        out[op.op_id] = kernel.runs(op) * (tiles if depth <= parallel and op.op_id not in shared else 1)
     return out
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from dfx import Compute, Kernel, Program, accumulation_dtype, itemsize
 
 from .binding import Binding
-from .buffers import op_runs
 
 # Tile ops a functional run gets through per second, timing and values together: measured on a
 # 2-core AMD EPYC (Python 3.11) with 1024^3 f32 GEMMs on `standard` and `minimal`, which simulate
@@ -33,7 +32,7 @@ class BudgetError(ValueError):
 
 def tile_ops(program: Program) -> int:
     """Body-op runs over all kernels, as the progress bar counts them."""
-    return sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    return sum(k.runs(op) for k in program.kernels for op in k.body)
 
 
 def check_tile_ops(program: Program, limit: int, where: str) -> None:

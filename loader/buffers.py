@@ -108,21 +108,6 @@ def level_banks(machine: Machine, level: str) -> tuple[int, int]:
     return machine.l1.count, machine.l1.bytes
 
 
-def op_runs(kernel: Kernel, op) -> int:
-    """How many times a body op runs in the whole kernel."""
-    anchor, after = op.after or op.at, op.after is not None
-    live = []
-    for loop in kernel.tile_loops:
-        if anchor is None or (after and loop.induction_var == anchor):
-            break
-        live.append(loop)
-        if loop.induction_var == anchor:
-            break
-    # a loop within blocks counts its steps over all of them: its loop over blocks adds none
-    blocks = {loop.within for loop in live}
-    return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
-
-
 def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozenset[str] = frozenset(),
                    line: int | None = None) -> tuple[list[Buffer], list[StreamReq]]:
     """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3. With
@@ -146,7 +131,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
         dst = op.destination if isinstance(op, DataMove) else op.output
         tile_bytes = math.prod(dst.tile_shape) * itemsize(g.tensors[dst.tensor].dtype)
-        runs = op_runs(kernel, op)
+        runs = kernel.runs(op)
         # a shared move is worker 0's, its one buffer read by every worker
         copies = 1 if op.op_id in shared else workers
         for w in range(copies):

@@ -22,7 +22,6 @@ from kernel_compiler.shape_inference import infer_shapes
 from kernel_compiler.target import load_target
 from loader import budget as budget_module
 from loader.budget import LONG_RUN_SECONDS, TILE_OPS_PER_SECOND, Budget, advise, available_memory, estimate
-from loader.buffers import op_runs
 
 STANDARD = load_target(str(CONFIGS / "standard.json"))
 
@@ -269,7 +268,7 @@ def test_budget_counts_tensors_tiles_and_tile_ops(tmp_path):
     budget = estimate(program)
     tensors = 4 * (64 * 80 + 80 * 48 + 64 * 48)
     assert tensors < budget.host_bytes <= 2 * tensors  # the tiles of a small GEMM are the whole tensors
-    assert budget.tile_ops == sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    assert budget.tile_ops == sum(k.runs(op) for k in program.kernels for op in k.body)
     assert advise(budget, "m.kpu", available=2**30) is None
 
 

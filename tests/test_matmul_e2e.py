@@ -71,7 +71,6 @@ def test_execution_reports_progress_in_tile_ops(gemm_file, tmp_path, monkeypatch
 
     from hardware import load_machine
     from loader import bind_program, execute, program_inputs
-    from loader.buffers import op_runs
 
     obj = tmp_path / "g.kpu"
     assert run_cli("compiler", gemm_file(256, 256, 256), "-o", obj, "--target", CONFIGS / "minimal.json").returncode == 0
@@ -81,6 +80,6 @@ def test_execution_reports_progress_in_tile_ops(gemm_file, tmp_path, monkeypatch
     monkeypatch.setattr(importlib.import_module("loader.execution"), "PROGRESS_EVERY", 100)
     calls = []
     values = execute(program, bindings, program_inputs(program, {}, 0), calls.append)
-    total = sum(op_runs(k, op) for k in program.kernels for op in k.body)
+    total = sum(k.runs(op) for k in program.kernels for op in k.body)
     assert total > 300 and calls == list(range(100, total + 1, 100))
     np.testing.assert_allclose(values["C"], values["A"].astype(np.float64) @ values["B"], rtol=1e-4, atol=1e-4)
