@@ -5,9 +5,9 @@ Input: a lazy stream of `Task`s in program order. Model:
   engines that run at once) runs one task at a time and has one command queue per stream
   (`Task.stream`), like a DMA engine's descriptor channels. A stream's tasks run in program
   order: only its head task can start, and it becomes a candidate when its deps have finished.
-  An idle engine starts the candidate that became ready first, ties broken by task id; so a task
-  waiting on a late dep blocks its own stream only, not the engine's others (no head-of-line
-  blocking). With one stream per engine this is a plain in-order queue, as the array's tasks of
+  An idle engine starts the candidate of the lowest `Task.priority` (the earliest kernel's), of
+  those the one that became ready first, ties broken by task id; so a task waiting on a late dep
+  blocks its own stream only, not the engine's others (no head-of-line blocking). With one stream per engine this is a plain in-order queue, as the array's tasks of
   one compute tile are (the loader gives them one stream).
 - What a unit does is looked up by `Task.unit` in MOVE_MODELS, COMPUTE_MODELS and SYNC_MODELS
   (hardware.units): moves count bytes per pair of levels, computes start their phase's compute
@@ -103,8 +103,8 @@ class _Engine:
         self.name = name
         self.tid = tid  # trace track
         self.stats = UnitStats()
-        # Heads whose deps are done, not started: a heap of (ready cycle, task id, queue).
-        self.cands: list[tuple[int, int, _Queue]] = []
+        # Heads whose deps are done, not started: a heap of (priority, ready cycle, task id, queue).
+        self.cands: list[tuple[int, int, int, _Queue]] = []
         self.running: _Queue | None = None  # the queue whose head runs or holds the engine
         self.cost = model.cycles
         # The fields of a task its duration depends on, and the durations timed so far by those
@@ -261,16 +261,16 @@ class Simulator:
                         break
                 else:
                     eng = q.eng
-                    heappush(eng.cands, (now, task.id, q))
+                    heappush(eng.cands, (task.priority, now, task.id, q))
                     if eng.running is None:
                         idle.append(eng)
             ready.clear()
 
-            # Idle engines take their candidate ready first: start it, or queue for its resource.
+            # Idle engines take their first candidate: start it, or queue for its resource.
             for eng in idle:
                 if eng.running is not None or not eng.cands:
                     continue  # listed twice
-                q = eng.running = heappop(eng.cands)[2]
+                q = eng.running = heappop(eng.cands)[3]
                 task = q[0]
                 if task.dram_channel is None and task.l2_bank is None:
                     res = eng.channel

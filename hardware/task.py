@@ -43,3 +43,6 @@ class Task:
     dtype: str = "f32"  # "array": its operands' (A's), which sets the MACs a PE does per cycle
     # "vector" tasks: (op class, elements) pairs, op classes from VECTOR_OP_CLASSES in hardware.machine
     vector_work: tuple[tuple[str, int], ...] = ()
+    # which of an engine's candidates goes first: the lowest, then the one ready first (the loader
+    # gives each task its kernel's place in the program, a chain's first kernel's for its members)
+    priority: int = 0

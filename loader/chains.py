@@ -8,8 +8,8 @@ channels, the last: `Kernel.band_dim`) indexed by the kernel's outermost loop, s
 tile visits them in increasing order. Below, "rows" are a link's slices along its band dim.
 
 Binding: each member is bound on its own, then its buffers are moved off those of the members
-before it (`away_from_chain`), since all of them live at once, and its engines of each kind
-renumbered to put its busiest on theirs least busy (`spread_engines`).
+before it (`away_from_chain`), since all of them live at once; once all are, the chain's L2
+buffers go to banks and its streams to engines by load, over the whole chain (`balanced`).
 
 Tasks: the members' op instances are merged into one stream (`chain_tasks`), taking each time
 the downstream-most member with a ready instance among the next ones of its compute tiles (each
@@ -38,7 +38,7 @@ from typing import Iterator
 from dfx import Barrier, BodyOp, DataMove, Kernel, Program, TileRef, in_lines, slices_along
 from hardware import Machine, Task
 
-from .binding import BindError, Binding, BoundBuffer, engine_count, stream_cycles
+from .binding import BindError, Binding, BoundBuffer, engine_count, port_loads, stream_cycles
 from .buffers import COPY, StreamReq, home_move, in_home, level_banks
 from .relocate import Occupancy, place_of, relocate
 from .schedule import placement, worker_stream
@@ -85,32 +85,56 @@ def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, 
     return members
 
 
-def spread_engines(binding: Binding, streams: list[StreamReq], machine: Machine,
-                   busy: dict[tuple[str, int], int]) -> tuple[Binding, dict[tuple[str, int], int]]:
-    """A chain member's `binding` with its engines of each kind renumbered, its busiest onto the
-    one the members before it keep least busy (`busy`: (kind, engine) -> their cycles), and the
-    chain's cycles on each engine with its own. Alone, each member's binder sees the engines of a
-    kind alike and puts its first streams on the first ones: chained, every member's band loads
-    came to one Streamer and every member's drains to another (MobileNet v2's first chain: a
-    depthwise's small stores queued behind a 1x1's 336-cycle drains while four Streamers
-    idled). A renumbering leaves the member's own loads and queues as its binder made them."""
-    own: dict[tuple[str, int], int] = {}
-    for s, cycles in zip(streams, stream_cycles(streams, machine)):
-        key = (s.kind, binding.engines[s.op_id, s.worker])
-        own[key] = own.get(key, 0) + cycles
-    renumber, total = {}, dict(busy)
-    for kind in sorted({s.kind for s in streams}):
-        count = engine_count(kind, machine)
-        mine = sorted(range(count), key=lambda e: (-own.get((kind, e), 0), e))
-        theirs = sorted(range(count), key=lambda e: (busy.get((kind, e), 0), e))
-        for e, to in zip(mine, theirs):
-            renumber[kind, e] = to
-            if own.get((kind, e)):
-                total[kind, to] = busy.get((kind, to), 0) + own[kind, e]
-    engines = dict(binding.engines)
-    for s in streams:
-        engines[s.op_id, s.worker] = renumber[s.kind, binding.engines[s.op_id, s.worker]]
-    return replace(binding, engines=engines), total
+def balanced(members: list[Binding], streams: list[list[StreamReq]], machine: Machine) -> list[Binding]:
+    """A whole chain's members (`streams`: each one's) with their L2 buffers and their streams'
+    engines dealt out anew over the chain, which runs at once: heaviest first, each buffer into
+    the L2 bank whose port the chain loads least so far, with room (packed from the bottom of
+    each bank), each stream onto the engine of its kind the chain keeps least busy. Bound one by
+    one, the members' busiest buffers came to the same banks: MobileNet v2's conv2d_3 ..
+    conv2d_5 put 62% of its L2 traffic through two of the eight, its depthwise's small loads
+    queueing behind the 1x1s' large moves. Where a buffer finds no room so, the buffers keep
+    their places."""
+    cycles = [stream_cycles(s, machine) for s in streams]
+    placed = _ports_balanced(members, streams, cycles, machine) or members
+    return _engines_balanced(placed, streams, cycles, machine)
+
+
+def _ports_balanced(members: list[Binding], streams: list[list[StreamReq]], cycles: list[list[int]],
+                    machine: Machine) -> list[Binding] | None:
+    """The members with their L2 buffers placed by port load (`balanced`); None where one finds
+    no room."""
+    count, size = level_banks(machine, "L2")
+    at_l2 = []  # (its port's load, bytes, member, buffer index)
+    for m, (b, own, own_cycles) in enumerate(zip(members, streams, cycles)):
+        loads = port_loads([bb.buffer for bb in b.buffers], own, own_cycles)
+        at_l2 += [(loads.get(i, 0), bb.buffer.bytes, m, i) for i, bb in enumerate(b.buffers) if bb.buffer.level == "L2"]
+    fill: dict[int, int] = {}  # bank -> bytes used
+    load: dict[int, int] = {}  # bank -> the cycles its port carries
+    where: dict[tuple[int, int], BoundBuffer] = {}
+    for port_load, nbytes, m, i in sorted(at_l2, key=lambda x: (-x[0], -x[1], x[2], x[3])):
+        room = [k for k in range(count) if fill.get(k, 0) + nbytes <= size]
+        if not room:
+            return None
+        bank = min(room, key=lambda k: (load.get(k, 0), fill.get(k, 0), k))
+        where[m, i] = BoundBuffer(members[m].buffers[i].buffer, bank, fill.get(bank, 0))
+        fill[bank] = in_lines(fill.get(bank, 0) + nbytes, machine.line_bytes)
+        load[bank] = load.get(bank, 0) + port_load
+    return [replace(b, buffers=[where.get((m, i), bb) for i, bb in enumerate(b.buffers)])
+            for m, b in enumerate(members)]
+
+
+def _engines_balanced(members: list[Binding], streams: list[list[StreamReq]], cycles: list[list[int]],
+                      machine: Machine) -> list[Binding]:
+    """The members with their streams on engines by load (`balanced`)."""
+    busy: dict[tuple[str, int], int] = {}  # (kind, engine) -> the chain's cycles on it so far
+    engines = [dict(b.engines) for b in members]
+    dealt = sorted(((c, m, s) for m, (own, own_cycles) in enumerate(zip(streams, cycles))
+                    for s, c in zip(own, own_cycles)), key=lambda x: (-x[0], x[1], x[2].op_id, x[2].worker))
+    for c, m, s in dealt:
+        e = min(range(engine_count(s.kind, machine)), key=lambda e: (busy.get((s.kind, e), 0), e))
+        engines[m][s.op_id, s.worker] = e
+        busy[s.kind, e] = busy.get((s.kind, e), 0) + c
+    return [replace(b, engines=e) for b, e in zip(members, engines)]
 
 
 def _packed(members: list[Binding], level: str, machine: Machine) -> list[Binding] | None:

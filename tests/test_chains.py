@@ -16,12 +16,11 @@ from kernel_compiler.compile import compile_graph, graph_passes, lower_kernels
 from kernel_compiler.residency import keep_on_chip
 from kernel_compiler.synchronise import synchronise
 from kernel_compiler.target import Level, load_target
-from loader import BindError, LoadError, bind_cpsat, bind_greedy, bind_program, execute, simulate
+from loader import BindError, LoadError, bind_cpsat, bind_greedy, bind_program, execute, program_tasks, simulate
 from loader import tasks
 from loader.binding import Binding, stream_cycles
 from loader.buffers import StreamReq
 from loader.cache import EntryError, check
-from loader.chains import spread_engines
 from loader.report import dram_bytes, homes_view
 from kernel_compiler import chains
 from test_vector_kernels import STANDARD, graph_of, random
@@ -425,19 +424,41 @@ def test_a_level_packed_anew_spreads_its_buffers_over_the_banks_where_they_fit_s
     assert _packed([bound("a", "L1", [20] * 5, [0] * 5)], "L1", standard) is None
 
 
-def test_a_chain_member_takes_the_engines_the_members_before_it_keep_least_busy():
-    """Each member's binder sees a kind's engines alike and takes the first ones; chained, its
-    engines are renumbered, its busiest onto the chain's least busy, its streams kept apart as
-    its binder put them."""
-    standard = load_machine(STANDARD)
-    streams = [StreamReq(op, 0, "streamer", "t", "L2", "L1", nbytes, 10, None) for op, nbytes in ((1, 6400), (2, 640))]
-    binding = Binding("k", 1, [], {(1, 0): 0, (2, 0): 1, (3, 0): 0}, "cp-sat")  # op 3: a DMA's
-    streams.append(StreamReq(3, 0, "dma", "t", "EXTERNAL", "L3", 64, 1, None))
-    busy = {("streamer", 0): 5000, ("streamer", 1): 100}
-    spread, total = spread_engines(binding, streams, standard, busy)
-    # streamers 2 .. 7 idle, then 1, then 0: the busy stream takes 2, the light one 3
-    assert spread.engines == {(1, 0): 2, (2, 0): 3, (3, 0): 0}
-    # a streamer moves 64 bytes a cycle, so 10 tiles of 6,400 bytes take it 1,000 cycles
-    assert total == {("streamer", 0): 5000, ("streamer", 1): 100, ("streamer", 2): 1000, ("streamer", 3): 100,
-                     ("dma", 0): sum(stream_cycles(streams[2:], standard))}
-    assert busy == {("streamer", 0): 5000, ("streamer", 1): 100}  # the caller's, untouched
+def test_a_whole_chain_deals_its_l2_buffers_and_streams_out_by_load():
+    """Bound one by one, each member put its busy tile in the first L2 bank and its stream on the
+    first Streamer, behind the other's; the whole chain dealt out by load, heaviest first, each
+    busy tile has a bank (and its stream an engine) of its own and the light one the least
+    loaded left, so no port or engine carries two busy streams."""
+    from loader import Buffer, BoundBuffer
+    from loader.chains import balanced, shared_level
+
+    standard = load_machine(STANDARD)  # L2: 8 banks of 64 KiB; 8 Streamers at 64 bytes a cycle
+
+    def stream(op: int, nbytes: int) -> StreamReq:
+        return StreamReq(op, 0, "streamer", "t", "L2", "L1", nbytes, 10, op)
+
+    a = Binding("a", 1, [BoundBuffer(Buffer(1, 0, "x", "L2", 4096, 1), 0, 0),
+                         BoundBuffer(Buffer(2, 0, "y", "L2", 4096, 1), 0, 4096)], {(1, 0): 0, (2, 0): 0}, "cp-sat")
+    b = Binding("b", 1, [BoundBuffer(Buffer(1, 0, "z", "L2", 4096, 1), 0, 8192)], {(1, 0): 0}, "cp-sat")
+    # 10 tiles of 6,400 bytes keep a port (a Streamer) 1,000 cycles; of 640 bytes, 100
+    streams = [[stream(1, 6400), stream(2, 640)], [stream(1, 6400)]]
+    dealt = balanced([a, b], streams, standard)
+    assert shared_level(dealt) is None
+    assert [[(bb.bank, bb.address) for bb in m.buffers] for m in dealt] == [[(0, 0), (2, 0)], [(1, 0)]]
+    assert [m.engines for m in dealt] == [{(1, 0): 0, (2, 0): 2}, {(1, 0): 1}]
+    # as bound, one port and one Streamer carried all 2,100 cycles
+    assert [stream_cycles(s, standard) for s in streams] == [[1000, 100], [1000]]
+
+
+
+
+def test_each_task_goes_with_its_chains_first_kernel():
+    """An engine serves an earlier kernel's tasks first (`Task.priority`): the kernels' own places
+    unchained, the chain's first kernel's for all its members chained."""
+    machine = load_machine(STANDARD)
+    for chained, want in ((False, {0: {0}, 1: {1}}), (True, {0: {0}, 1: {0}})):
+        p = program(chained, ring=RING if chained else None)
+        by_phase: dict[int, set[int]] = {}
+        for task in program_tasks(p, bind_program(p, machine, "chain.kpu", bind_greedy), machine):
+            by_phase.setdefault(task.phase, set()).add(task.priority)
+        assert by_phase == want

@@ -236,6 +236,18 @@ def test_engine_takes_the_candidate_ready_first():
     assert starts(run(tasks)) == [(0, 300), (300, 600)]
 
 
+def test_engine_takes_an_earlier_kernels_candidate_first():
+    """The same three loads, task 3 of a later kernel (priority 1): ready at 100, before task 2,
+    it waits until the earlier kernel's task 2 has gone, though that became ready later."""
+    tasks = [
+        matmul(0, (), k=70),  # [0, 100]
+        load(1, 0, 6400, 0, stream=0),  # [0, 300]
+        load(2, 0, 6400, 0, stream=0),  # ready at 300
+        replace(load(3, 0, 6400, 0, deps=(0,), stream=1), priority=1),  # ready at 100
+    ]
+    assert starts(run(tasks)) == [(0, 100), (0, 300), (300, 600), (600, 900)]
+
+
 def test_engine_waits_for_the_port_of_the_task_it_chose():
     """dma0 chooses task 1 (ready at 0, lower id than task 2) and stays committed to it while
     channel 0 is busy, though task 2's channel 1 is free: the engine does not switch."""
