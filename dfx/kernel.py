@@ -216,8 +216,9 @@ class Kernel:
         return out
 
     def runs(self, op: BodyOp) -> int:
-        """How many times a body op runs in the whole kernel, on all its compute tiles together:
-        once per step of the loops enclosing its place (`at` inside that loop, `after` outside)."""
+        """How many times a body op runs in one walk of the kernel's loop nest: once per step of
+        the loops enclosing its place (`at` inside that loop, `after` outside). An op outside the
+        parallel loop runs this often on each compute tile (but a shared load once)."""
         anchor, after = op.after or op.at, op.after is not None
         live = []
         for loop in self.tile_loops:

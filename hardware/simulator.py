@@ -7,8 +7,10 @@ Input: a lazy stream of `Task`s in program order. Model:
   order: only its head task can start, and it becomes a candidate when its deps have finished.
   An idle engine starts the candidate of the lowest `Task.priority` (the earliest kernel's), of
   those the one that became ready first, ties broken by task id; so a task waiting on a late dep
-  blocks its own stream only, not the engine's others (no head-of-line blocking). With one stream per engine this is a plain in-order queue, as the array's tasks of
-  one compute tile are (the loader gives them one stream).
+  blocks its own stream only, not the engine's others (no head-of-line blocking). With one
+  stream per engine this is a plain in-order queue, as the array's tasks of one compute tile
+  are (the loader gives them one stream). Tasks waiting for a port (below) take it in the
+  order they asked, whatever their priority.
 - What a unit does is looked up by `Task.unit` in MOVE_MODELS, COMPUTE_MODELS and SYNC_MODELS
   (hardware.units): moves count bytes per pair of levels, computes start their phase's compute
   and count MACs, and a barrier (one sync engine per compute tile) takes no cycles: it ends when

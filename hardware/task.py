@@ -13,7 +13,8 @@ UNIT_PREFIX = {"dma": "dma", "block_mover": "bm", "streamer": "str", "array": "a
 
 
 # Not frozen: a frozen dataclass sets each field through object.__setattr__, and the loader
-# makes one task per unit operation. Nothing changes a task once made.
+# makes one task per unit operation. Nothing changes a task once made but its `priority`, which
+# the loader sets as it hands the task out.
 @dataclass(slots=True)
 class Task:
     # What every task has comes first, then a move's fields: the loader makes its moves, most
@@ -23,8 +24,8 @@ class Task:
     engine: int  # which engine of that kind (for "array", "vector" and "barrier": which compute tile)
     deps: tuple[int, ...] = ()  # ids of earlier tasks that must have finished
     # The engine's queue this task joins: tasks of one stream run in program order; an engine
-    # serves, among its streams' head tasks whose deps are done, the one ready first (ties by
-    # task id).
+    # serves, among its streams' head tasks whose deps are done, those of the lowest `priority`
+    # first, of those the one ready first (ties by task id).
     stream: int = 0
     phase: int = 0  # a part of the program (the loader's kernel number); results give each one's span
     label: str = ""  # e.g. "A EXT->L3"

@@ -107,9 +107,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                 if chained:
                     *chained, binding = away_from_chain(binding, chained, room, where, chain_names(program, i))
                     bindings[spans[i][0]:] = chained
-                    for tag, member in enumerate(chained, spans[i][0]):  # where a level was packed anew
-                        for bb in member.buffers:
-                            taken.claim(bb, tag)
+                    _claim(taken, chained, spans[i][0])  # where a level was packed anew
                 else:
                     binding = relocate(binding, taken, room)
                     if spans[i][1] > i:
@@ -127,9 +125,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                 if spans[i][1] == i:
                     *chained, binding = balanced([*bindings[spans[i][0]:], binding], chain_streams, room)
                     bindings[spans[i][0]:] = chained
-                    for tag, member in enumerate(chained, spans[i][0]):
-                        for bb in member.buffers:
-                            taken.claim(bb, tag)
+                    _claim(taken, chained, spans[i][0])
             for bb in binding.buffers:
                 taken.claim(bb, len(bindings))
             if workers < workers_for(k, machine.compute.tiles):
@@ -142,6 +138,13 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                                 f"--target naming this config")
             raise error
     return bindings
+
+
+def _claim(taken: Occupancy, members: list[Binding], first: int) -> None:
+    """Record the buffers of a chain's members, the first of them kernel `first`, as theirs."""
+    for tag, member in enumerate(members, first):
+        for bb in member.buffers:
+            taken.claim(bb, tag)
 
 
 def program_tasks(program: Program, bindings: list[Binding], machine: Machine) -> Iterator[Task]:

@@ -19,7 +19,7 @@ from kernel_compiler.target import Level, load_target
 from loader import BindError, LoadError, bind_cpsat, bind_greedy, bind_program, execute, program_tasks, simulate
 from loader import tasks
 from loader.binding import Binding, stream_cycles
-from loader.buffers import StreamReq
+from loader.buffers import StreamReq, home_layout, kernel_demands
 from loader.cache import EntryError, check
 from loader.report import dram_bytes, homes_view
 from kernel_compiler import chains
@@ -446,10 +446,29 @@ def test_a_whole_chain_deals_its_l2_buffers_and_streams_out_by_load():
     assert shared_level(dealt) is None
     assert [[(bb.bank, bb.address) for bb in m.buffers] for m in dealt] == [[(0, 0), (2, 0)], [(1, 0)]]
     assert [m.engines for m in dealt] == [{(1, 0): 0, (2, 0): 2}, {(1, 0): 1}]
-    # as bound, one port and one Streamer carried all 2,100 cycles
+    # the two busy streams, 1,000 cycles each, on ports and Streamers apart
     assert [stream_cycles(s, standard) for s in streams] == [[1000, 100], [1000]]
 
 
+def test_the_loader_deals_a_bound_chains_busiest_l2_tiles_a_bank_each():
+    """Bound as a program, the chain's L2 tiles most loaded (the bytes their streams move through
+    the bank's port) lie in banks of their own, as many as there are banks."""
+    machine = load_machine(STANDARD)
+    p = program(True, ring=RING)
+    kept = frozenset(h.tensor for h in home_layout(p, machine))
+    loads = []  # (port cycles, bank) of each L2 tile of the chain
+    for kernel, binding in zip(p.kernels, bind_program(p, machine, "chain.kpu", bind_greedy)):
+        _, streams = kernel_demands(kernel, p, binding.workers, kept, machine.line_bytes)
+        cycles = stream_cycles(streams, machine)
+        for bb in binding.buffers:
+            if bb.buffer.level == "L2":
+                loads.append((sum(c for s, c in zip(streams, cycles)
+                                  if (s.l2_buffer, s.worker) == (bb.buffer.op_id, bb.buffer.worker)), bb.bank))
+    ranked = sorted(loads, reverse=True)
+    # those busier than the first left without a bank of its own (ties may take either)
+    busiest = [(load, bank) for load, bank in ranked if load > ranked[machine.l2.count][0]]
+    assert len(busiest) >= 4, ranked
+    assert len({bank for _, bank in busiest}) == len(busiest)
 
 
 def test_each_task_goes_with_its_chains_first_kernel():
