@@ -231,6 +231,15 @@ class Kernel:
         blocks = {loop.within for loop in live}
         return math.prod(loop.trip_count for loop in live if loop.induction_var not in blocks)
 
+    def in_parallel_loop(self, op: BodyOp) -> bool:
+        """Whether a body op sits inside the parallel loop, its runs dealt to the compute tiles
+        (outside it, each compute tile makes every one of them)."""
+        parallel = next((d for d, l in enumerate(self.tile_loops) if l.parallel), None)
+        anchor = op.at or op.after
+        if parallel is None or anchor is None:
+            return False
+        return [l.induction_var for l in self.tile_loops].index(anchor) + (op.at is not None) > parallel
+
     def band_loop(self) -> TileLoop | None:
         """The outermost loop of more than one trip: the one a kernel of a chain steps its links
         by, band after band (bands of rows, or of channels)."""

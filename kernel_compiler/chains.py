@@ -182,15 +182,9 @@ def share_of(target: Target, near: float, l3: float, rows: float | None = 1.0) -
 def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
     """How often each op of the body runs, on all compute tiles: once per step of the loops
     enclosing its place; a move outside the parallel loop on each compute tile but a shared one."""
-    names = [l.induction_var for l in kernel.tile_loops]
-    parallel = next((d for d, l in enumerate(kernel.tile_loops) if l.parallel), len(names))
     shared, tiles = kernel.shared_moves(), workers(kernel, compute_tiles)
-    out = {}
-    for op in kernel.body:
-        anchor = op.at if op.at is not None else op.after
-        depth = 0 if anchor is None else names.index(anchor) + (op.at is not None)
-        out[op.op_id] = kernel.runs(op) * (tiles if depth <= parallel and op.op_id not in shared else 1)
-    return out
+    return {op.op_id: kernel.runs(op) * (1 if kernel.in_parallel_loop(op) or op.op_id in shared else tiles)
+            for op in kernel.body}
 
 
 @dataclass(frozen=True)

@@ -131,9 +131,10 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
         dst = op.destination if isinstance(op, DataMove) else op.output
         tile_bytes = math.prod(dst.tile_shape) * itemsize(g.tensors[dst.tensor].dtype)
-        runs = kernel.runs(op)
-        # a shared move is worker 0's, its one buffer read by every worker
+        # a shared move is worker 0's, its one buffer read by every worker; outside the parallel
+        # loop, each worker runs every step, inside it they share them
         copies = 1 if op.op_id in shared else workers
+        runs = kernel.runs(op) // copies if kernel.in_parallel_loop(op) else kernel.runs(op)
         for w in range(copies):
             if slots and op.depth > 1 and dst.level == "L2" and isinstance(op, DataMove) and op.move_type == "LOAD" \
                     and tile_bytes % line == 0:
@@ -146,7 +147,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
             if isinstance(op, DataMove):
                 src_level, dst_level = move_levels(op, homes)
                 streams.append(StreamReq(op.op_id, w, engine_kind(src_level, dst_level), dst.tensor,
-                                         src_level, dst_level, tile_bytes, max(1, runs // copies), op.l2_port()))
+                                         src_level, dst_level, tile_bytes, max(1, runs), op.l2_port()))
     return buffers, streams
 
 

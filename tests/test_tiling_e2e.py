@@ -3,6 +3,8 @@ compute tiles, moves what the compiler counts, and computes the right numbers.""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -11,10 +13,12 @@ from dfx import Graph, Op, Tensor, dumps, loads
 from hardware import load_machine
 from kernel_compiler import compile_graph, load_target
 from kernel_compiler.chains import ENGINES, usage
-from loader import bind_greedy, bind_program, execute, simulate
+from loader import bind_greedy, bind_program, execute, program_tasks, simulate
+from loader.buffers import kernel_demands
 from loader.report import dram_bytes
 
 STANDARD = str(CONFIGS / "standard.json")
+MOVE_UNITS = ("dma", "block_mover", "streamer")
 
 # external-memory bytes (reads and writes) of each f32 GEMM M x N x K on standard, as
 # benchmarks/RESULTS.md ("Tiling: external-memory traffic") shows them
@@ -180,3 +184,22 @@ def test_the_chain_planner_counts_a_move_once_per_step_over_all_blocks(small):
     estimated = usage(kernel, program.graph, target).busy[ENGINES.index("block_mover")] \
         * target.costs.l3_l2_bytes_per_cycle
     assert moved <= estimated <= 1.25 * moved  # whole tiles where the edge ones are short
+
+
+def test_the_binder_counts_each_move_as_often_as_the_simulator_runs_it():
+    """A move outside the parallel loop (an A tile at `ti`, each compute tile loading its own copy
+    for the B columns it takes) runs on every compute tile, a move inside it on one at a time:
+    the loads the binder balances are the tasks the simulator runs, move by move."""
+    program = compiled(gemm(200, 412, 40), STANDARD)
+    machine = load_machine(STANDARD)
+    bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
+    kernel = program.kernels[0]
+    _, streams = kernel_demands(kernel, program, bindings[0].workers, frozenset(), machine.line_bytes)
+    counted = Counter()
+    for s in streams:
+        counted[s.op_id] += s.tiles
+    ran = Counter(t.stream for t in program_tasks(program, bindings, machine) if t.unit in MOVE_UNITS)
+    outside = [op for op in kernel.body if op.op_id in counted and not kernel.in_parallel_loop(op)
+               and op.op_id not in kernel.shared_moves()]
+    assert outside and bindings[0].workers == 2
+    assert counted == ran
