@@ -134,7 +134,9 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
         # a shared move is worker 0's, its one buffer read by every worker; outside the parallel
         # loop, each worker runs every step, inside it they share them
         copies = 1 if op.op_id in shared else workers
-        runs = kernel.runs(op) // copies if kernel.in_parallel_loop(op) else kernel.runs(op)
+        runs = kernel.runs(op)
+        if kernel.in_parallel_loop(op):
+            runs //= copies
         for w in range(copies):
             if slots and op.depth > 1 and dst.level == "L2" and isinstance(op, DataMove) and op.move_type == "LOAD" \
                     and tile_bytes % line == 0:
