@@ -240,10 +240,18 @@ class Kernel:
             return False
         return [l.induction_var for l in self.tile_loops].index(anchor) + (op.at is not None) > parallel
 
-    def band_loop(self) -> TileLoop | None:
-        """The outermost loop of more than one trip: the one a kernel of a chain steps its links
-        by, band after band (bands of rows, or of channels)."""
-        return next((l for l in self.tile_loops if l.trip_count > 1), None)
+    def band_loop(self, tensor: str | None = None, dim: int | None = None) -> TileLoop | None:
+        """The loop a kernel of a chain steps its links by, band after band (bands of rows, or of
+        channels): its outermost loop of more than one trip, or, for `tensor` along `dim`, the
+        next such one where that is a parallel loop indexing `dim` of no tile of `tensor` at its
+        home. Each compute tile then goes through every band once per step of the parallel loop
+        it takes: a 1x1 convolution reading its input by chunks of channels, its tiles of output
+        channels or of rows dealt to the compute tiles, the arrays working at once."""
+        loops = [l for l in self.tile_loops if l.trip_count > 1]
+        if dim is not None and len(loops) > 1 and loops[0].parallel and all(
+                ref.tile_indices[dim] != loops[0].induction_var for _, ref in self._at_home(tensor)):
+            return loops[1]
+        return loops[0] if loops else None
 
     def _at_home(self, tensor: str) -> Iterator[tuple[DataMove, TileRef]]:
         """The moves (and their ends) of `tensor` at its home: its EXTERNAL side or a plain L3 tile."""
@@ -263,8 +271,8 @@ class Kernel:
 
     def off_band(self, tensor: str, dim: int) -> tuple[DataMove, TileRef] | None:
         """The first move (and its end) of `tensor` at its home that indexes `dim` by another loop
-        than `band_loop` (None: there is none)."""
-        band = self.band_loop()
+        than its `band_loop` of them (None: there is none)."""
+        band = self.band_loop(tensor, dim)
         return next(((op, ref) for op, ref in self._at_home(tensor)
                      if ref.tile_indices[dim] != (band.induction_var if band else None)), None)
 

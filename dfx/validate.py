@@ -315,9 +315,10 @@ def _chain_links(program: Program, fail) -> dict[str, set[str]]:
 def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, str] | None:
     """Why a chain's kernels would not go by bands of a link (None if they do): each move that
     reads or writes a link at its home (its EXTERNAL side, or its plain L3 tile) indexes the
-    link's band dim, the one its writer's outermost loop of more than one trip steps (rows, dim
-    1, or channels, the last), by the outermost loop of more than one trip, so each compute tile
-    visits the bands in order (loops step upward). A ring holds rows: its link goes by rows."""
+    link's band dim, the one its writer's band loop steps (rows, dim 1, or channels, the last),
+    by its kernel's band loop (`Kernel.band_loop`: the outermost loop of more than one trip, or
+    the next where that is a parallel loop not indexing its band dim), so each compute tile visits
+    the bands in order (loops step upward). A ring holds rows: its link goes by rows."""
     writer = {t: k for k in program.kernels for t in k.outputs}
     for tensor in sorted(links):
         k = writer[tensor]
@@ -338,11 +339,11 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
             found = k.off_band(tensor, dim)
             if found is None:
                 continue
-            (op, ref), band = found, k.band_loop()
+            (op, ref), band = found, k.band_loop(tensor, dim)
             outer = f"'{band.induction_var}'" if band is not None else "none: it has no loop of more than one trip"
             return place, (f"kernel '{k.name}' op {op.op_id} moves link '{ref.tensor}' at {ref.level} by "
-                           f"'{ref.tile_indices[dim]}' along dim {dim}; a chain's kernels go by its bands, the "
-                           f"outermost loop of more than one trip ({outer})")
+                           f"'{ref.tile_indices[dim]}' along dim {dim}; a chain's kernels go by its bands, each by its "
+                           f"band loop ({outer})")
     return None
 
 

@@ -68,6 +68,9 @@ SHARES = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16)  # a member's fraction of the target, 
 # image), and the search over pairs tries every one; None: the whole image in one tile, so it
 # goes by bands of channels
 ROWS = (1, 1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 32, 1 / 64, None)
+# a share of rows past `ROWS`: the whole image, as None, its window input read by bands of channels
+# (`Target.reads_by_channels`: a convolution holding every input channel in L3 could not)
+CHANNEL_BANDS = len(ROWS)
 BY_ROWS, BY_CHANNELS = 1, 3  # the dims of an NHWC link a chain may go by
 ENGINES = ("dma", "block_mover", "streamer", "array", "vector")  # the kinds in `Usage.busy`, in order
 MAX_MEMBERS = 8  # kernels per chain: each more takes its share of every bank, and a ring
@@ -97,9 +100,9 @@ class Rung:
     kernel: Kernel
     buffers: tuple[tuple[str, int], ...]  # its L1 and L2 buffers on one compute tile
     workers: int  # the compute tiles it runs on (`residency.workers`)
-    loop: TileLoop | None  # its band loop (`Kernel.band_loop`)
     # (written, dim) -> `band`'s: every state of every chain the rung is in asks for them
     _link_bands: dict[tuple[bool, int], tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
+    _loops: dict[tuple[bool, int], TileLoop | None] = field(default_factory=dict, compare=False, repr=False)
 
     def band(self, written: bool, dim: int) -> tuple[int, int, int]:
         """`_band` of its result (`written`) or its window input, along `dim`."""
@@ -108,6 +111,16 @@ class Rung:
             k = self.kernel
             self._link_bands[key] = _band(k, k.outputs[0] if written else k.inputs[0], written, dim)
         return self._link_bands[key]
+
+    def loop(self, written: bool, dim: int) -> TileLoop | None:
+        """Its band loop (`Kernel.band_loop`) of its result (`written`: its outermost loop of more
+        than one trip) or of its window input along `dim` (a 1x1 convolution whose tiles of
+        output channels or rows are dealt to the compute tiles reads its input by the next)."""
+        key = (written, dim)
+        if key not in self._loops:
+            k = self.kernel
+            self._loops[key] = k.band_loop() if written else k.band_loop(k.inputs[0], dim)
+        return self._loops[key]
 
 
 @dataclass(frozen=True)
@@ -167,16 +180,17 @@ def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str |
     return t.name
 
 
-def share_of(target: Target, near: float, l3: float, rows: float | None = 1.0) -> Target:
+def share_of(target: Target, near: float, l3: float, rows: float | None = 1.0, by_channels: bool = False) -> Target:
     """The target with `near` of every L1 and L2 bank's bytes and `l3` of L3's (in whole lines),
-    its window ops' tiles at most `rows` of their output rows (None: the whole image)."""
+    its window ops' tiles at most `rows` of their output rows (None: the whole image), reading
+    their window input `by_channels` or not."""
     line = target.line_bytes
 
     def part(level: Level, share: float) -> Level:
         return Level(level.banks, int(level.bank_bytes * share) // line * line)
 
     return dataclasses.replace(target, l1=part(target.l1, near), l2=part(target.l2, near), l3=part(target.l3, l3),
-                               rows_share=rows)
+                               rows_share=rows, reads_by_channels=by_channels)
 
 
 def _runs(kernel: Kernel, compute_tiles: int) -> dict[int, int]:
@@ -285,7 +299,7 @@ def _rows(kernel: Kernel, graph: Graph, dim: int) -> list[int]:
     shares of its output rows that each leave its tiles fewer rows than the one before (a
     7 x 7 image takes 1 row at 1/8 and at 1/16: one lowering, not two)."""
     if dim == BY_CHANNELS:
-        return [ROWS.index(None)]
+        return [ROWS.index(None)] + ([CHANNEL_BANDS] if kernel.op == "CONV2D" else [])
     height = graph.tensors[kernel.outputs[0]].shape[1]
     most = {r: max(1, math.ceil(height * share)) for r, share in enumerate(ROWS) if share is not None}
     return [r for r in most if r == 0 or most[r] < most[r - 1]]
@@ -313,7 +327,15 @@ def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
     side, or a plain L3 tile) indexes its `dim` by the outermost loop of more than one trip (loops
     step upward): the order a chain's kernels visit the bands of a link in."""
-    return kernel.band_loop() is not None and kernel.off_band(tensor, dim) is None
+    return kernel.band_loop(tensor, dim) is not None and kernel.off_band(tensor, dim) is None
+
+
+def _once(rung: Rung, dim: int) -> bool:
+    """Whether each compute tile of the rung goes through the bands of its window input along
+    `dim` once: a parallel loop outside its band loop takes one step on each at most (as the
+    loader requires of a ring)."""
+    outer = rung.kernel.band_loop()
+    return outer == rung.loop(False, dim) or outer.trip_count <= rung.workers
 
 
 def _in_flight(rung: Rung, written: bool, dim: int) -> int:
@@ -383,7 +405,7 @@ def _stages(each: list[Usage], rungs: list[Rung], graph: Graph, dim: int) -> lis
     """The chain's members (their cycles `each`) as `pipeline` takes them, going by `dim`."""
     out = []
     for i, (u, rung) in enumerate(zip(each, rungs)):
-        loop = rung.loop
+        loop = rung.loop(i < len(rungs) - 1, dim)
         reads = (*rung.band(False, dim), graph.tensors[rung.kernel.inputs[0]].shape[dim]) if i else (0, 0, 0, 0)
         writes = rung.band(True, dim)[1] if i < len(rungs) - 1 else 1
         out.append(Stage(u.cycles, loop.trip_count, rung.workers if loop.parallel else 1, reads, writes))
@@ -433,7 +455,8 @@ class Planner:
             return self.kernels[i]
         near, l3, rows = share
         return self.lower(self.graph, self.groups[i], self.kernels[i].name,
-                          share_of(self.target, SHARES[near], SHARES[l3], ROWS[rows]))
+                          share_of(self.target, SHARES[near], SHARES[l3], ROWS[rows] if rows < len(ROWS) else None,
+                                   rows == CHANNEL_BANDS))
 
     def rung(self, i: int, share: tuple[int, int, int]) -> Rung | None:
         """Kernel i's proxy lowered for `share` (None: no tiling fits it; nor, without lowering,
@@ -448,7 +471,7 @@ class Planner:
                 try:
                     m = self.lowered(self.proxy[i], share)
                     self._rungs[key] = Rung(m, tuple(b for b in body_buffers(m.body, self.graph) if b[0] != "L3"),
-                                            workers(m, self.target.compute_tiles), m.band_loop())
+                                            workers(m, self.target.compute_tiles))
                 except CompileError:
                     self._rungs[key] = None
                     unfit.append((near, l3))
@@ -474,21 +497,23 @@ class Planner:
         """Kernels first .. last chained, each tiled for the whole target."""
         return together([self.usage(i, WHOLE, (i > first, i < last)) for i in range(first, last + 1)])
 
-    def _bands(self, rung: Rung) -> int:
-        """The bands of its links one compute tile of the rung's kernel goes through: its outermost
-        loop of more than one trip, dealt to the compute tiles where that loop is the parallel one."""
-        loop = rung.loop
+    def _bands(self, rung: Rung, written: bool, dim: int) -> int:
+        """The bands of its result (`written`) or window input along `dim` one compute tile of the
+        rung's kernel goes through: its band loop's, dealt to the compute tiles where that loop is
+        the parallel one."""
+        loop = rung.loop(written, dim)
         return loop.trip_count // self.target.compute_tiles if loop.parallel else loop.trip_count
 
     def _usable(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> bool:
-        """Whether kernel i lowered for `share` goes by bands along `dim` of its links, and, where
-        it writes one, through more than one on each compute tile (with one, its bands all end at
-        once and the reader waits for the whole link); on the vector unit, by tiles of whole rows
-        (`_whole_rows`)."""
+        """Whether kernel i lowered for `share` goes by bands along `dim` of its links (both by one
+        loop where it reads one and writes one), and, where it writes one, through more than one on
+        each compute tile (with one, its bands all end at once and the reader waits for the whole
+        link); on the vector unit, by tiles of whole rows (`_whole_rows`)."""
         r = self.rung(i, share)
         return r is not None and all(goes_along(r.kernel, t, dim)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
-            and (not ends[1] or self._bands(r) > 1) and _whole_rows(r.kernel, self.graph)
+            and (not all(ends) or r.loop(False, dim) == r.loop(True, dim)) and (not ends[0] or _once(r, dim)) \
+            and (not ends[1] or self._bands(r, True, dim) > 1) and _whole_rows(r.kernel, self.graph)
 
     def _first(self, i: int, ends: tuple[bool, bool], dim: int) -> tuple[int, int, int] | None:
         """The largest equal shares of every level for which kernel i goes by bands along `dim`
@@ -545,10 +570,10 @@ class Planner:
         out = []
         if rows:
             row_shares = _rows(self.kernels[i], self.graph, dim)
-            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share))
+            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share), ends[1], dim)
             for r in (row_shares[at + 1:] if way > 0 else reversed(row_shares[:at])):
                 other = (share[0], share[1], r)
-                if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other)) != bands:
+                if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other), ends[1], dim) != bands:
                     out.append(other)
                     break
         for step in ((way, 0), (0, way), (way, way)):

@@ -68,6 +68,9 @@ class Target:
     # that must go by bands of rows takes less than 1); None: the whole image, no less (a chain's
     # member that goes by bands of channels)
     rows_share: float | None = 1.0
+    # a chain's member that reads its window input by bands of channels: its input band in L3
+    # holds a chunk of them, never all (which it could not start on before the whole is written)
+    reads_by_channels: bool = False
 
 
 def load_target(config: str, accelerator: str | None = None, objective: str = "latency") -> Target:

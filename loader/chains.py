@@ -410,6 +410,8 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
         roles = _roles(kernel, links, frozenset(h.tensor for h in binding.homes), shapes)
         for link in links.values():
             reads = [op_id for op_id, spans in roles.items() if any(s.link is link and s.role == READ for s in spans)]
+            if reads and link.ring is not None:
+                _once_through(program, members[0], kernel, binding, link)
             if reads:
                 link.reading.update(((kernel.name, w), 0) for w in _reading_tiles(kernel, binding, reads))
         running = stream.start(kernel, binding, i, streams=(i - members[0]) * STREAMS_APART)
@@ -428,6 +430,21 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
             stream.finish(member.running)
             done.add(member.name)
             clock.now += 1
+
+
+def _once_through(program: Program, first: int, kernel: Kernel, binding: Binding, link: Link) -> None:
+    """LoadError where a compute tile of the kernel would read the ring `link` through more than
+    once: a parallel loop outside its band loop (`Kernel.band_loop`) with more steps than the
+    compute tiles it runs on, each going through the bands again for its next step, by then
+    replaced in the ring."""
+    from .run import LoadError  # run imports this module
+
+    outer, band = kernel.band_loop(), kernel.band_loop(link.tensor, link.dim)
+    if outer != band and outer.trip_count > binding.workers:
+        raise LoadError(f"{chain_names(program, first)}: kernel '{kernel.name}' reads link '{link.tensor}' band by "
+                        f"band once per step of its loop '{outer.induction_var}', {outer.trip_count} steps over "
+                        f"{binding.workers} compute tile(s): its ring of {link.ring} {slices_along(link.dim)} "
+                        f"would no longer hold the first bands when a compute tile goes through them again")
 
 
 class _Clock:

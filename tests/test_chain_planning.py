@@ -105,7 +105,7 @@ def test_a_chain_fits_the_target_at_once_going_by_rows_with_rings_its_bands_need
     # its rows loop is the parallel one; the depthwise deals out its channels, each band on both
     # at once), the rows each reads of the link before (the depthwise's bands with their halo,
     # from row -1), the rows between the starts of those it writes
-    rungs = [chains.Rung(m, (), workers(m, target.compute_tiles), m.band_loop()) for m in members]
+    rungs = [chains.Rung(m, (), workers(m, target.compute_tiles)) for m in members]
     stages = chains._stages([chains.Usage(1.0, 0.0)] * 3, rungs, graph, chains.BY_ROWS)
     assert [(s.bands, s.tiles) for s in stages] == [
         (m.band_loop().trip_count, workers(m, target.compute_tiles) if m.band_loop().parallel else 1) for m in members]

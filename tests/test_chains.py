@@ -343,7 +343,7 @@ PAIR = ["depthwise_conv2d_0", "conv2d_1"]
     # channels, reading every input channel of each
     (lambda: program(True, l1=32 * 1024),
      "chain [depthwise_conv2d_0, conv2d_1]: kernel 'conv2d_1' op 0 moves link 't0' at EXTERNAL by '0' along dim 3; "
-     "a chain's kernels go by its bands, the outermost loop of more than one trip ('tj')"),
+     "a chain's kernels go by its bands, each by its band loop ('tj')"),
     (lambda: program(True, l1=32 * 1024, ring=8),
      "chain [depthwise_conv2d_0, conv2d_1]: link 't0' goes by channels, but its home is a ring of rows"),
     (lambda: _ring_dim(program(True, ring=8), 3),
