@@ -379,3 +379,25 @@ def test_a_member_bringing_its_weights_down_for_every_row_is_rated_by_its_l2_ban
     program, by_array = run()
     assert program.kernels[1].tiling["R"] == 1
     assert by_array > 1.25 * cycles
+
+
+def test_a_pointwise_reading_its_link_by_channels_holds_a_chunk_of_them_in_l3():
+    # MobileNet v2's 14 x 14 projection from 384 channels to 64: for the whole target it holds all
+    # its input channels in its L3 band, which it could not start on before the whole is written;
+    # lowered to read its window input by channels, chunks of them, by the loop its band loop is
+    graph, (depthwise, pointwise), target = lowered(
+        [("DEPTHWISE_CONV2D", ["x", "wd"], PAD), ("CONV2D", ["t0", "wp"], {})],
+        {"x": ((1, 14, 14, 384), "f32"), "wd": ((3, 3, 384, 1), "f32"), "wp": ((64, 1, 1, 384), "f32")})
+    ops = {op.name: op for op in graph.ops}
+
+    def x_at_home(k):
+        return next(op.source for op in k.body if op.type == "DATA_MOVE" and op.source.tensor == "t0"
+                    and op.source.level == "EXTERNAL")
+
+    assert x_at_home(pointwise).tile_shape[3] == 384 and not chains.goes_along(pointwise, "t0", chains.BY_CHANNELS)
+    by_channels = lower_group(graph, [ops[pointwise.graph_op]], pointwise.name,
+                              chains.share_of(target, 1, 1, None, by_channels=True), dataflow="auto")
+    band = by_channels.band_loop("t0", chains.BY_CHANNELS)
+    assert x_at_home(by_channels).tile_shape[3] < 384
+    assert x_at_home(by_channels).tile_indices[3] == band.induction_var == "tk"
+    assert chains.goes_along(by_channels, "t0", chains.BY_CHANNELS)

@@ -61,9 +61,10 @@ def values() -> dict[str, np.ndarray]:
 
 
 def _depthwise(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """A depthwise 3x3, stride 1, padding 1 on 16 x 16, in float64."""
+    """A depthwise 3x3, stride 1, padding 1, in float64."""
+    h, wd = x.shape[1:3]
     p = np.pad(x.astype(np.float64), [(0, 0), (1, 1), (1, 1), (0, 0)])
-    return sum(p[:, i:i + 16, j:j + 16, :] * w[i, j, :, 0] for i in range(3) for j in range(3))
+    return sum(p[:, i:i + h, j:j + wd, :] * w[i, j, :, 0] for i in range(3) for j in range(3))
 
 
 def reference(v: dict[str, np.ndarray]) -> np.ndarray:
@@ -225,6 +226,52 @@ def test_a_link_by_channels_kept_whole_in_l3_never_reaches_external_memory():
              for label, loop in (("t0 L2->L3", "tj"), ("t0 L3->L3", "tc"))}
     assert len(moves["t0 L3->L3"]) == 8
     assert all(w_end <= r_start for w, _, w_end in moves["t0 L2->L3"] for r, r_start, _ in moves["t0 L3->L3"] if w & r)
+
+
+# a depthwise 3x3 on 8 x 8 x 128, then a 1x1 into 32 channels: the compiler chains them by
+# channels, the pointwise in two tiles of 16 output channels, one to each compute tile, each going
+# through the depthwise's result chunk by chunk of input channels (MobileNet v2's projections)
+PROJECTION = [DW, ("CONV2D", ["t0", "wp"], {})]
+DEEP = {"x": ((1, 8, 8, 128), "f32"), "wd": ((3, 3, 128, 1), "f32"), "wp": ((32, 1, 1, 128), "f32")}
+
+
+def test_a_pointwise_reads_its_link_by_channels_with_its_output_tiles_on_both_compute_tiles():
+    standard = load_machine(STANDARD)
+    chained = loads(dumps(compile_graph(graph_of(PROJECTION, DEEP), "chain.dfg", load_target(STANDARD))), "chain.kpu")
+    depthwise, pointwise = chained.kernels
+    assert chained.chains == [["depthwise_conv2d_0", "conv2d_1"]]
+    outer, band = pointwise.band_loop(), pointwise.band_loop("t0", 3)
+    assert (outer.induction_var, outer.trip_count, outer.parallel) == ("tj", 2, True)
+    assert band.induction_var == "tk" and band.trip_count > 2 and pointwise.band_dim("t1") == 3
+    t0 = chained.graph.tensors["t0"]
+    assert (t0.home, t0.ring_dim) == ("L3", 3) and t0.ring < 128
+    bindings = bind_program(chained, standard, "chain.kpu", bind_cpsat)
+    sim = simulate(chained, standard, bindings, record_first=1 << 20)
+    v = {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(DEEP.items())}
+    t1 = np.einsum("nhwc,oc->nhwo", _depthwise(v["x"], v["wd"]), v["wp"][:, 0, 0, :].astype(np.float64))
+    assert np.allclose(execute(chained, bindings, v)["t1"], t1, rtol=1e-4, atol=1e-4)
+    # t0 never crosses external memory: the input, both weights and the result, exactly
+    assert dram_bytes(sim) == {"read": (8 * 8 * 128 + 9 * 128 + 32 * 128) * 4, "write": 8 * 8 * 32 * 4}
+    # both arrays take the pointwise, each under the depthwise on the vector units
+    arrays = [(t.engine, start, end) for t, start, end, _ in sim.first_tasks if t.unit == "array" and t.phase == 1]
+    vectors = [(start, end) for t, start, end, _ in sim.first_tasks if t.unit == "vector" and t.phase == 0]
+    assert {engine for engine, _, _ in arrays} == {0, 1}
+    assert all(any(a0 < v1 and v0 < a1 for v0, v1 in vectors for e, a0, a1 in arrays if e == engine)
+               for engine in (0, 1))
+    # each chunk of channels the pointwise reads out of the ring waits for the depthwise's writes
+    # of them, on both compute tiles
+    tiles = {"tc": depthwise.tiling["Tc"], "tk": pointwise.tiling["Tc"]}
+    moves = {label: [(set(range(t.args[loop] * tiles[loop], (t.args[loop] + 1) * tiles[loop])), start, end)
+                     for t, start, end, _ in sim.first_tasks if t.label == label]
+             for label, loop in (("t0 L2->L3", "tc"), ("t0 L3->L2", "tk"))}
+    assert len(moves["t0 L3->L2"]) == 2 * band.trip_count
+    assert all(w_end <= r_start for w, _, w_end in moves["t0 L2->L3"] for r, r_start, _ in moves["t0 L3->L2"] if w & r)
+    # on one compute tile, the pointwise would go through the ring once for each tile of output
+    # channels, the first bands long replaced: the loader says so
+    one = dataclasses.replace(standard, compute=dataclasses.replace(standard.compute, tiles=1))
+    with pytest.raises(LoadError, match=r"^chain \[depthwise_conv2d_0, conv2d_1\]: kernel 'conv2d_1' reads link 't0' "
+                                        r"band by band once per step of its loop 'tj', 2 steps over 1 compute tile\(s\)"):
+        simulate(chained, one, bind_program(chained, one, "chain.kpu", bind_greedy))
 
 
 def test_a_link_by_rows_without_a_home_passes_through_external_memory_band_by_band():
