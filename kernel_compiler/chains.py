@@ -23,9 +23,12 @@ lowering, before the homes and the barriers:
   of the two) until all their buffers and the links' homes fit the target together, then grown
   back where a member's larger share still fits and ranks better (`_rank`); for two kernels
   whose cut falls short by more than `SHORT`, every pair of usable shares is tried. A member
-  must go by bands of its links: its outermost loop of more than one trip indexes their rows
-  (or, the whole image in one tile, their channels), stepping upward; one writing a link,
-  through more than one band on each compute tile. A chain costs what its
+  must go by bands of its links: its band loop (`Kernel.band_loop`: the outermost loop of more
+  than one trip, or the next inside a parallel one that indexes none of their slices) indexes
+  their rows (or, the whole image in one tile, their channels), stepping upward; one reading
+  and writing links, both by one loop; one reading a link, going through its bands once on each
+  compute tile; one writing a link, through more than one band on each. A convolution reading
+  its link by channels is lowered to hold chunks of them (`CHANNEL_BANDS`). A chain costs what its
   kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
   slowest member its last ends, each band waiting for the bands of the member before it reads);
   one of more than two members in rings of one band's slack, at least its array's and its vector
