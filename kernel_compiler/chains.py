@@ -511,8 +511,9 @@ class Planner:
         """Whether kernel i lowered for `share` goes by bands along `dim` of its links (both by one
         loop where it reads one and writes one), and, where it writes one, through more than one on
         each compute tile (with one, its bands all end at once and the reader waits for the whole
-        link); on the vector unit, by tiles of whole rows (`_whole_rows`)."""
-        r = self.rung(i, share)
+        link); on the vector unit, by tiles of whole rows (`_whole_rows`). Lowered to read its window
+        input by channels (`CHANNEL_BANDS`) only where that is a link."""
+        r = None if share[2] == CHANNEL_BANDS and not ends[0] else self.rung(i, share)
         return r is not None and all(goes_along(r.kernel, t, dim)
                                      for t, linked in zip((r.kernel.inputs[0], r.kernel.outputs[0]), ends) if linked) \
             and (not all(ends) or r.loop(False, dim) == r.loop(True, dim)) and (not ends[0] or _once(r, dim)) \
