@@ -242,13 +242,14 @@ class Kernel:
 
     def band_loop(self, tensor: str | None = None, dim: int | None = None) -> TileLoop | None:
         """The loop a kernel of a chain steps its links by, band after band (bands of rows, or of
-        channels): its outermost loop of more than one trip, or, for `tensor` along `dim`, the
-        next such one where that is a parallel loop indexing `dim` of no tile of `tensor` at its
-        home. Each compute tile then goes through every band once per step of the parallel loop
-        it takes: a 1x1 convolution reading its input by chunks of channels, its tiles of output
-        channels or of rows dealt to the compute tiles, the arrays working at once."""
+        channels): its outermost loop of more than one trip; for a link `tensor` it reads (not
+        one it writes) along `dim`, the next such loop where that one is a parallel loop
+        indexing `dim` of no tile of `tensor` at its home. Each compute tile then goes through
+        every band of it once per step of the parallel loop it takes: a 1x1 convolution reading
+        its input by chunks of channels, its tiles of output channels or of rows dealt to the
+        compute tiles, the arrays working at once."""
         loops = [l for l in self.tile_loops if l.trip_count > 1]
-        if dim is not None and len(loops) > 1 and loops[0].parallel and all(
+        if tensor is not None and tensor not in self.outputs and len(loops) > 1 and loops[0].parallel and all(
                 ref.tile_indices[dim] != loops[0].induction_var for _, ref in self._at_home(tensor)):
             return loops[1]
         return loops[0] if loops else None
@@ -263,8 +264,9 @@ class Kernel:
                     yield op, ref
 
     def band_dim(self, tensor: str) -> int | None:
-        """The dim of `tensor` that `band_loop` steps at its home (the first such move's): 1, rows,
-        or the last, channels, for a chain's link; None where no move there indexes it so."""
+        """The dim of `tensor`, a result, that `band_loop` (its outermost loop of more than one trip)
+        steps at its home (the first such move's): 1, rows, or the last, channels, for a chain's
+        link; None where no move there indexes it so."""
         band = self.band_loop()
         return next((ref.tile_indices.index(band.induction_var) for _, ref in self._at_home(tensor)
                      if band is not None and band.induction_var in ref.tile_indices), None)

@@ -316,9 +316,10 @@ def _bands_problem(program: Program, links: dict[str, set[str]]) -> tuple[str, s
     """Why a chain's kernels would not go by bands of a link (None if they do): each move that
     reads or writes a link at its home (its EXTERNAL side, or its plain L3 tile) indexes the
     link's band dim, the one its writer's band loop steps (rows, dim 1, or channels, the last),
-    by its kernel's band loop (`Kernel.band_loop`: the outermost loop of more than one trip, or
-    the next where that is a parallel loop not indexing its band dim), so each compute tile visits
-    the bands in order (loops step upward). A ring holds rows: its link goes by rows."""
+    by its kernel's band loop (`Kernel.band_loop`: the outermost loop of more than one trip, or,
+    reading it, the next where that is a parallel loop not indexing its band dim), so each compute
+    tile visits the bands in order (loops step upward), once per step it takes of such a parallel
+    loop. A ring holds slices along the dim its link goes by."""
     writer = {t: k for k in program.kernels for t in k.outputs}
     for tensor in sorted(links):
         k = writer[tensor]

@@ -116,13 +116,13 @@ class Rung:
         return self._link_bands[key]
 
     def loop(self, written: bool, dim: int) -> TileLoop | None:
-        """Its band loop (`Kernel.band_loop`) of its result (`written`: its outermost loop of more
-        than one trip) or of its window input along `dim` (a 1x1 convolution whose tiles of
-        output channels or rows are dealt to the compute tiles reads its input by the next)."""
+        """Its band loop (`Kernel.band_loop`) of its result (`written`) or of its window input
+        along `dim` (a 1x1 convolution whose tiles of output channels or rows are dealt to the
+        compute tiles reads its input by the next loop)."""
         key = (written, dim)
         if key not in self._loops:
             k = self.kernel
-            self._loops[key] = k.band_loop() if written else k.band_loop(k.inputs[0], dim)
+            self._loops[key] = k.band_loop(k.outputs[0] if written else k.inputs[0], dim)
         return self._loops[key]
 
 
@@ -328,8 +328,8 @@ def _band(kernel: Kernel, tensor: str, written: bool, dim: int) -> tuple[int, in
 
 def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
     """Whether every move of the kernel that reads or writes `tensor` at its home (the external
-    side, or a plain L3 tile) indexes its `dim` by the outermost loop of more than one trip (loops
-    step upward): the order a chain's kernels visit the bands of a link in."""
+    side, or a plain L3 tile) indexes its `dim` by its band loop (`Kernel.band_loop`; loops step
+    upward): the order a chain's kernels visit the bands of a link in."""
     return kernel.band_loop(tensor, dim) is not None and kernel.off_band(tensor, dim) is None
 
 

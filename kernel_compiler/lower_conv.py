@@ -336,7 +336,7 @@ def _candidates(p: ConvProblem, target: Target, narrowest: tuple[int, int],
     on_tile = _on_tile(p, target.l1, target.l2, target.line_bytes)
     for holding, Tn, chunks in _channel_tilings(p, narrowest, target.line_bytes):
         for Tc, least_extents in chunks:
-            if target.reads_by_channels and holding[1] == "all" and Tc < p.Ci:
+            if target.reads_by_channels and holding[1] == "all":
                 continue
             if not extents_fit(least_extents, target):
                 continue  # not even one row of the narrowest tiles fits: none of these channels does

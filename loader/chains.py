@@ -4,8 +4,10 @@ Each member after the first reads rows of a result of the one before it (a link 
 they are written, from the link's home in L3: all of it, or a ring of `ring` rows (row r in slot
 r mod ring); or from external memory, where it has no home. The validator has made every move
 that reads or writes a link at its home go by its bands: its band dim (rows, dim 1, or
-channels, the last: `Kernel.band_dim`) indexed by the kernel's outermost loop, so each compute
-tile visits them in increasing order. Below, "rows" are a link's slices along its band dim.
+channels, the last: `Kernel.band_dim`) indexed by the kernel's band loop (`Kernel.band_loop`),
+so each compute tile visits them in increasing order, once per step it takes of a parallel loop
+outside that loop: the binder takes no fewer compute tiles than such steps where the link is a
+ring (`ring_passes`). Below, "rows" are a link's slices along its band dim.
 
 Binding: each member is bound on its own, then its buffers are moved off those of the members
 before it (`away_from_chain`), since all of them live at once; once all are, the chain's L2
@@ -58,6 +60,23 @@ def chain_names(program: Program, position: int) -> str:
 
 
 # ---- binding -------------------------------------------------------------------------------
+
+
+def ring_passes(program: Program, kernel: Kernel, workers: int, kept: frozenset[str]) -> str | None:
+    """Why, on `workers` compute tiles, the kernel would read a link kept in a ring more than once
+    (None if it would not): a parallel loop outside its band loop (`Kernel.band_loop`) with more
+    steps than compute tiles, each going through the bands again for its next step, by then
+    replaced in the ring. A whole link may be read so."""
+    outer = kernel.band_loop()
+    for name in dict.fromkeys(kernel.inputs):
+        t = program.graph.tensors[name]
+        if name not in kept or t.ring is None or t.ring >= t.shape[t.ring_dim]:
+            continue
+        if kernel.band_loop(name, t.ring_dim) != outer and outer.trip_count > workers:
+            return (f"reads link '{name}' band by band once per step of its loop '{outer.induction_var}', "
+                    f"{outer.trip_count} steps over {workers} compute tile(s): its ring of {t.ring} {t.ring_holds} "
+                    f"would no longer hold the first bands when a compute tile goes through them again")
+    return None
 
 
 def away_from_chain(binding: Binding, earlier: list[Binding], machine: Machine, where: str,
@@ -410,8 +429,6 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
         roles = _roles(kernel, links, frozenset(h.tensor for h in binding.homes), shapes)
         for link in links.values():
             reads = [op_id for op_id, spans in roles.items() if any(s.link is link and s.role == READ for s in spans)]
-            if reads and link.ring is not None:
-                _once_through(program, members[0], kernel, binding, link)
             if reads:
                 link.reading.update(((kernel.name, w), 0) for w in _reading_tiles(kernel, binding, reads))
         running = stream.start(kernel, binding, i, streams=(i - members[0]) * STREAMS_APART)
@@ -430,21 +447,6 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
             stream.finish(member.running)
             done.add(member.name)
             clock.now += 1
-
-
-def _once_through(program: Program, first: int, kernel: Kernel, binding: Binding, link: Link) -> None:
-    """LoadError where a compute tile of the kernel would read the ring `link` through more than
-    once: a parallel loop outside its band loop (`Kernel.band_loop`) with more steps than the
-    compute tiles it runs on, each going through the bands again for its next step, by then
-    replaced in the ring."""
-    from .run import LoadError  # run imports this module
-
-    outer, band = kernel.band_loop(), kernel.band_loop(link.tensor, link.dim)
-    if outer != band and outer.trip_count > binding.workers:
-        raise LoadError(f"{chain_names(program, first)}: kernel '{kernel.name}' reads link '{link.tensor}' band by "
-                        f"band once per step of its loop '{outer.induction_var}', {outer.trip_count} steps over "
-                        f"{binding.workers} compute tile(s): its ring of {link.ring} {slices_along(link.dim)} "
-                        f"would no longer hold the first bands when a compute tile goes through them again")
 
 
 class _Clock:

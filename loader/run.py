@@ -13,7 +13,7 @@ from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy
 from .buffers import StreamReq, home_layout, kernel_demands, level_banks
-from .chains import away_from_chain, balanced, chain_head, chain_names, chain_tasks
+from .chains import away_from_chain, balanced, chain_head, chain_names, chain_tasks, ring_passes
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
 from .schedule import ring_shortfall, workers_for
@@ -95,7 +95,8 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
         room = below_homes(machine, homes, i)
         in_chain = spans[i][1] > spans[i][0]
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
-            short = ring_shortfall(k, workers)  # fewer compute tiles each write more partial sums
+            # fewer compute tiles each write more partial sums, or go through a ring more often
+            short = ring_shortfall(k, workers) or ring_passes(program, k, workers, kept)
             if short is not None:
                 error = error or BindError(f"{where}: kernel '{k.name}': {short}")
                 continue

@@ -401,3 +401,25 @@ def test_a_pointwise_reading_its_link_by_channels_holds_a_chunk_of_them_in_l3():
     assert x_at_home(by_channels).tile_shape[3] < 384
     assert x_at_home(by_channels).tile_indices[3] == band.induction_var == "tk"
     assert chains.goes_along(by_channels, "t0", chains.BY_CHANNELS)
+
+
+def test_a_writer_goes_by_the_bands_its_outermost_loop_steps_even_a_parallel_one():
+    # MobileNet v2's 7 x 7 expansion from 160 channels to 960 before its depthwise: under shares
+    # that cut its rows, its outermost loop, the parallel one, steps tiles of output channels with
+    # rows inside. It writes its link by channels; the step past a parallel loop is a reader's
+    # alone, so the planner never takes it as going by rows
+    graph, kernels, target = lowered(
+        [("CONV2D", ["x", "we"], {}), ("DEPTHWISE_CONV2D", ["t0", "wd"], PAD)],
+        {"x": ((1, 7, 7, 160), "f32"), "we": ((960, 1, 1, 160), "f32"), "wd": ((3, 3, 960, 1), "f32")})
+    planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    seen = 0
+    for share in [(n, n, r) for n in range(2) for r in range(len(chains.ROWS))]:
+        rung = planner.rung(0, share)
+        loops = [loop.induction_var for loop in rung.kernel.tile_loops if loop.trip_count > 1]
+        if loops[:2] != ["tj", "th"]:
+            continue
+        seen += 1
+        assert rung.kernel.band_loop().parallel and rung.kernel.band_dim("t0") == chains.BY_CHANNELS
+        assert rung.kernel.band_loop("t0", chains.BY_ROWS) == rung.kernel.band_loop()
+        assert not planner._usable(0, share, (False, True), chains.BY_ROWS)
+    assert seen

@@ -266,12 +266,19 @@ def test_a_pointwise_reads_its_link_by_channels_with_its_output_tiles_on_both_co
              for label, loop in (("t0 L2->L3", "tc"), ("t0 L3->L2", "tk"))}
     assert len(moves["t0 L3->L2"]) == 2 * band.trip_count
     assert all(w_end <= r_start for w, _, w_end in moves["t0 L2->L3"] for r, r_start, _ in moves["t0 L3->L2"] if w & r)
+    # and each write into the ring once every read of the channels it replaces has
+    assert all(r_end <= w_start for w, w_start, _ in moves["t0 L2->L3"] for r, _, r_end in moves["t0 L3->L2"]
+               if {c + t0.ring for c in r} & w)
     # on one compute tile, the pointwise would go through the ring once for each tile of output
-    # channels, the first bands long replaced: the loader says so
+    # channels, the first bands long replaced: the binder says so; the link kept whole, it runs
     one = dataclasses.replace(standard, compute=dataclasses.replace(standard.compute, tiles=1))
-    with pytest.raises(LoadError, match=r"^chain \[depthwise_conv2d_0, conv2d_1\]: kernel 'conv2d_1' reads link 't0' "
-                                        r"band by band once per step of its loop 'tj', 2 steps over 1 compute tile\(s\)"):
-        simulate(chained, one, bind_program(chained, one, "chain.kpu", bind_greedy))
+    with pytest.raises(BindError, match=r"^chain.kpu: kernel 'conv2d_1': reads link 't0' band by band once per step "
+                                        r"of its loop 'tj', 2 steps over 1 compute tile\(s\): its ring of "
+                                        rf"{t0.ring} channels would no longer hold"):
+        bind_program(chained, one, "chain.kpu", bind_greedy)
+    chained.graph.tensors["t0"] = dataclasses.replace(t0, ring=None, ring_dim=1)
+    whole = simulate(chained, one, bind_program(chained, one, "chain.kpu", bind_greedy))
+    assert dram_bytes(whole) == dram_bytes(sim)
 
 
 def test_a_link_by_rows_without_a_home_passes_through_external_memory_band_by_band():
