@@ -336,7 +336,7 @@ def goes_along(kernel: Kernel, tensor: str, dim: int) -> bool:
 def _once(rung: Rung, dim: int) -> bool:
     """Whether each compute tile of the rung goes through the bands of its window input along
     `dim` once: a parallel loop outside its band loop takes one step on each at most (as the
-    loader requires of a ring)."""
+    loader's binder requires of a ring, `ring_passes`)."""
     outer = rung.kernel.band_loop()
     return outer == rung.loop(False, dim) or outer.trip_count <= rung.workers
 
