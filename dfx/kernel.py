@@ -254,6 +254,12 @@ class Kernel:
             return loops[1]
         return loops[0] if loops else None
 
+    def band_passes(self, tensor: str, dim: int, workers: int) -> int:
+        """How often each of `workers` compute tiles goes through the bands of a link `tensor` it
+        reads along `dim`: once per step it takes of a parallel loop outside its band loop."""
+        outer = self.band_loop()
+        return 1 if outer == self.band_loop(tensor, dim) else -(-outer.trip_count // workers)
+
     def _at_home(self, tensor: str) -> Iterator[tuple[DataMove, TileRef]]:
         """The moves (and their ends) of `tensor` at its home: its EXTERNAL side or a plain L3 tile."""
         for op in self.body:

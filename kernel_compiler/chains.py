@@ -337,8 +337,8 @@ def _once(rung: Rung, dim: int) -> bool:
     """Whether each compute tile of the rung goes through the bands of its window input along
     `dim` once: a parallel loop outside its band loop takes one step on each at most (as the
     loader's binder requires of a ring, `ring_passes`)."""
-    outer = rung.kernel.band_loop()
-    return outer == rung.loop(False, dim) or outer.trip_count <= rung.workers
+    k = rung.kernel
+    return k.band_passes(k.inputs[0], dim, rung.workers) == 1
 
 
 def _in_flight(rung: Rung, written: bool, dim: int) -> int:

@@ -67,12 +67,12 @@ def ring_passes(program: Program, kernel: Kernel, workers: int, kept: frozenset[
     (None if it would not): a parallel loop outside its band loop (`Kernel.band_loop`) with more
     steps than compute tiles, each going through the bands again for its next step, by then
     replaced in the ring. A whole link may be read so."""
-    outer = kernel.band_loop()
     for name in dict.fromkeys(kernel.inputs):
         t = program.graph.tensors[name]
         if name not in kept or t.ring is None or t.ring >= t.shape[t.ring_dim]:
             continue
-        if kernel.band_loop(name, t.ring_dim) != outer and outer.trip_count > workers:
+        if kernel.band_passes(name, t.ring_dim, workers) > 1:
+            outer = kernel.band_loop()
             return (f"reads link '{name}' band by band once per step of its loop '{outer.induction_var}', "
                     f"{outer.trip_count} steps over {workers} compute tile(s): its ring of {t.ring} {t.ring_holds} "
                     f"would no longer hold the first bands when a compute tile goes through them again")
