@@ -450,6 +450,7 @@ class Planner:
         self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
         self._fills: dict[tuple, float] = {}  # (state, dim) -> its pipeline's fill (`_filled`)
+        self._plans: dict[tuple[int, ...], Plan | None] = {}  # the members' proxies -> their `plan`
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -599,11 +600,18 @@ class Planner:
         (`_fitted`).
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
-        usable shares."""
-        plans = self._ways(first, last, False)
-        if last == first + 1 and self._short(plans, first, last):
-            plans += self._ways(first, last, True)
-        return min(plans, key=lambda p: _rank(p.usage, self.target.objective), default=None)
+        usable shares. Members of the signatures of ones planned before are planned as those
+        were (networks repeat their blocks: their links have the same shapes)."""
+        members = range(first, last + 1)
+        key = tuple(self.proxy[i] for i in members)
+        if key not in self._plans:
+            plans = self._ways(first, last, False)
+            if last == first + 1 and self._short(plans, first, last):
+                plans += self._ways(first, last, True)
+            self._plans[key] = min(plans, key=lambda p: _rank(p.usage, self.target.objective), default=None)
+        plan = self._plans[key]
+        return plan and dataclasses.replace(plan, first=first, rings={self.links[i]: n for i, n in
+                                                                      zip(members, plan.rings.values())})
 
     def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
         """The plans by rows and by channels on chip (rings as deep as pays), and by channels through

@@ -6,7 +6,7 @@ finds nothing within its work limit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from collections.abc import Callable
 
@@ -144,3 +144,25 @@ def bind_greedy(kernel: str, workers: int, buffers: list[Buffer], streams: list[
     binding = Binding(kernel, workers, bound, engines, "greedy")
     binding.makespan_estimate = estimate_makespan(binding, streams, machine)
     return binding
+
+
+def reusing(binder: Callable[..., Binding]) -> Callable[..., Binding]:
+    """The binder, binding a kernel whose demands on a machine match an earlier one's, tensor
+    names aside, as that one was bound, without solving again: networks repeat their blocks
+    (light resnet50's 59 kernels are 34 bindings), and each binder is deterministic and reads
+    names only for its messages. Each call gets a binding of its own to amend."""
+    found: dict[tuple, Binding] = {}
+
+    def bind(kernel: str, workers: int, buffers: list[Buffer], streams: list[StreamReq], machine: Machine,
+             where: str) -> Binding:
+        names: dict[str, int] = {}
+        key = (workers, machine,
+               tuple(replace(b, tensor=names.setdefault(b.tensor, len(names))) for b in buffers),
+               tuple(replace(s, tensor=names.setdefault(s.tensor, len(names))) for s in streams))
+        if key not in found:
+            found[key] = binder(kernel, workers, buffers, streams, machine, where)
+        first = found[key]
+        return Binding(kernel, workers, [BoundBuffer(b, bb.bank, bb.address) for b, bb in zip(buffers, first.buffers)],
+                       dict(first.engines), first.method, first.makespan_estimate, notes=list(first.notes))
+
+    return bind

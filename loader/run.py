@@ -11,7 +11,7 @@ import numpy as np
 from dfx import Compute, Home, Program, accumulation_dtype, l3_limit, lookup, numpy_dtype, tolerance
 from hardware import Machine, SimResult, Simulator, Task
 
-from .binding import BindError, Binding, bind_greedy
+from .binding import BindError, Binding, bind_greedy, reusing
 from .buffers import StreamReq, home_layout, kernel_demands, level_banks
 from .chains import away_from_chain, balanced, chain_head, chain_names, chain_tasks, ring_passes
 from .execution import COMPUTES, reference_op, run_kernel
@@ -83,7 +83,9 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     """Bind each kernel, with as many compute tiles as its memory needs allow, placed away from
     the memory the kernels before it last used and below the homes in L3 live while it runs; a
     kernel of a chain away from the chain's kernels before it, which run at the same time; a
-    whole chain's L2 buffers and engines then dealt out by load (`balanced`)."""
+    whole chain's L2 buffers and engines then dealt out by load (`balanced`); a kernel repeating
+    an earlier one's demands as that one (`reusing`)."""
+    binder = reusing(binder)
     bindings = []
     taken = Occupancy()
     homes = home_layout(program, machine)

@@ -22,7 +22,7 @@ from hardware import load_machine
 from hardware.machine import DATAFLOWS, ComputeFabric, Engines, ExternalMemory, Machine, MemoryLevel
 from kernel_compiler import compile_graph, load_graph, load_target
 from loader.bind import WORK_LIMIT, bind_cpsat, solver
-from loader.binding import BindError, Binding, bind_greedy, engine_count, estimate_makespan
+from loader.binding import BindError, Binding, bind_greedy, engine_count, estimate_makespan, reusing
 from loader.buffers import Buffer, StreamReq, engine_kind, level_banks
 from loader.relocate import Occupancy, relocate
 from loader.run import bind_program
@@ -203,6 +203,42 @@ def test_operand_streams_get_their_own_bank_ports():
     assert len({bb.bank for bb in binding.buffers}) == 4
     greedy = bind_greedy("k", 2, buffers, streams, m, "t.kpu")
     assert len({bb.bank for bb in greedy.buffers}) < 4
+
+
+def test_a_kernel_with_an_earlier_ones_demands_binds_as_that_one_without_solving_again():
+    """Kernels repeating a block bind as its first did, tensor names aside, each with a binding of
+    its own to amend; other demands, or another machine, are solved afresh."""
+    m = load_machine(CONFIGS / "standard.json")
+    solved = []
+
+    def counting(*args):
+        solved.append(args[0])
+        return bind_cpsat(*args)
+
+    def block(names: tuple[str, str], kib: int = 16) -> tuple[list[Buffer], list[StreamReq]]:
+        buffers = [Buffer(op, w, t, "L2", kib * KB, 2, 0, 10) for op, t in ((1, names[0]), (4, names[1]))
+                   for w in range(2)]
+        return buffers, streams_for(buffers, [8] * len(buffers))
+
+    bind = reusing(counting)
+    first = bind("conv_1", 2, *block(("x1", "w1")), m, "t.kpu")
+    buffers, streams = block(("x2", "w2"))
+    again = bind("conv_2", 2, buffers, streams, m, "t.kpu")
+    assert solved == ["conv_1"]
+    assert again.kernel == "conv_2" and [bb.buffer for bb in again.buffers] == buffers
+    assert [(bb.bank, bb.address) for bb in again.buffers] == [(bb.bank, bb.address) for bb in first.buffers]
+    assert again.engines == first.engines and again.notes == first.notes
+    assert_valid(again, buffers, streams, m)
+    again.notes.append("amended")
+    again.engines.clear()
+    assert "amended" not in bind("conv_3", 2, *block(("x3", "w3")), m, "t.kpu").notes
+    assert solved == ["conv_1"]
+    # solving conv_2 afresh gives what it was given
+    fresh = bind_cpsat("conv_2", 2, buffers, streams, m, "t.kpu")
+    assert [(bb.bank, bb.address) for bb in fresh.buffers] == [(bb.bank, bb.address) for bb in first.buffers]
+    bind("conv_4", 2, *block(("x4", "w4"), kib=8), m, "t.kpu")
+    bind("conv_5", 2, *block(("x5", "w5")), make_machine(l2=(8, 64 * KB), tiles=2), "t.kpu")
+    assert solved == ["conv_1", "conv_4", "conv_5"]
 
 
 def test_work_limit_without_solution_falls_back_to_greedy():

@@ -423,3 +423,24 @@ def test_a_writer_goes_by_the_bands_its_outermost_loop_steps_even_a_parallel_one
         assert rung.kernel.band_loop("t0", chains.BY_ROWS) == rung.kernel.band_loop()
         assert not planner._usable(0, share, (False, True), chains.BY_ROWS)
     assert seen
+
+
+def test_a_block_repeated_is_planned_as_its_first_was_with_rings_of_its_own_links():
+    """Kernels of the signatures of a chain planned before take its plan without weighing its
+    ways again, their rings named by their own links, as a planner seeing them first plans them."""
+    again = [("CONV2D", ["t2", "we"], {}), ("DEPTHWISE_CONV2D", ["t3", "wd"], PAD), ("CONV2D", ["t4", "wp"], {}),
+             ("CONV2D", ["t5", "we"], {}), ("DEPTHWISE_CONV2D", ["t6", "wd"], PAD), ("CONV2D", ["t7", "wp"], {})]
+    graph, kernels, target = lowered([*BLOCK, *again], SHAPES)
+    planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    weighed = []
+    ways = planner._ways
+    planner._ways = lambda first, last, search: weighed.append(first) or ways(first, last, search)
+    # the first 1x1 reads the graph's input and the last writes its output: other signatures
+    first = planner.plan(1, 3)
+    second = planner.plan(4, 6)
+    assert set(weighed) == {1}
+    assert second.first == 4 and list(second.rings) == ["t4", "t5"]
+    assert (second.shares, list(second.rings.values()), second.usage) == \
+        (first.shares, list(first.rings.values()), first.usage)
+    fresh = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto")).plan(4, 6)
+    assert second == fresh
