@@ -65,16 +65,14 @@ def conv_chain(convs: int, dtype: str = "f32") -> tuple[list, dict]:
 
 
 def test_each_distinct_convolution_is_searched_once():
-    # unchained: a chain's planner searches each member again under shares of the target
     lower_conv._best_tiling.cache_clear()
     ops, inputs = conv_chain(3)
-    first = compile_graph(graph_of(ops, inputs), "test.dfg", load_target(STANDARD), chain=False)
+    first = compile_graph(graph_of(ops, inputs), "test.dfg", load_target(STANDARD))
     assert lower_conv._best_tiling.cache_info().misses == 1  # three of one problem
     assert len({str(k.tiling) for k in first.kernels}) == 1
-    # another machine: its own search
-    compile_graph(graph_of(ops, inputs), "test.dfg", load_target("minimal"), chain=False)
+    compile_graph(graph_of(ops, inputs), "test.dfg", load_target("minimal"))  # another machine: its own search
     ops, inputs = conv_chain(1, "f16")  # narrower elements: its own search
-    compile_graph(graph_of(ops, inputs, "f16"), "test.dfg", load_target(STANDARD), chain=False)
+    compile_graph(graph_of(ops, inputs, "f16"), "test.dfg", load_target(STANDARD))
     assert lower_conv._best_tiling.cache_info().misses == 3
 
 
