@@ -30,7 +30,8 @@ lowering, before the homes and the barriers:
   compute tile; one writing a link, through more than one band on each. A convolution reading
   its link by channels is lowered to hold chunks of them (`CHANNEL_BANDS`). A chain costs what its
   kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
-  slowest member its last ends, each band waiting for the bands of the member before it reads);
+  slowest member its last ends, each band waiting for the bands of the member before it reads,
+  and its last member's `tail`, as a kernel alone ends with its own);
   one of more than two members in rings of one band's slack, at least its array's and its vector
   unit's cycles one after the other (each member waits on the next band by band).
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
@@ -370,13 +371,15 @@ class Stage:
     # of the band it reads, and the link's extent there
     reads: tuple[int, int, int, int] = (0, 0, 0, 0)
     writes: int = 1  # slices along that dim between the starts of the bands of its result it writes
+    tail: float = 0.0  # cycles after its last band before its result is in L3 (`tail`)
 
 
 def pipeline(stages: list[Stage]) -> float:
     """When the last of a chain's members ends, a band of each starting once its compute tile
     has ended the one before and the member before has ended every band of the slices it reads.
     A reader waits for as much of its writer as its first band needs: a pointwise taking 9 of 14
-    rows a band waits for 5 of its depthwise's 7 bands, not one."""
+    rows a band waits for 5 of its depthwise's 7 bands, not one. The last member ends its
+    `tail` after its last band."""
     ends: list[float] = []  # the member before's: when each of its bands ends, the latest so far
     written = 1
     for stage in stages:
@@ -401,17 +404,43 @@ def pipeline(stages: list[Stage]) -> float:
                 latest = start
             mine.append(latest)
         ends, written = mine, stage.writes
-    return ends[-1]
+    return ends[-1] + stages[-1].tail
 
 
-def _stages(each: list[Usage], rungs: list[Rung], graph: Graph, dim: int) -> list[Stage]:
+def tail(kernel: Kernel, graph: Graph, target: Target) -> float:
+    """The cycles a kernel on the array takes after its last step, on each compute tile, before its
+    result is in L3: its last result tile's epilogue on the vector unit and its moves up through
+    L2, one after another; alone, or last in a chain (a member before another ends under the
+    work of the next). A 1x1 reading its link by channels, its tiles of output channels dealt to
+    the compute tiles, holds each until its last chunk: its tail is its whole tile's (MobileNet v1
+    on datacenter, a 14 x 14 pointwise holding its 512 output channels on 4 compute tiles: 2,352
+    cycles from its array's last step to its result in L3, which the depthwise after it waited
+    for; going by rows, a band's). None for a kernel on the vector unit: its drain shrinks with
+    its tiles while the cost of their steps, which no estimate counts, grows."""
+    stores = [op for op in kernel.body if isinstance(op, DataMove) and op.move_type == "STORE"
+              and op.destination.level != "EXTERNAL"]
+    if kernel.dataflow in ("vector", "moves") or not stores:
+        return 0.0
+    costs, first = target.costs, stores[0]
+    tiles = kernel.runs(first) * (1 if kernel.in_parallel_loop(first) else workers(kernel, target.compute_tiles))
+    cycles = costs.vector_cycles(kernel.hints.get("vector_elements", {})) / tiles
+    for op in stores:
+        rate = costs.block_mover_bytes_per_cycle if {op.source.level, op.destination.level} == {"L2", "L3"} \
+            else costs.streamer_bytes_per_cycle
+        cycles += math.prod(op.destination.tile_shape) * itemsize(graph.tensors[op.destination.tensor].dtype) / rate
+    return cycles
+
+
+def _stages(each: list[Usage], rungs: list[Rung], graph: Graph, dim: int, target: Target) -> list[Stage]:
     """The chain's members (their cycles `each`) as `pipeline` takes them, going by `dim`."""
     out = []
     for i, (u, rung) in enumerate(zip(each, rungs)):
-        loop = rung.loop(i < len(rungs) - 1, dim)
+        last = i == len(rungs) - 1
+        loop = rung.loop(not last, dim)
         reads = (*rung.band(False, dim), graph.tensors[rung.kernel.inputs[0]].shape[dim]) if i else (0, 0, 0, 0)
-        writes = rung.band(True, dim)[1] if i < len(rungs) - 1 else 1
-        out.append(Stage(u.cycles, loop.trip_count, rung.workers if loop.parallel else 1, reads, writes))
+        writes = rung.band(True, dim)[1] if not last else 1
+        out.append(Stage(u.cycles, loop.trip_count, rung.workers if loop.parallel else 1, reads, writes,
+                         tail(rung.kernel, graph, target) if last else 0.0))
     return out
 
 
@@ -557,7 +586,8 @@ class Planner:
         links are on chip)."""
         key = (state, dim)
         if key not in self._fills:  # the cut and the growth weigh most states many times
-            self._fills[key] = pipeline(_stages(each, rungs, self.graph, dim)) - max(u.cycles for u in each)
+            stages = _stages(each, rungs, self.graph, dim, self.target)
+            self._fills[key] = pipeline(stages) - max(u.cycles for u in each)
         return dataclasses.replace(took, cycles=took.cycles + max(self._fills[key], 0.0))
 
     def _usables(self, i: int, ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
@@ -738,6 +768,7 @@ class Planner:
         alone = [Way(0.0, 0.0, [])]  # the first j kernels each on its own
         for j, kernel in enumerate(self.kernels, 1):
             own = usage(kernel, self.graph, self.target)
+            own = dataclasses.replace(own, cycles=own.cycles + tail(kernel, self.graph, self.target))
             best.append(best[j - 1].then(own))
             alone.append(alone[j - 1].then(own))
             first = j - 1

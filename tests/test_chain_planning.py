@@ -106,7 +106,7 @@ def test_a_chain_fits_the_target_at_once_going_by_rows_with_rings_its_bands_need
     # at once), the rows each reads of the link before (the depthwise's bands with their halo,
     # from row -1), the rows between the starts of those it writes
     rungs = [chains.Rung(m, (), workers(m, target.compute_tiles)) for m in members]
-    stages = chains._stages([chains.Usage(1.0, 0.0)] * 3, rungs, graph, chains.BY_ROWS)
+    stages = chains._stages([chains.Usage(1.0, 0.0)] * 3, rungs, graph, chains.BY_ROWS, target)
     assert [(s.bands, s.tiles) for s in stages] == [
         (m.band_loop().trip_count, workers(m, target.compute_tiles) if m.band_loop().parallel else 1) for m in members]
     assert [m.band_loop().parallel for m in members] == [True, False, True]
@@ -444,3 +444,69 @@ def test_a_block_repeated_is_planned_as_its_first_was_with_rings_of_its_own_link
         (first.shares, list(first.rings.values()), first.usage)
     fresh = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto")).plan(4, 6)
     assert second == fresh
+
+
+def test_a_reader_holding_its_result_tiles_until_its_last_chunk_ends_its_chain_with_their_drain():
+    # a 14 x 14 pointwise from 384 channels to 64 with a ReLU6, reading its depthwise's result by
+    # channels: each compute tile holds a tile of output channels until its last chunk of input
+    # channels, then runs the epilogue on the whole tile and moves it up to L3, the array waiting
+    graph, (depthwise, pointwise), target = lowered(
+        [("DEPTHWISE_CONV2D", ["x", "wd"], PAD), ("CONV2D", ["t0", "wp"], {}),
+         ("CLAMP", ["t1"], {"min": 0.0, "max": 6.0})],
+        {"x": ((1, 14, 14, 384), "f32"), "wd": ((3, 3, 384, 1), "f32"), "wp": ((64, 1, 1, 384), "f32")})
+    planner = Planner([depthwise, pointwise], graph, target, functools.partial(lower_group, dataflow="auto"))
+    reader = next(r for share in [(n, l, chains.CHANNEL_BANDS) for n in range(3) for l in range(3)]
+                  if planner._usable(1, share, (True, False), chains.BY_CHANNELS) and (r := planner.rung(1, share))
+                  and r.loop(False, chains.BY_CHANNELS) != r.kernel.band_loop())
+    k, costs = reader.kernel, target.costs
+    band = reader.loop(False, chains.BY_CHANNELS)
+    assert band.induction_var == "tk" and k.band_loop().parallel
+    # one result tile: its elements through the ReLU6 (a max and a min each) on a vector unit's
+    # lanes, its bytes up through a Streamer into L2 and a BlockMover into L3
+    elements = 14 * 14 * k.tiling["Tn"]
+    expected = (2 * elements / costs.vector.lanes * costs.vector.cycles_per_element["simple"]
+                + elements * 4 / costs.streamer_bytes_per_cycle + elements * 4 / costs.block_mover_bytes_per_cycle)
+    assert chains.tail(k, graph, target) == pytest.approx(expected)
+    # the chain ends that much after the pointwise's last chunk
+    stages = chains._stages([chains.Usage(5000.0, 0.0), chains.Usage(9000.0, 0.0)],
+                            [planner.rung(0, (0, 0, len(chains.ROWS) - 1)), reader], graph, chains.BY_CHANNELS, target)
+    assert stages[-1].tail == pytest.approx(expected)
+    untailed = [*stages[:-1], dataclasses.replace(stages[-1], tail=0.0)]
+    assert chains.pipeline(stages) == pytest.approx(chains.pipeline(untailed) + expected)
+    # going by rows, it stores each band's result tile in its band loop: the last band's is left
+    rows = planner.rung(1, (0, 0, 3)).kernel
+    assert rows.tiling["R"] < 14 and rows.tiling["Tn"] == 64
+    assert chains.tail(rows, graph, target) == pytest.approx(
+        rows.tiling["R"] * 14 * 64 * (2 / costs.vector.lanes + 4 / costs.streamer_bytes_per_cycle
+                                      + 4 / costs.block_mover_bytes_per_cycle))
+
+
+def test_two_small_convolutions_chain_where_the_first_ones_tail_then_runs_under_the_second(monkeypatch):
+    # alone, each ends with its last result tile's epilogue and its moves up, the array idle;
+    # chained, the first's runs under the second's work, and the chain pays by that
+    shapes = {"x": ((1, 12, 12, 8), "f32"), "w0": ((16, 3, 3, 8), "f32"), "w1": ((16, 3, 3, 16), "f32")}
+    ops = [("CONV2D", ["x", "w0"], PAD), ("RELU", ["t0"], {}), ("CONV2D", ["t1", "w1"], PAD)]
+    graph = graph_of(ops, shapes)
+    target = load_target(STANDARD)
+    chained = loads(dumps(compile_graph(graph, "two.dfg", target)))
+    apart = loads(dumps(compile_graph(graph, "two.dfg", target, chain=False)))
+    assert chained.chains == [[k.name for k in chained.kernels]] and not apart.chains
+    machine = load_machine(STANDARD)
+    cycles = []
+    for program in (chained, apart):
+        bindings = bind_program(program, machine, "two.kpu", bind_greedy)
+        cycles.append(simulate(program, machine, bindings).cycles)
+    assert cycles[0] < cycles[1]
+    values = execute(chained, bind_program(chained, machine, "two.kpu", bind_greedy),
+                     {n: random(shape, seed=i) for i, (n, (shape, _)) in enumerate(shapes.items())})
+    x = {n: random(shape, seed=i).astype(np.float64) for i, (n, (shape, _)) in enumerate(shapes.items())}
+
+    def conv(a, w):  # NHWC x OHWI, padding 1
+        p = np.pad(a, [(0, 0), (1, 1), (1, 1), (0, 0)])
+        return np.stack([np.einsum("nhwc,ohwc->no", p[:, i:i + 3, j:j + 3, :], w)
+                         for i in range(12) for j in range(12)], axis=1).reshape(1, 12, 12, -1)
+
+    assert np.allclose(values["t2"], conv(np.maximum(conv(x["x"], x["w0"]), 0), x["w1"]), rtol=1e-4, atol=1e-4)
+    # without the tails, the chain is not worth its fill
+    monkeypatch.setattr(chains, "tail", lambda *args: 0.0)
+    assert not compile_graph(graph, "two.dfg", target).chains

@@ -30,7 +30,9 @@ def chain_values():
 
 
 def compiled():
-    return loads(dumps(compile_graph(graph_of(CHAIN, SHAPES), "chain.dfg", load_target(STANDARD))))
+    """Its two kernels one after the other, t1 kept in L3 between them (chained, they would run
+    at once, t1 a link: tests/test_chain_planning.py)."""
+    return loads(dumps(compile_graph(graph_of(CHAIN, SHAPES), "chain.dfg", load_target(STANDARD), chain=False)))
 
 
 def run(program, machine):
