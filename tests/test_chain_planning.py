@@ -510,3 +510,30 @@ def test_two_small_convolutions_chain_where_the_first_ones_tail_then_runs_under_
     # without the tails, the chain is not worth its fill
     monkeypatch.setattr(chains, "tail", lambda *args: 0.0)
     assert not compile_graph(graph, "two.dfg", target).chains
+
+
+@pytest.mark.parametrize("channels", [256, 640])
+def test_a_pair_whose_fill_outweighs_the_tail_it_would_hide_is_never_planned(monkeypatch, channels):
+    # a 1x1 to 128 channels and a 3x3 to 32 on 14 x 14, as in DenseNet's blocks: chained, the
+    # first's tail would run under the second's work, but the second waits longer than that for
+    # the first's bands. Counting the fill no pipeline of theirs avoids (`least`), the planner
+    # sees the chain would not pay, and plans none
+    ops = [("CONV2D", ["x", "w0"], {}), ("RELU", ["t0"], {}), ("CONV2D", ["t1", "w1"], PAD)]
+    shapes = {"x": ((1, 14, 14, channels), "f32"), "w0": ((128, 1, 1, channels), "f32"),
+              "w1": ((32, 3, 3, 128), "f32")}
+    graph, kernels, target = lowered(ops, shapes)
+    planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    alone = sum(chains.usage(k, graph, target).cycles + chains.tail(k, graph, target) for k in kernels)
+
+    def pays(u: chains.Usage) -> bool:  # by more than the estimates' rounding
+        return u.cycles < alone * (1 - chains.TIE)
+
+    assert pays(planner.unshared(0, 1))  # tiled for the whole target, no fill: it would pay
+    assert not pays(planner.least(0, 1))
+    assert not pays(planner.plan(0, 1).usage)  # planned in full, it does not pay
+    planned = []
+    monkeypatch.setattr(Planner, "plan", lambda self, first, last: planned.append((first, last)))
+    assert not compile_graph(graph_of(ops, shapes), "pair.dfg", target).chains and not planned
+    monkeypatch.setattr(Planner, "least", Planner.unshared)  # without the fill, it is planned
+    compile_graph(graph_of(ops, shapes), "pair.dfg", target)
+    assert planned == [(0, 1)]
