@@ -542,10 +542,10 @@ class Planner:
         `tail` (`_reads`: how much of a link those are). Planning a chain costs lowerings by the
         dozen: DenseNet-121 has 58 pairs of a 1x1 and a 3x3, no two alike, none of which pays
         chained (their fill outweighs the tail of the 1x1 they would hide); planned, they took
-        its compile from 3.9 to 28.5 s."""
-        together_ = self.unshared(first, last)
+        its compile from 3.9 to 28.5 s in process."""
         members = range(first, last + 1)
-        each = [self.usage(i, WHOLE, (i > first, i < last)).cycles for i in members]
+        usages = [self.usage(i, WHOLE, (i > first, i < last)) for i in members]
+        each = [u.cycles for u in usages]
         fills = []
         for dim in (BY_ROWS, BY_CHANNELS):
             starts, lasts = [0.0], [0.0]
@@ -556,8 +556,9 @@ class Planner:
                 lasts.append(reader * min(last_read * self.target.compute_tiles, extent) / extent)
             ends = max(start + cycles + sum(lasts[m + 1:]) for m, (start, cycles) in enumerate(zip(starts, each)))
             fills.append(ends - max(each))
-        fill = min(fills) + tail(self.kernels[last], self.graph, self.target)
-        return dataclasses.replace(together_, cycles=together_.cycles + fill)
+        chained = together(usages)  # as `unshared`
+        return dataclasses.replace(chained, cycles=chained.cycles + min(fills) + tail(self.kernels[last], self.graph,
+                                                                                     self.target))
 
     def _reads(self, i: int, dim: int) -> tuple[int, int]:
         """The slices along `dim` of its link kernel i reads at the least before its first band,
