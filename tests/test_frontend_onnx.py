@@ -345,6 +345,29 @@ def test_external_data_is_read_from_the_models_folder(tmp_path):
                                f"in {tmp_path}")
 
 
+@pytest.mark.parametrize("external", [False, True])
+def test_shape_inference_sees_the_small_tensors_it_reads_and_no_weights(tmp_path, monkeypatch, external):
+    # a 128 KB weight, inline (as the legacy exporter writes it) or in a file, and a Resize whose
+    # float scales shape inference must read to know its output's shape
+    w = rand(256, 128, seed=2)
+    feeds = {"x": rand(1, 1, 4, 256)}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Resize", ["h", "", "scales"], ["y"], mode="nearest")]
+    m = model(nodes, feeds, ["y"], {"w": w, "scales": np.array([1, 1, 2, 0.5], np.float32)})
+    path, saved = tmp_path / "m.onnx", onnx.ModelProto()
+    saved.CopyFrom(m)  # saving with external data moves the weights out of the proto it is given
+    onnx.save_model(saved, path, save_as_external_data=external, location="m.weights", size_threshold=0)
+    seen = []
+    infer = onnx.shape_inference.infer_shapes
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes",
+                        lambda model, **kw: seen.append(model.ByteSize()) or infer(model, **kw))
+    graph, _ = load_graph(str(path))
+    assert len(seen) == 1 and seen[0] < w.nbytes / 8
+    assert graph.tensors["y"].shape == (1, 1, 8, 64)
+    assert np.frombuffer(graph.constants["w"], np.float32).tolist() == w.reshape(-1).tolist()
+    assert_matches_onnxruntime(m, feeds)
+
+
 # ---- refusals ---------------------------------------------------------------------------------
 
 
