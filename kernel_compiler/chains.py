@@ -94,6 +94,11 @@ TIE = 0.01
 # every pair of shares is tried (a two-kernel chain): the cut goes wrong seldom, but far (the
 # search lowers each member under many shares: MobileNet v1 takes 1,052 lowerings, 451 without)
 SHORT = 0.1
+# how much of the stake a pair's least cost (`Planner.least`) must leave to gain for the search to
+# run: on the 73 comparison inputs under the three objectives, 68 searches left less, none of
+# which the chain planned took (27 of the searches' 398 s; light resnet50's two by latency, 1.1 s
+# of its 4.5)
+SEARCHED = 0.02
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
 Lower = Callable[[Graph, list[Op], str, Target], Kernel]
@@ -165,12 +170,12 @@ class Way:
         """This way, then kernels costing `u` (a chain as `plan`)."""
         return Way(self.cycles + u.cycles, self.pj + u.pj, self.chains + ([plan] if plan is not None else []))
 
-    def better(self, other: Way, objective: str, stake: Usage) -> bool:
-        """A figure of the objective lower than `other`'s with `TIE` of `stake` (what the kernels
+    def better(self, other: Way, objective: str, stake: Usage, margin: float = TIE) -> bool:
+        """A figure of the objective lower than `other`'s with `margin` of `stake` (what the kernels
         that would chain cost alone) taken off its cycles and pJ: a chain must pay by more than
-        the rounding of their estimates (so for `edp` too, whose figure is no sum)."""
-        return figure(self, objective) < figure(Way(other.cycles - TIE * stake.cycles, other.pj - TIE * stake.pj,
-                                                    []), objective)
+        the rounding of their estimates, `TIE` (so for `edp` too, whose figure is no sum)."""
+        return figure(self, objective) < figure(Way(other.cycles - margin * stake.cycles,
+                                                    other.pj - margin * stake.pj, []), objective)
 
 
 def link(before: Kernel, after: Kernel, graph: Graph, readers: Counter) -> str | None:
@@ -481,7 +486,8 @@ class Planner:
         self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
         self._fills: dict[tuple, float] = {}  # (state, dim) -> its pipeline's fill (`_filled`)
-        self._plans: dict[tuple[int, ...], Plan | None] = {}  # the members' proxies -> their `plan`
+        # the members' proxies -> their `plan`, and whether the pair search had its turn
+        self._plans: dict[tuple[int, ...], tuple[Plan | None, bool]] = {}
 
     def lowered(self, i: int, share: tuple[int, int, int]) -> Kernel:
         """Kernel i lowered for `share` of the target (CompileError: no tiling fits it); for the
@@ -665,7 +671,7 @@ class Planner:
                 near, l3 = near + step[0], l3 + step[1]
         return out
 
-    def plan(self, first: int, last: int) -> Plan | None:
+    def plan(self, first: int, last: int, search: bool = True) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
         going by bands of rows or of channels (each member holding the whole image), the links in
         rings of `RING_DEPTH` times the slices in flight where that costs no more than the
@@ -673,16 +679,18 @@ class Planner:
         (`_fitted`).
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
-        usable shares. Members of the signatures of ones planned before are planned as those
-        were (networks repeat their blocks: their links have the same shapes)."""
+        usable shares, where `search`. Members of the signatures of ones planned before are planned
+        as those were (networks repeat their blocks: their links have the same shapes)."""
         members = range(first, last + 1)
         key = tuple(self.proxy[i] for i in members)
+        rank = lambda p: _rank(p.usage, self.target.objective)  # noqa: E731
         if key not in self._plans:
-            plans = self._ways(first, last, False)
-            if last == first + 1 and self._short(plans, first, last):
-                plans += self._ways(first, last, True)
-            self._plans[key] = min(plans, key=lambda p: _rank(p.usage, self.target.objective), default=None)
-        plan = self._plans[key]
+            self._plans[key] = min(self._ways(first, last, False), key=rank, default=None), False
+        plan, searched = self._plans[key]
+        if search and not searched and last == first + 1:
+            if self._short([plan] if plan else [], first, last):
+                plan = min(([plan] if plan else []) + self._ways(first, last, True), key=rank, default=None)
+            self._plans[key] = plan, True
         return plan and dataclasses.replace(plan, first=first, rings={self.links[i]: n for i, n in
                                                                       zip(members, plan.rings.values())})
 
@@ -820,9 +828,10 @@ class Planner:
                 stake = Usage(alone[j].cycles - alone[first].cycles, alone[j].pj - alone[first].pj)
                 # no chain does better than its members tiled for the whole target with the fill
                 # they cannot avoid: where even that is no better, plan none (most of the time it takes)
-                if not best[first].then(self.least(first, j - 1)).better(best[j], objective, stake):
+                least = best[first].then(self.least(first, j - 1))
+                if not least.better(best[j], objective, stake):
                     continue
-                plan = self.plan(first, j - 1)
+                plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED))
                 if plan is None:
                     break  # these members do not fit at once: with one more, no more would
                 chained = best[first].then(plan.usage, plan)

@@ -532,8 +532,39 @@ def test_a_pair_whose_fill_outweighs_the_tail_it_would_hide_is_never_planned(mon
     assert not pays(planner.least(0, 1))
     assert not pays(planner.plan(0, 1).usage)  # planned in full, it does not pay
     planned = []
-    monkeypatch.setattr(Planner, "plan", lambda self, first, last: planned.append((first, last)))
+    monkeypatch.setattr(Planner, "plan", lambda self, first, last, search=True: planned.append((first, last)))
     assert not compile_graph(graph_of(ops, shapes), "pair.dfg", target).chains and not planned
     monkeypatch.setattr(Planner, "least", Planner.unshared)  # without the fill, it is planned
     compile_graph(graph_of(ops, shapes), "pair.dfg", target)
     assert planned == [(0, 1)]
+
+
+def test_the_pair_search_runs_only_where_the_least_cost_leaves_enough_to_gain(monkeypatch):
+    # the pair above, its least cost set to 1.5% and to 5% under its members' alone: both pass
+    # the planner's check (1%), but only the second is worth lowering each member under every
+    # usable share for
+    ops = [("CONV2D", ["x", "w0"], {}), ("RELU", ["t0"], {}), ("CONV2D", ["t1", "w1"], PAD)]
+    shapes = {"x": ((1, 14, 14, 640), "f32"), "w0": ((128, 1, 1, 640), "f32"), "w1": ((32, 3, 3, 128), "f32")}
+    graph, kernels, target = lowered(ops, shapes)
+    alone = sum(chains.usage(k, graph, target).cycles + chains.tail(k, graph, target) for k in kernels)
+    least = Planner.least
+    searches, plan = [], Planner.plan
+    monkeypatch.setattr(Planner, "plan", lambda self, first, last, search=True:
+                        searches.append(search) or plan(self, first, last, search))
+    for gain in (0.015, 0.05):
+        monkeypatch.setattr(Planner, "least", lambda self, first, last:
+                            dataclasses.replace(least(self, first, last), cycles=alone * (1 - gain)))
+        compile_graph(graph_of(ops, shapes), "pair.dfg", target)
+    assert searches == [False, True]
+    # planned without the search, the same pair is searched once it is asked for, and once only
+    planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    ways = []
+    ways_of = Planner._ways
+    monkeypatch.setattr(Planner, "_ways", lambda self, first, last, search: ways.append(search)
+                        or ways_of(self, first, last, search))
+    quick = planner.plan(0, 1, search=False)
+    assert ways == [False] and planner._short([quick], 0, 1)  # the cut falls short: a search would run
+    searched = planner.plan(0, 1)
+    assert ways == [False, True] and searched.usage.cycles <= quick.usage.cycles
+    planner.plan(0, 1)
+    assert ways == [False, True]  # once
