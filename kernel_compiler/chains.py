@@ -22,7 +22,8 @@ lowering, before the homes and the barriers:
   objective's figure, then energy; of their banks alone, and again of their rows too, the better
   of the two) until all their buffers and the links' homes fit the target together, then grown
   back where a member's larger share still fits and ranks better (`_rank`); for two kernels
-  whose cut falls short by more than `SHORT`, every pair of usable shares is tried. A member
+  whose cut falls short by more than `SHORT`, every pair of usable shares is tried, where their
+  least cost leaves more than `SEARCHED` to gain. A member
   must go by bands of its links: its band loop (`Kernel.band_loop`: the outermost loop of more
   than one trip, or the next inside a parallel one that indexes none of their slices) indexes
   their rows (or, the whole image in one tile, their channels), stepping upward; one reading
@@ -95,9 +96,9 @@ TIE = 0.01
 # search lowers each member under many shares: MobileNet v1 takes 1,052 lowerings, 451 without)
 SHORT = 0.1
 # how much of the stake a pair's least cost (`Planner.least`) must leave to gain for the search to
-# run: on the 73 comparison inputs under the three objectives, 68 searches left less, none of
-# which the chain planned took (27 of the searches' 398 s; light resnet50's two by latency, 1.1 s
-# of its 4.5)
+# run: on the 73 comparison inputs under the three objectives, 68 of the 721 searches left less,
+# none of which found the chain the planner took (27 of the searches' 398 s in process; light
+# resnet50's two by latency: it compiles in 4.2 s, not 5.9, wall)
 SEARCHED = 0.02
 
 # lower a fusion group (anchor and epilogue) of the graph for a target, under a kernel name
@@ -172,8 +173,8 @@ class Way:
 
     def better(self, other: Way, objective: str, stake: Usage, margin: float = TIE) -> bool:
         """A figure of the objective lower than `other`'s with `margin` of `stake` (what the kernels
-        that would chain cost alone) taken off its cycles and pJ: a chain must pay by more than
-        the rounding of their estimates, `TIE` (so for `edp` too, whose figure is no sum)."""
+        that would chain cost alone) taken off its cycles and pJ, by default `TIE`: a chain must pay
+        by more than the rounding of their estimates (so for `edp` too, whose figure is no sum)."""
         return figure(self, objective) < figure(Way(other.cycles - margin * stake.cycles,
                                                     other.pj - margin * stake.pj, []), objective)
 
@@ -680,7 +681,8 @@ class Planner:
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
         usable shares, where `search`. Members of the signatures of ones planned before are planned
-        as those were (networks repeat their blocks: their links have the same shapes)."""
+        as those were (networks repeat their blocks: their links have the same shapes), but for the
+        search: a pair planned without it is searched where it recurs with `search`."""
         members = range(first, last + 1)
         key = tuple(self.proxy[i] for i in members)
         rank = lambda p: _rank(p.usage, self.target.objective)  # noqa: E731
@@ -832,8 +834,8 @@ class Planner:
                 if not least.better(best[j], objective, stake):
                     continue
                 plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED))
-                if plan is None:
-                    break  # these members do not fit at once: with one more, no more would
+                if plan is None:  # these members do not fit at once (that the cut, or the search, finds)
+                    break  # with one more, no more would
                 chained = best[first].then(plan.usage, plan)
                 if chained.better(best[j], objective, stake):
                     best[j] = chained

@@ -556,15 +556,23 @@ def test_the_pair_search_runs_only_where_the_least_cost_leaves_enough_to_gain(mo
                             dataclasses.replace(least(self, first, last), cycles=alone * (1 - gain)))
         compile_graph(graph_of(ops, shapes), "pair.dfg", target)
     assert searches == [False, True]
-    # planned without the search, the same pair is searched once it is asked for, and once only
+    # two such blocks in a row: the first pair planned without the search, the second, of the same
+    # signatures, searched when it asks for it, once, and the first then planned as it was
+    ops = [("RELU", ["x"], {}), ("CONV2D", ["t0", "w0"], {}), ("RELU", ["t1"], {}), ("CONV2D", ["t2", "w1"], PAD),
+           ("CONV2D", ["t3", "w0"], {}), ("RELU", ["t4"], {}), ("CONV2D", ["t5", "w1"], PAD),
+           ("MAXPOOL2D", ["t6"], {"kernel": [2, 2], "stride": [2, 2]})]
+    shapes = {"x": ((1, 14, 14, 256), "f32"), "w0": ((128, 1, 1, 256), "f32"), "w1": ((256, 3, 3, 128), "f32")}
+    graph, kernels, target = lowered(ops, shapes)
     planner = Planner(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    assert planner.proxy[3:5] == planner.proxy[1:3] and planner.links[1:4] == ["t2", "t3", "t5"]
     ways = []
     ways_of = Planner._ways
     monkeypatch.setattr(Planner, "_ways", lambda self, first, last, search: ways.append(search)
                         or ways_of(self, first, last, search))
-    quick = planner.plan(0, 1, search=False)
-    assert ways == [False] and planner._short([quick], 0, 1)  # the cut falls short: a search would run
-    searched = planner.plan(0, 1)
-    assert ways == [False, True] and searched.usage.cycles <= quick.usage.cycles
-    planner.plan(0, 1)
-    assert ways == [False, True]  # once
+    quick = planner.plan(1, 2, search=False)
+    assert ways == [False] and planner._short([quick], 1, 2)  # the cut falls short: a search would run
+    second = planner.plan(3, 4)
+    assert ways == [False, True] and second.first == 3 and list(second.rings) == ["t5"]
+    first = planner.plan(1, 2)
+    assert ways == [False, True] and first.first == 1 and list(first.rings) == ["t2"]
+    assert (first.shares, first.usage) == (second.shares, second.usage) != (quick.shares, quick.usage)

@@ -345,24 +345,32 @@ def test_external_data_is_read_from_the_models_folder(tmp_path):
                                f"in {tmp_path}")
 
 
-@pytest.mark.parametrize("external", [False, True])
-def test_shape_inference_sees_the_small_tensors_it_reads_and_no_weights(tmp_path, monkeypatch, external):
-    # a 128 KB weight, inline (as the legacy exporter writes it) or in a file, and a Resize whose
-    # float scales shape inference must read to know its output's shape
+@pytest.mark.parametrize("weight", ["inline", "external", "constant"])
+def test_shape_inference_sees_the_tensors_it_reads_and_no_weights(tmp_path, monkeypatch, weight):
+    # a 128 KB weight (inline, as the legacy exporter writes it; in a file; or a Constant node's,
+    # listed after the initializers), a Resize whose float scales shape inference must read to
+    # know its output's shape, and a 78 KB int64 table it propagates through Slice and Cast
     w = rand(256, 128, seed=2)
     feeds = {"x": rand(1, 1, 4, 256)}
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
-             helper.make_node("Resize", ["h", "", "scales"], ["y"], mode="nearest")]
-    m = model(nodes, feeds, ["y"], {"w": w, "scales": np.array([1, 1, 2, 0.5], np.float32)})
+             helper.make_node("Resize", ["h", "", "scales"], ["r"], mode="nearest"),
+             helper.make_node("Slice", ["table", "start", "end"], ["row"]),
+             helper.make_node("Cast", ["row"], ["offset"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["r", "offset"], ["y"])]
+    initializers = {"w": w, "scales": np.array([1, 1, 2, 0.5], np.float32),
+                    "table": np.arange(10_000, dtype=np.int64) % 7, "start": np.array([3]), "end": np.array([67])}
+    if weight == "constant":
+        nodes.insert(0, helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(initializers.pop("w"))))
+    m = model(nodes, feeds, ["y"], initializers)
     path, saved = tmp_path / "m.onnx", onnx.ModelProto()
     saved.CopyFrom(m)  # saving with external data moves the weights out of the proto it is given
-    onnx.save_model(saved, path, save_as_external_data=external, location="m.weights", size_threshold=0)
+    onnx.save_model(saved, path, save_as_external_data=weight == "external", location="m.weights", size_threshold=0)
     seen = []
     infer = onnx.shape_inference.infer_shapes
     monkeypatch.setattr(onnx.shape_inference, "infer_shapes",
                         lambda model, **kw: seen.append(model.ByteSize()) or infer(model, **kw))
     graph, _ = load_graph(str(path))
-    assert len(seen) == 1 and seen[0] < w.nbytes / 8
+    assert len(seen) == 1 and seen[0] < w.nbytes
     assert graph.tensors["y"].shape == (1, 1, 8, 64)
     assert np.frombuffer(graph.constants["w"], np.float32).tolist() == w.reshape(-1).tolist()
     assert_matches_onnxruntime(m, feeds)

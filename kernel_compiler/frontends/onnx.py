@@ -80,10 +80,12 @@ NUMPY_FOLDS = {"GatherElements": _gather_elements}
 # The data a model's tensors keep in external files, all together: what the model could hold
 # inline, as its constants travel base64 in the object.
 MAX_EXTERNAL_BYTES = 2 * GB
-# The tensors shape inference sees with their data: the values it may read (shapes, axes, split
-# sizes, a Resize's scales) are few. The larger ones, external or inline, join its result, so it
-# never serializes the weights (GPT-2 as the legacy exporter writes it, 650 MB inline: 14.1 s to
-# compile, 5.4 of them in serializing it for shape inference).
+# The tensors shape inference sees with their data: integers of any size (shapes, axes, and the
+# indices it propagates through Gather, Slice or Cast) and the others of up to this many bytes (a
+# Resize's scales). The rest, external or inline raw data, join its result, so it never serializes
+# the weights (GPT-2 as the legacy exporter writes it, 650 MB inline: serializing them took 5.4 s
+# of a profiled compile of 18.8).
+INFERENCE_READS = frozenset({"INT32", "INT64"})
 INFERENCE_READS_BYTES = 64 * KB
 # element types whose raw data packs elements below a byte (bits each)
 PACKED_BITS = {"INT4": 4, "UINT4": 4, "FLOAT4E2M1": 4, "INT2": 2, "UINT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6}
@@ -132,15 +134,18 @@ def _load(path: str, data: bytes, warnings: list[str]) -> Any:
         raise fail("not an ONNX model: a name or op type is not UTF-8 text")
     model = _check_ops(path, model, warnings)
     # external data is read (bounded) before shape inference, which runs on the model as bytes:
-    # only the small tensors it may read (shapes, axes, scales) are in the model it sees, the
-    # weights, external or inline, held aside to join its result
+    # only the tensors it may read are in the model it sees (`INFERENCE_READS`), the weights,
+    # external or inline raw data, held aside to join its result
     tensors = list(external_data_helper._get_all_tensors(model))
     held = _read_external_data(path, tensors)
-    for i in [i for i, data in held.items() if len(data) <= INFERENCE_READS_BYTES]:
+    for i in [i for i, data in held.items() if _inference_reads(tensors[i], data)]:
         _attach(tensors[i], held.pop(i))
     for i, tensor in enumerate(tensors):
-        if tensor.HasField("raw_data") and tensor.ByteSize() > INFERENCE_READS_BYTES:
-            held[i] = _detach(tensor)
+        if i not in held and tensor.HasField("raw_data"):
+            data = tensor.raw_data
+            if not _inference_reads(tensor, data):
+                held[i] = data
+                _detach(tensor)
     try:
         model = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as exc:
@@ -237,17 +242,22 @@ def _attach(tensor: Any, data: bytes) -> None:
     del tensor.external_data[:]
 
 
-def _detach(tensor: Any) -> bytes:
-    """The tensor's inline raw data, taken out of it: it reads as a tensor whose external data is
-    not read yet (`_attach` puts the data back)."""
+def _inference_reads(tensor: Any, data: bytes) -> bool:
+    """Whether shape inference sees the tensor with its `data` (`INFERENCE_READS`)."""
     from onnx import TensorProto
 
-    data = tensor.raw_data
+    return TensorProto.DataType.Name(tensor.data_type) in INFERENCE_READS or len(data) <= INFERENCE_READS_BYTES
+
+
+def _detach(tensor: Any) -> None:
+    """The tensor without its inline raw data (held aside by the caller): it reads as a tensor
+    whose external data is not read yet, until `_attach` puts the data back."""
+    from onnx import TensorProto
+
     tensor.ClearField("raw_data")
     tensor.data_location = TensorProto.EXTERNAL
     entry = tensor.external_data.add()
     entry.key, entry.value = "location", "held aside"
-    return data
 
 
 def _text_fields_are_text(model: Any) -> bool:
