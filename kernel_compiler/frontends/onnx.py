@@ -246,7 +246,8 @@ def _inference_reads(tensor: Any, data: bytes) -> bool:
     """Whether shape inference sees the tensor with its `data` (`INFERENCE_READS`)."""
     from onnx import TensorProto
 
-    return TensorProto.DataType.Name(tensor.data_type) in INFERENCE_READS or len(data) <= INFERENCE_READS_BYTES
+    integers = {TensorProto.DataType.Value(name) for name in INFERENCE_READS}  # a type number no name has: none
+    return tensor.data_type in integers or len(data) <= INFERENCE_READS_BYTES
 
 
 def _detach(tensor: Any) -> None:
