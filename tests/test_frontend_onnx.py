@@ -379,6 +379,18 @@ def test_shape_inference_sees_the_tensors_it_reads_and_no_weights(tmp_path, monk
 # ---- refusals ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size", [4, 64 * 1024])
+def test_an_initializer_of_an_element_type_onnx_does_not_define_is_refused(size):
+    # small, it is in the model shape inference sees; large, it is held aside: refused alike
+    w = numpy_helper.from_array(np.zeros(size, np.float32), "w")
+    w.data_type = 999
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], {"x": rand(size)}, ["y"], {})
+    m.graph.initializer.append(w)
+    with pytest.raises(CompileError) as info:
+        parse_onnx("type.onnx", m.SerializeToString())
+    assert str(info.value) == "type.onnx: initializer 'w': element type 999 is none ONNX defines"
+
+
 def refusal(m: onnx.ModelProto | bytes, name: str = "bad.onnx") -> str:
     data = m if isinstance(m, bytes) else m.SerializeToString()
     with pytest.raises(CompileError) as info:

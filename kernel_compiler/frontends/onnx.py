@@ -527,12 +527,15 @@ class _Builder:
         return CompileError(f"{self.path}: {reason}")
 
     def build(self) -> Graph:
-        from onnx import numpy_helper
+        from onnx import TensorProto, numpy_helper
 
         from .onnx_ops import DOMAIN_OPS, OPS
 
         g = self.model.graph
         for init in g.initializer:
+            if init.data_type not in TensorProto.DataType.values():
+                raise self.fail(f"initializer '{_clip(init.name)}': element type {init.data_type} is none ONNX "
+                                "defines")
             try:
                 self.values[init.name] = numpy_helper.to_array(init)
             except Exception as exc:
