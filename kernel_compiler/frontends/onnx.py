@@ -246,7 +246,8 @@ def _inference_reads(tensor: Any, data: bytes) -> bool:
     """Whether shape inference sees the tensor with its `data` (`INFERENCE_READS`)."""
     from onnx import TensorProto
 
-    integers = {TensorProto.DataType.Value(name) for name in INFERENCE_READS}  # a type number no name has: none
+    # compared as numbers: a type number no name has is simply not one of them
+    integers = {TensorProto.DataType.Value(name) for name in INFERENCE_READS}
     return tensor.data_type in integers or len(data) <= INFERENCE_READS_BYTES
 
 
