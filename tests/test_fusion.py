@@ -197,3 +197,35 @@ def test_a_comparison_of_a_low_precision_intermediate_sees_it_rounded():
     program, _, out = run(g, {"x": x, "y": y, "one": one})
     np.testing.assert_array_equal(out["t1"], np.ones((2, 64), np.float32))
     assert all(c.passed for c in check_kernels(program, {"x": x, "y": y, "one": one, **out}).values())
+
+
+@pytest.mark.parametrize("contraction", ["Conv", "MatMul"])
+def test_a_residual_of_a_contractions_own_input_is_added_by_a_kernel_of_its_own(contraction):
+    """EfficientNetV2's first blocks add y + act(conv(y)): a contraction holds y by chunks of the
+    channels it sums over, its epilogue would hold it by result tiles, two tiles of y at one
+    level in one kernel. The add runs after it; both match onnxruntime and pass --check."""
+    from onnx import helper, numpy_helper
+    from test_onnx_map_ops import run_both
+
+    rng = np.random.default_rng(5)
+    if contraction == "Conv":
+        x, shape = rng.standard_normal((1, 3, 32, 32)).astype(np.float32), [1, 24, 32, 32]
+        weights = [rng.standard_normal((24, 3, 3, 3)), rng.standard_normal((24, 24, 3, 3))]
+        attrs = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    else:
+        x, shape = rng.standard_normal((32, 112)).astype(np.float32), [32, 112]
+        weights, attrs = [rng.standard_normal((112, 112)), rng.standard_normal((112, 112))], {}
+    nodes = [helper.make_node(contraction, ["x", "w0"], ["c0"], **attrs), helper.make_node("Relu", ["c0"], ["r"]),
+             helper.make_node(contraction, ["r", "w1"], ["c1"], **attrs), helper.make_node("Relu", ["c1"], ["a"]),
+             helper.make_node("Add", ["a", "r"], ["y"])]
+    inits = [numpy_helper.from_array((w * 0.1).astype(np.float32), f"w{i}") for i, w in enumerate(weights)]
+    graph = helper.make_graph(nodes, "residual", [helper.make_tensor_value_info("x", 1, list(x.shape))],
+                              [helper.make_tensor_value_info("y", 1, shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    got, want, program = run_both(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    ops = {op.name: op.op_type for op in program.graph.ops}
+    # the second contraction's kernel takes its relu, and the add is a kernel of its own
+    assert [[ops[k.graph_op], *(ops[o] for o in k.epilogue)] for k in program.kernels
+            if ops[k.graph_op] != "TRANSPOSE"][1:] == [[contraction.upper().replace("CONV", "CONV2D"), "RELU"], ["ADD"]]
