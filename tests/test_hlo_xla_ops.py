@@ -78,6 +78,26 @@ def test_float_elementwise_ops():
         np.testing.assert_allclose(out[f"tuple.1.{k}"], want, rtol=1e-5, atol=1e-6, err_msg=str(k))
 
 
+TRIGONOMETRY = """HloModule jit_rotary, entry_computation_layout={(f32[4,6]{1,0})->(f32[4,6]{1,0}, f32[4,6]{1,0}, f32[4,6]{1,0})}
+
+ENTRY main.3 {
+  a.1 = f32[4,6]{1,0} parameter(0)
+  sine.1 = f32[4,6]{1,0} sine(a.1)
+  cosine.1 = f32[4,6]{1,0} cosine(a.1)
+  tan.1 = f32[4,6]{1,0} tan(a.1)
+  ROOT tuple.1 = (f32[4,6]{1,0}, f32[4,6]{1,0}, f32[4,6]{1,0}) tuple(sine.1, cosine.1, tan.1)
+}
+"""
+
+
+def test_sine_cosine_and_tan():
+    a = RNG.uniform(-1.5, 1.5, (4, 6)).astype(np.float32)
+    assert ops_of(TRIGONOMETRY) == ["SIN", "COS", "TAN"]
+    out = run_hlo(TRIGONOMETRY, {"a.1": a})
+    for k, fn in enumerate((np.sin, np.cos, np.tan)):
+        np.testing.assert_allclose(out[f"tuple.1.{k}"], fn(a.astype(np.float64)), rtol=1e-5, atol=1e-6, err_msg=str(k))
+
+
 # jnp.remainder (Python's %, the divisor's sign) as JAX writes it: XLA's remainder, then fixed up
 JNP_REMAINDER_AND_COMPARES = """HloModule jit_f, entry_computation_layout={(f32[3,5]{1,0}, f32[3,5]{1,0})->(f32[3,5]{1,0}, pred[3,5]{1,0}, pred[3,5]{1,0}, pred[3,5]{1,0}, pred[3,5]{1,0}, /*index=5*/pred[3,5]{1,0}, pred[3,5]{1,0})}
 

@@ -51,6 +51,9 @@ ISSUE_OPS = frozenset("""
     LRN GlobalMaxPool InstanceNormalization GroupNormalization ReduceL1 ReduceL2 ReduceSumSquare ReduceLogSumExp
     ReduceProd ArgMax ArgMin CumSum Trilu
     Einsum Resize Upsample GatherElements GatherND Expand Tile""".split())
+# and what real exports needed beyond those: a legacy-exported Llama's rotary angles (Sin, Cos), the
+# window padding of torchvision's Swin (Pad)
+EXPORTS_OPS = frozenset("Sin Cos Tan Pad".split())
 # issue 23's: a case of one of these may also have integer outputs (the quantized tensors)
 QUANTIZED_OPS = frozenset("""
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearConv QLinearMatMul""".split())
@@ -97,7 +100,7 @@ def _eligible(case) -> bool:
     graph = case.model.graph
     op_types = {n.op_type for n in graph.node}
     types = FLOAT_TYPES | (INTEGER_TYPES if op_types & QUANTIZED_OPS else set())
-    return op_types <= ISSUE_OPS | QUANTIZED_OPS and all(
+    return op_types <= ISSUE_OPS | EXPORTS_OPS | QUANTIZED_OPS and all(
         o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in types for o in graph.output)
 
 
@@ -113,14 +116,15 @@ def _array(value) -> np.ndarray:
 
 
 def specialised(case) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    """The case's model with its int64 inputs, CumSum's axis and the parameters of a resize as
-    initializers holding the case's values, and the other inputs' values by name."""
+    """The case's model with its int64 inputs, CumSum's axis, the parameters of a resize and a
+    pad's constant as initializers holding the case's values, and the other inputs' values by name."""
     model = onnx.ModelProto()
     model.CopyFrom(case.model)
     inputs, values = list(model.graph.input), case.data_sets[0][0]
     axes = {node.input[1] for node in model.graph.node if node.op_type == "CumSum"}
     # the roi, scales and sizes of a resize: float inputs read at compile time too
     resizing = {name for node in model.graph.node if node.op_type in ("Resize", "Upsample") for name in node.input[1:]}
+    resizing |= {node.input[2] for node in model.graph.node if node.op_type == "Pad" and len(node.input) > 2}
     fed = {}
     for info, value in zip(inputs, values):
         if info.type.tensor_type.elem_type == onnx.TensorProto.INT64 or info.name in axes | resizing:
@@ -164,7 +168,7 @@ def test_node_case(name):
 
 def test_the_frontend_maps_the_issues_ops():
     # and the ops it only folds, and Dropout, which vanishes (their cases read runtime inputs)
-    assert set(OPS) - FOLD_ONLY - {"Dropout"} == ISSUE_OPS | QUANTIZED_OPS
+    assert set(OPS) - FOLD_ONLY - {"Dropout"} == ISSUE_OPS | EXPORTS_OPS | QUANTIZED_OPS
 
 
 def test_pass_count():

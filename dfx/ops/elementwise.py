@@ -190,6 +190,10 @@ map_op("SIGMOID", 1, _sigmoid, "1 / (1 + exp(-x)), without overflow for large |x
        magnitude=_slope(_sigmoid_slope))
 map_op("ERF", 1, _erf, "the error function", TRANSCENDENTAL,
        magnitude=_slope(lambda x: 2 / math.sqrt(math.pi) * np.exp(-x * x)))
+# in radians (a rotary embedding's angles)
+map_op("SIN", 1, np.sin, "sine of x", TRANSCENDENTAL, magnitude=_slope(np.cos))
+map_op("COS", 1, np.cos, "cosine of x", TRANSCENDENTAL, magnitude=_slope(np.sin))
+map_op("TAN", 1, np.tan, "tangent of x", TRANSCENDENTAL, magnitude=_slope(lambda x: 1 / np.cos(x) ** 2))
 
 
 # ---- activations -----------------------------------------------------------------------------

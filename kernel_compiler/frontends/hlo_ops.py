@@ -29,7 +29,7 @@ from .hlo_text import INT_TEXT, MAX_INT_DIGITS, Computation, HloType, Instr, Sha
 UNARY = {"exponential": "EXP", "log": "LOG", "rsqrt": "RSQRT", "sqrt": "SQRT", "tanh": "TANH",
          "logistic": "SIGMOID", "erf": "ERF", "negate": "NEGATE", "abs": "ABS", "exponential-minus-one": "EXPM1",
          "log-plus-one": "LOG1P", "cbrt": "CBRT", "sign": "SIGN", "floor": "FLOOR", "ceil": "CEIL",
-         "round-nearest-even": "ROUND"}
+         "round-nearest-even": "ROUND", "sine": "SIN", "cosine": "COS", "tan": "TAN"}
 BINARY = {"add": "ADD", "subtract": "SUB", "multiply": "MUL", "divide": "DIV", "maximum": "MAXIMUM",
           "minimum": "MINIMUM", "power": "POW", "atan2": "ATAN2"}
 # opcodes that are a registry op with attributes: opcode -> (op, operands, attributes)
@@ -53,7 +53,8 @@ SAME_ELEMENT = frozenset({*UNARY, *BINARY, *WITH_ATTRS, *LOGIC, "select", "clamp
                           "reverse"})
 # opcodes XLA defines on floating-point operands only (its shape inference refuses an integer one)
 FLOAT_ONLY = frozenset({"exponential", "log", "rsqrt", "sqrt", "tanh", "logistic", "erf", "exponential-minus-one",
-                        "log-plus-one", "cbrt", "floor", "ceil", "round-nearest-even", "round-nearest-afz", "atan2"})
+                        "log-plus-one", "cbrt", "floor", "ceil", "round-nearest-even", "round-nearest-afz", "atan2",
+                        "sine", "cosine", "tan"})
 # opcodes whose value is a whole tensor (never a broadcast left to its readers): its shape must
 # be the declared one exactly
 WHOLE = frozenset({"reshape", "bitcast", "transpose", "slice", "concatenate", "pad", "reduce", "reduce-window", "dot",

@@ -748,6 +748,17 @@ def split(n: Node) -> None:
         start += size
 
 
+def _in_turn(n: Node, steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """Registry ops (op, attrs) one after another from input 0, the last writing output 0 (none:
+    the output is the input)."""
+    if not steps:
+        _identity(n)
+        return
+    y = n.x(0)
+    for k, (op, attrs) in enumerate(steps):
+        y = n.emit(op, [y], out=0 if k == len(steps) - 1 else None, **attrs)
+
+
 def slice_(n: Node) -> None:
     """Steps of 1 as one SLICE; any other step (negative ones too) as a GATHER of the indices it
     visits along its axis."""
@@ -777,16 +788,71 @@ def slice_(n: Node) -> None:
             box_start[axis], box_size[axis] = start, max(end - start, 0)
         else:
             gathers.append((axis, list(range(start, end, step))))
-    steps = []  # (op, attrs) in turn
+    steps = []
     if box_start != [0] * len(shape) or any(s not in (-1, d) for s, d in zip(box_size, shape)):
         steps.append(("SLICE", {"start": box_start, "size": box_size}))
     steps += [("GATHER", {"axis": axis, "indices": indices}) for axis, indices in gathers]
-    if not steps:
-        _identity(n)
-        return
-    y = n.x(0)
-    for k, (op, attrs) in enumerate(steps):
-        y = n.emit(op, [y], out=0 if k == len(steps) - 1 else None, **attrs)
+    _in_turn(n, steps)
+
+
+def _padded_index(i: int, dim: int, mode: str) -> int:
+    """The element of an axis of `dim` that position i of it (negative: in the padding before it,
+    past dim - 1: after it) reads under Pad's `mode` (reflect: at most dim - 1 past either end)."""
+    if mode == "edge":
+        return min(max(i, 0), dim - 1)
+    if mode == "wrap":
+        return i % dim
+    return -i if i < 0 else 2 * (dim - 1) - i if i >= dim else i  # mirrored, the end not repeated
+
+
+def pad(n: Node) -> None:
+    """Mode constant: a PAD of `constant_value` (0 where absent), negative pads then a SLICE of what
+    they crop; edge, reflect and wrap: on each axis padded a GATHER of the elements its positions
+    read (wrapping more than the axis holds wraps again, as onnxruntime does)."""
+    shape = n.shape(0)
+    rank = len(shape)
+    pads = n.ints(1, "pads")
+    axes = [_axis(n, a, rank) for a in n.ints(3, "axes")] if n.has(3) else list(range(rank))
+    if len(set(axes)) != len(axes):
+        raise n.fail(f"axes {axes} name an axis twice")
+    if len(pads) != 2 * len(axes):
+        raise n.fail(f"pads {pads} must hold 2 x {len(axes)} values, the starts then the ends of each axis")
+    before, after = [0] * rank, [0] * rank
+    for k, axis in enumerate(axes):
+        before[axis], after[axis] = pads[k], pads[k + len(axes)]
+    sizes = [d + b + e for d, b, e in zip(shape, before, after)]
+    if any(size < 0 for size in sizes):
+        raise n.fail(f"pads {pads} crop more than the input's shape {list(shape)} holds")
+    mode = n.str_attr("mode", "constant")
+    if mode in ("edge", "reflect", "wrap"):
+        if any(d == 0 for d, b, e in zip(shape, before, after) if b or e):
+            raise n.fail(f"mode '{mode}' pads an empty axis of {list(shape)}: it has no element to repeat")
+        for a, d in enumerate(shape):  # onnxruntime's rule: a mirror reaches at most the far end
+            if mode == "reflect" and max(before[a], after[a]) > d - 1:
+                raise n.fail(f"mode 'reflect' pads axis {a} by {max(before[a], after[a])}, more than the "
+                             f"{d - 1} elements its mirror holds")
+        steps = [("GATHER", {"axis": a, "indices": [_padded_index(i, shape[a], mode)
+                                                     for i in range(-before[a], shape[a] + after[a])]})
+                 for a in range(rank) if before[a] or after[a]]
+    elif mode == "constant":
+        value = n.value(2) if n.has(2) else np.zeros(1, np.int64)
+        if value is None:
+            from .onnx import _clip
+
+            raise n.fail(f"its constant_value (input 2, '{_clip(n.name(2))}') must be a constant: the ONNX "
+                         "frontend reads it at compile time")
+        if value.size != 1:
+            raise n.fail(f"its constant_value must be one value, got {value.size}")
+        fill = value.reshape(-1)[0]
+        steps = []
+        if any(b > 0 or e > 0 for b, e in zip(before, after)):
+            steps.append(("PAD", {"padding": [[max(b, 0), max(e, 0)] for b, e in zip(before, after)],
+                                  "pad_value": float(fill) if fill.dtype.kind in "fc" else int(fill)}))
+        if any(b < 0 or e < 0 for b, e in zip(before, after)):
+            steps.append(("SLICE", {"start": [max(-b, 0) for b in before], "size": sizes}))
+    else:
+        raise n.fail(f"mode '{mode}' is not supported (constant, edge, reflect, wrap)")
+    _in_turn(n, steps)
 
 
 def gather(n: Node) -> None:
@@ -1396,8 +1462,9 @@ def fold_only(n: Node) -> None:
 PRECHECKS: dict[str, Callable[[Any], str | None]] = {"Einsum": einsum_equation}
 
 
-# evaluated at compile time only (Shape and Size from their input's shape alone)
-FOLD_ONLY = frozenset({"Shape", "Size", "Range"})
+# evaluated at compile time only (Shape and Size from their input's shape alone; ScatterND of
+# constants: the shifted windows' attention mask torchvision's Swin builds)
+FOLD_ONLY = frozenset({"Shape", "Size", "Range", "ScatterND"})
 
 
 # ONNX op type -> its mapping
@@ -1405,6 +1472,7 @@ OPS: dict[str, Callable[[Node], None]] = {
     # maps
     "Relu": _unary("RELU"), "Sigmoid": _unary("SIGMOID"), "Tanh": _unary("TANH"), "Erf": _unary("ERF"),
     "Sqrt": _unary("SQRT"), "Exp": _unary("EXP"), "Log": _unary("LOG"), "Neg": _unary("NEGATE"),
+    "Sin": _unary("SIN"), "Cos": _unary("COS"), "Tan": _unary("TAN"),
     "Abs": _unary("ABS"), "Reciprocal": _unary("RECIPROCAL"), "LeakyRelu": leaky_relu, "Gelu": gelu,
     "Add": _binary("ADD"), "Sub": _binary("SUB"), "Mul": _binary("MUL"), "Div": _binary("DIV"),
     "Pow": _binary("POW"), "Min": _variadic("MINIMUM"), "Max": _variadic("MAXIMUM"), "Clip": clip,
@@ -1430,7 +1498,7 @@ OPS: dict[str, Callable[[Node], None]] = {
     "GroupNormalization": group_normalization,
     # layout
     "Identity": _identity, "Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
-    "Unsqueeze": unsqueeze, "Concat": concat, "Split": split, "Slice": slice_, "Gather": gather,
+    "Unsqueeze": unsqueeze, "Concat": concat, "Split": split, "Slice": slice_, "Pad": pad, "Gather": gather,
     "Constant": constant, "Dropout": dropout,
     "GatherElements": gather_elements, "GatherND": gather_nd, "Expand": expand, "Tile": tile, "Einsum": einsum,
     "Resize": resize, "Upsample": upsample,
