@@ -135,6 +135,30 @@ def efficientnet_b0(full: bool) -> Model:
                  "64x64, width 0.25, 10 classes")
 
 
+def efficientnet_v2(full: bool) -> Model:
+    """Its first stage adds each fused block's input back (y + SiLU(BN(conv(y))))."""
+    from torchvision.models.efficientnet import EfficientNet, FusedMBConvConfig, MBConvConfig
+
+    if full:
+        return Model(torchvision.models.efficientnet_v2_s(weights=None), _image(224), "V2-S, 224x224, 1000 classes")
+    setting = [FusedMBConvConfig(1, 3, 1, 16, 16, 2), FusedMBConvConfig(4, 3, 2, 16, 24, 1),
+               MBConvConfig(4, 3, 2, 24, 32, 2)]
+    return Model(EfficientNet(setting, dropout=0.2, num_classes=10, last_channel=128), _image(64),
+                 "64x64, V2 stages fused 16, 24, then 32, 10 classes")
+
+
+def swin(full: bool) -> Model:
+    """Its windows of 7 pad each stage's image (16 x 16, then 8 x 8 at 64x64), and its shifted
+    windows' attention mask is built by ScatterND."""
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    if full:
+        return Model(torchvision.models.swin_t(weights=None), _image(224), "Swin-T, 224x224, 1000 classes")
+    model = SwinTransformer(patch_size=[4, 4], embed_dim=32, depths=[2, 2], num_heads=[2, 4], window_size=[7, 7],
+                            num_classes=10)
+    return Model(model, _image(64), "64x64, embed 32, depths [2, 2], window 7, 10 classes")
+
+
 def shufflenet(full: bool) -> Model:
     if full:
         return Model(torchvision.models.shufflenet_v2_x1_0(weights=None), _image(224), "x1.0, 224x224, 1000 classes")
@@ -179,6 +203,20 @@ def gpt2(full: bool) -> Model:
                                                          f"{config.n_layer} layers, vocab {config.vocab_size}")
 
 
+def llama(full: bool) -> Model:
+    """Rotary embeddings: the legacy exporter computes their angles' Cos and Sin from a constant."""
+    from transformers import LlamaConfig, LlamaModel
+
+    seq, config = (128, LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
+                                    num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=256)) \
+        if full else (16, LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    config.use_cache = False
+    model = FirstOutput(LlamaModel(config), "last_hidden_state", ["input_ids", "attention_mask"])
+    return Model(model, _tokens(config.vocab_size, seq), f"Llama seq {seq}, hidden {config.hidden_size}, "
+                                                         f"{config.num_hidden_layers} layers, vocab {config.vocab_size}")
+
+
 def ffn(full: bool) -> Model:
     """A transformer's feed-forward block with its layer norm: x + W2 GELU(W1 LayerNorm(x))."""
     hidden, inner, seq = (768, 3072, 128) if full else (64, 256, 16)
@@ -204,7 +242,8 @@ def mlp(full: bool) -> Model:
 
 
 MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
-    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, shufflenet, vit, bert, gpt2, ffn, mlp)}
+    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, efficientnet_v2, shufflenet, swin, vit,
+    bert, gpt2, llama, ffn, mlp)}
 FULL_ONLY = {"resnet18_96"}  # no smaller form: its 47 MB of weights stay out of the repository
 
 
