@@ -827,10 +827,10 @@ def pad(n: Node) -> None:
     if mode in ("edge", "reflect", "wrap"):
         if any(d == 0 for d, b, e in zip(shape, before, after) if b or e):
             raise n.fail(f"mode '{mode}' pads an empty axis of {list(shape)}: it has no element to repeat")
-        for a, d in enumerate(shape):  # onnxruntime's rule: a mirror reaches at most the far end
-            if mode == "reflect" and max(before[a], after[a]) > d - 1:
-                raise n.fail(f"mode 'reflect' pads axis {a} by {max(before[a], after[a])}, more than the "
-                             f"{d - 1} elements its mirror holds")
+        reach = [(a, max(b, e)) for a, (d, b, e) in enumerate(zip(shape, before, after)) if max(b, e) > d - 1]
+        if mode == "reflect" and reach:  # onnxruntime's rule: a mirror reaches at most the far end
+            a, by = reach[0]
+            raise n.fail(f"mode 'reflect' pads axis {a} by {by}, more than the {shape[a] - 1} elements its mirror holds")
         steps = [("GATHER", {"axis": a, "indices": [_padded_index(i, shape[a], mode)
                                                      for i in range(-before[a], shape[a] + after[a])]})
                  for a in range(rank) if before[a] or after[a]]
