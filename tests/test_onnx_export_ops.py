@@ -1,7 +1,7 @@
 """ONNX ops real exports need beyond the issues' lists: Pad in its four modes (torchvision's Swin
 pads its windows; reflection padding in image-to-image models) and Sin, Cos and Tan (a legacy
-exported Llama computes its rotary angles with them, from a constant the frontend folds), and
-ScatterND of constants (Swin's attention mask), folded. Each
+exported Llama computes its rotary angles with them, from a constant the frontend folds),
+ScatterND of constants (Swin's attention mask) and EyeLike (XLNet's), folded. Each
 model is compiled, written and read back, bound and executed in-process; every output against
 onnxruntime's, every kernel and output passing --check."""
 
@@ -103,3 +103,16 @@ def test_a_scatter_of_constants_folds_and_of_a_runtime_tensor_is_refused():
     at_run_time = model(nodes[:1], {"data": data}, ["mask"], constants)
     assert refusal(at_run_time) == ("bad.onnx: node #0 (ScatterND): its input 0 ('data') must be a constant: the "
                                     "ONNX frontend evaluates ScatterND at compile time")
+
+
+@pytest.mark.parametrize("attrs", [{}, {"k": 2}, {"k": -1, "dtype": 1}])
+def test_an_eye_like_a_runtime_tensor_folds_from_its_shape(attrs):
+    """XLNet's legacy export: EyeLike reads only its input's shape, so it is known at compile time
+    even of a runtime input; the identity is a constant of the program."""
+    nodes = [helper.make_node("EyeLike", ["x"], ["eye"], **attrs), helper.make_node("Add", ["x", "eye"], ["y"])]
+    x = rand(5, 7, seed=16)
+    program = run(model(nodes, {"x": x}, ["y"]), {"x": x})
+    assert ops_of(program) == ["ADD"]
+    huge = model([helper.make_node("EyeLike", ["x"], ["y"])], {"x": x}, ["y"], dims={"x": [4097, 4097]})
+    assert refusal(huge) == ("bad.onnx: node #0 (EyeLike): its result would hold 16,785,409 elements, more than "
+                             "the 16,777,216 the ONNX frontend folds at compile time")

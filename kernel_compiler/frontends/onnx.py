@@ -23,8 +23,8 @@ moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape 
 ONNX's own int64) or reads a tensor of no elements (a graph input with a dimension of 0 is such
 a known value: a reduction over it gives its identity) runs in onnx's reference evaluator, as do
 the fold-only op types (FOLD_ONLY in onnx_ops.py: Range, ScatterND),
-which are refused naming the node where an input is not known; Shape and Size read only their
-input's shape. Any other (float) computation folds as its mapping emits registry ops, each
+which are refused naming the node where an input is not known; Shape, Size and EyeLike read
+only their input's shape. Any other (float) computation folds as its mapping emits registry ops, each
 computed by the registry's reference, as the KPU would. A result's elements are counted before
 it is computed: past FOLD_LIMIT a mapped op stays as ops on the KPU, a fold-only one is refused
 in one line; a result of no elements is known without computing it. Identity and Dropout
@@ -668,8 +668,8 @@ class _Builder:
     # -- compile-time evaluation
 
     def fold(self, node: Node) -> bool:
-        """Evaluate a node here, whether it did: a node whose results have no elements; Shape and
-        Size, from their input's shape; a node whose inputs are all known (onnx's reference
+        """Evaluate a node here, whether it did: a node whose results have no elements; Shape, Size
+        and EyeLike, from their input's shape; a node whose inputs are all known (onnx's reference
         evaluator) if it is fold-only, moves values, computes integers or reads an empty tensor.
         A float computation on known values folds as its mapping emits registry ops (`emit`)."""
         from .onnx_ops import FOLD_ONLY
@@ -687,6 +687,17 @@ class _Builder:
             self.values[outputs[0]] = np.array(
                 math.prod(shape) if proto.op_type == "Size"
                 else shape[node.int_attr("start", 0):node.int_attr("end", len(shape))], np.int64)
+            return True
+        if proto.op_type == "EyeLike" and outputs:  # ones on a diagonal of its input's shape, its values unread
+            from onnx import helper
+
+            shape = node.shape(0)
+            if math.prod(shape) > FOLD_LIMIT:  # 2-D: onnx's shape inference sees to that
+                raise node.fail(f"its result would hold {math.prod(shape):,} elements, more than the "
+                                f"{FOLD_LIMIT:,} the ONNX frontend folds at compile time")
+            elem_type = node.int_attr("dtype") or self.elem_types.get(node.name(0)) or self.value_type(node.name(0))
+            self.values[outputs[0]] = np.eye(*shape, k=node.int_attr("k", 0),
+                                             dtype=helper.tensor_dtype_to_np_dtype(elem_type))
             return True
         inputs = [t for t in proto.input if t]
         if not all(t in self.values for t in inputs):

@@ -1462,9 +1462,9 @@ def fold_only(n: Node) -> None:
 PRECHECKS: dict[str, Callable[[Any], str | None]] = {"Einsum": einsum_equation}
 
 
-# evaluated at compile time only (Shape and Size from their input's shape alone; ScatterND of
-# constants: the shifted windows' attention mask torchvision's Swin builds)
-FOLD_ONLY = frozenset({"Shape", "Size", "Range", "ScatterND"})
+# evaluated at compile time only (Shape, Size and EyeLike from their input's shape alone: XLNet's
+# legacy export masks with an EyeLike; ScatterND of constants: Swin's shifted windows' mask)
+FOLD_ONLY = frozenset({"Shape", "Size", "EyeLike", "Range", "ScatterND"})
 
 
 # ONNX op type -> its mapping
