@@ -22,10 +22,10 @@ graph. Constant folding: a node whose inputs are all known values is evaluated h
 moves values (Reshape, Transpose, Slice, Gather, ...), computes integers (shape arithmetic, in
 ONNX's own int64) or reads a tensor of no elements (a graph input with a dimension of 0 is such
 a known value: a reduction over it gives its identity) runs in onnx's reference evaluator, as do
-the fold-only op types (FOLD_ONLY in onnx_ops.py: Range, ScatterND),
-which are refused naming the node where an input is not known; Shape, Size and EyeLike read
-only their input's shape. Any other (float) computation folds as its mapping emits registry ops, each
-computed by the registry's reference, as the KPU would. A result's elements are counted before
+the fold-only op types (FOLD_ONLY in onnx_ops.py: Range, ScatterND), which are refused naming
+the node where an input is not known; Shape, Size and EyeLike read only their input's shape.
+Any other (float) computation folds as its mapping emits registry ops, each computed by the
+registry's reference, as the KPU would. A result's elements are counted before
 it is computed: past FOLD_LIMIT a mapped op stays as ops on the KPU, a fold-only one is refused
 in one line; a result of no elements is known without computing it. Identity and Dropout
 (inference: its mask, where read, all true) vanish: their output names their input (a graph
