@@ -781,9 +781,9 @@ def test_errors_are_one_line_naming_the_line(text, where, reason):
 
 def test_a_bad_module_exits_2_with_one_line_through_the_cli(tmp_path):
     path = tmp_path / "bad.hlo"
-    path.write_text("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT s = f32[2] cosine(p)\n}\n")
+    path.write_text("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT s = f32[2] cholesky(p)\n}\n")
     proc = run_cli("compiler", path, "-o", tmp_path / "bad.kpu")
-    assert_one_line_error(proc, f"{path}:4:", "HLO op 'cosine' is not supported")
+    assert_one_line_error(proc, f"{path}:4:", "HLO op 'cholesky' is not supported")
     assert not (tmp_path / "bad.kpu").exists()
 
 
