@@ -7,9 +7,9 @@ each reading the group's running result. An op joins the epilogue when that resu
 alone and is no graph output (so nothing else ever needs it in memory), and when its result has
 the running result's shape (an epilogue never grows the tile). Its other operands (a bias, a
 residual) are graph inputs or earlier kernels' results, loaded as more streams of the kernel,
-but never an operand of a contraction anchor: it holds those by chunks of the dim it sums over,
-its epilogue by result tiles, two tiles of one tensor at a level where a kernel has one
-(EfficientNetV2's `y + SiLU(conv(y))` runs its add as a kernel of its own).
+but never one a contraction anchor sums over (its input or its weights): it holds those by
+chunks of the dim it sums, its epilogue by result tiles, two tiles of one tensor at a level
+where a kernel has one (EfficientNetV2's `y + SiLU(conv(y))` runs its add as a kernel of its own).
 A view of such an operand (a RESHAPE, which moves nothing) between the group and the op that
 joins it runs ahead of the group instead.
 
@@ -69,7 +69,7 @@ def _joins(op: Op, group: list[Op], held: bool, graph: Graph, readers: Counter) 
     if not (opdef is not None and opdef.family == "map" and opdef.tile is not None
             and result in op.inputs and readers[result] == 1 and graph.tensors[result].role == "intermediate"
             and len(op.outputs) == 1 and graph.tensors[op.outputs[0]].shape == graph.tensors[result].shape
-            and not (lookup(group[0].op_type).family == "contraction" and set(op.inputs) & set(group[0].inputs))):
+            and not (lookup(group[0].op_type).family == "contraction" and set(op.inputs) & set(group[0].inputs[:2]))):
         return False
     if held:
         return True  # the running result is the reference's

@@ -229,3 +229,12 @@ def test_a_residual_of_a_contractions_own_input_is_added_by_a_kernel_of_its_own(
     # the second contraction's kernel takes its relu, and the add is a kernel of its own
     assert [[ops[k.graph_op], *(ops[o] for o in k.epilogue)] for k in program.kernels
             if ops[k.graph_op] != "TRANSPOSE"][1:] == [[contraction.upper().replace("CONV", "CONV2D"), "RELU"], ["ADD"]]
+
+
+def test_only_what_a_contraction_sums_over_keeps_an_epilogue_op_out():
+    """Its input and weights are held by chunks of the summed dim; its accumulator input (Cin, held
+    by result tiles like any epilogue operand) may be read again by the epilogue."""
+    shapes = {"a": ((16, 16), "f32"), "b": ((16, 16), "f32"), "c": ((16, 16), "f32")}
+    for again, groups in (("a", [["op0"], ["op1"]]), ("b", [["op0"], ["op1"]]), ("c", [["op0", "op1"]])):
+        g = graph_of([("MATMUL", ["a", "b", "c"], {}), ("ADD", ["t0", again], {})], shapes)
+        assert groups_of(g) == groups, again

@@ -8,6 +8,7 @@ onnxruntime's, every kernel and output passing --check."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
@@ -21,8 +22,8 @@ I32 = np.arange(20, dtype=np.int32).reshape(4, 5)
 PADS = {
     "constant": (X, "constant", [0, 0, 1, 2, 0, 0, 3, 1], 1.5, None, ["PAD"]),
     "constant_default_zero": (X, "constant", [0, 0, 1, 1, 0, 0, 1, 1], None, None, ["PAD"]),
-    # negative pads crop: a SLICE after the PAD
-    "constant_crop": (X, "constant", [0, 0, -1, 2, 0, 0, 1, -2], -0.5, None, ["PAD", "SLICE"]),
+    # negative pads crop first: a SLICE, then the PAD
+    "constant_crop": (X, "constant", [0, 0, -1, 2, 0, 0, 1, -2], -0.5, None, ["SLICE", "PAD"]),
     "constant_crop_only": (X, "constant", [0, 0, -2, 0, 0, 0, 0, -1], None, None, ["SLICE"]),
     "constant_axes": (X, "constant", [2, 1, 0, 3], 2.0, [-1, 2], ["PAD"]),
     "constant_int": (I32, "constant", [1, 0, 0, 2], 7, None, ["PAD"]),
@@ -32,6 +33,9 @@ PADS = {
     # more than the axis holds: wrapped again, as onnxruntime does
     "wrap": (I32, "wrap", [2, 1, 3, 6], None, None, ["GATHER", "GATHER"]),
     "edge_crop": (I32, "edge", [-1, 2, 1, -3], None, None, ["GATHER", "GATHER"]),
+    # the kept part wraps and mirrors, not the whole axis
+    "wrap_crop": (I32, "wrap", [0, -1, 0, 2], None, None, ["GATHER"]),
+    "reflect_crop": (I32, "reflect", [0, 1, 0, -3], None, None, ["GATHER"]),
 }
 
 
@@ -42,7 +46,7 @@ def test_pad(case):
     constants = {"pads": np.int64(pads), **({"axes": np.int64(axes)} if axes else {})}
     if value is not None:
         constants["value"] = np.array(value, x.dtype)
-    opset = 19 if mode == "wrap" else 18
+    opset = 19 if mode == "wrap" else 18  # wrap is opset 19's
     m = model([helper.make_node("Pad", inputs, ["y"], mode=mode)], {"x": x}, ["y"], constants, opset=opset)
     program = run(m, {"x": x})
     assert ops_of(program) == ops
@@ -62,6 +66,8 @@ def test_pad_refusals():
         "holds")
     assert refusal(pad([0, 0, 0, 4, 0, 0, 0, 0], mode="reflect")) == (
         "bad.onnx: node #0 (Pad): mode 'reflect' pads axis 3 by 4, more than the 3 elements its mirror holds")
+    assert refusal(pad([0, 0, 0, 2, 0, 0, 0, -2], mode="reflect")) == (  # of the 2 kept
+        "bad.onnx: node #0 (Pad): mode 'reflect' pads axis 3 by 2, more than the 1 elements its mirror holds")
     assert refusal(pad([0, 0, 1, 0, 0, 0, 0, 0], mode="symmetric")) == (
         "bad.onnx: node #0 (Pad): mode 'symmetric' is not supported (constant, edge, reflect, wrap)")
 
@@ -116,3 +122,22 @@ def test_an_eye_like_a_runtime_tensor_folds_from_its_shape(attrs):
     huge = model([helper.make_node("EyeLike", ["x"], ["y"])], {"x": x}, ["y"], dims={"x": [4097, 4097]})
     assert refusal(huge) == ("bad.onnx: node #0 (EyeLike): its result would hold 16,785,409 elements, more than "
                              "the 16,777,216 the ONNX frontend folds at compile time")
+
+
+def test_a_bf16_pad_keeps_its_fractional_constant():
+    """numpy calls bf16 kind 'V', not a float: the constant 1.5 must not reach PAD as 1."""
+    import ml_dtypes
+    from onnx import numpy_helper
+
+    from kernel_compiler.frontends.onnx import parse_onnx
+    from kernel_compiler.shape_inference import infer_shapes
+
+    value = helper.make_tensor("value", onnx.TensorProto.BFLOAT16, [], [1.5])
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads", "value"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [2, 3])],
+                              [onnx.ValueInfoProto(name="y")],
+                              [numpy_helper.from_array(np.int64([1, 1, 1, 1]), "pads"), value])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    parsed, warnings = parse_onnx("t.onnx", m.SerializeToString())
+    [pad] = [op for op in infer_shapes(parsed, warnings).ops if op.op_type == "PAD"]
+    assert pad.attrs["pad_value"] == 1.5 and np.dtype(ml_dtypes.bfloat16).kind == "V"

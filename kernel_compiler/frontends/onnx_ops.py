@@ -806,9 +806,10 @@ def _padded_index(i: int, dim: int, mode: str) -> int:
 
 
 def pad(n: Node) -> None:
-    """Mode constant: a PAD of `constant_value` (0 where absent), negative pads then a SLICE of what
-    they crop; edge, reflect and wrap: on each axis padded a GATHER of the elements its positions
-    read (wrapping more than the axis holds wraps again, as onnxruntime does)."""
+    """Negative pads crop, then positive ones pad what is kept (onnxruntime's order). Mode
+    constant: a PAD of `constant_value` (0 where absent) and a SLICE of the crop; edge, reflect and
+    wrap: on each axis padded or cropped a GATHER of the elements its positions read (wrapping
+    more than the kept axis holds wraps again)."""
     shape = n.shape(0)
     rank = len(shape)
     pads = n.ints(1, "pads")
@@ -820,19 +821,19 @@ def pad(n: Node) -> None:
     before, after = [0] * rank, [0] * rank
     for k, axis in enumerate(axes):
         before[axis], after[axis] = pads[k], pads[k + len(axes)]
-    sizes = [d + b + e for d, b, e in zip(shape, before, after)]
-    if any(size < 0 for size in sizes):
+    kept = [d - max(-b, 0) - max(-e, 0) for d, b, e in zip(shape, before, after)]  # each axis after the crop
+    if any(size < 0 for size in kept):
         raise n.fail(f"pads {pads} crop more than the input's shape {list(shape)} holds")
+    grow = [[max(b, 0), max(e, 0)] for b, e in zip(before, after)]
     mode = n.str_attr("mode", "constant")
     if mode in ("edge", "reflect", "wrap"):
-        if any(d == 0 for d, b, e in zip(shape, before, after) if b or e):
-            raise n.fail(f"mode '{mode}' pads an empty axis of {list(shape)}: it has no element to repeat")
-        reach = [(a, max(b, e)) for a, (d, b, e) in enumerate(zip(shape, before, after)) if max(b, e) > d - 1]
+        reach = [(a, max(g)) for a, (d, g) in enumerate(zip(kept, grow)) if max(g) > d - 1]
         if mode == "reflect" and reach:  # onnxruntime's rule: a mirror reaches at most the far end
             a, by = reach[0]
-            raise n.fail(f"mode 'reflect' pads axis {a} by {by}, more than the {shape[a] - 1} elements its mirror holds")
-        steps = [("GATHER", {"axis": a, "indices": [_padded_index(i, shape[a], mode)
-                                                     for i in range(-before[a], shape[a] + after[a])]})
+            raise n.fail(f"mode 'reflect' pads axis {a} by {by}, more than the {kept[a] - 1} elements its mirror "
+                         "holds")
+        steps = [("GATHER", {"axis": a, "indices": [max(-before[a], 0) + _padded_index(i, kept[a], mode)
+                                                     for i in range(-grow[a][0], kept[a] + grow[a][1])]})
                  for a in range(rank) if before[a] or after[a]]
     elif mode == "constant":
         value = n.value(2) if n.has(2) else np.zeros(1, np.int64)
@@ -844,12 +845,12 @@ def pad(n: Node) -> None:
         if value.size != 1:
             raise n.fail(f"its constant_value must be one value, got {value.size}")
         fill = value.reshape(-1)[0]
+        whole = np.issubdtype(fill.dtype, np.integer) or fill.dtype == np.bool_  # else a float (bf16, f8 too)
         steps = []
-        if any(b > 0 or e > 0 for b, e in zip(before, after)):
-            steps.append(("PAD", {"padding": [[max(b, 0), max(e, 0)] for b, e in zip(before, after)],
-                                  "pad_value": float(fill) if fill.dtype.kind in "fc" else int(fill)}))
         if any(b < 0 or e < 0 for b, e in zip(before, after)):
-            steps.append(("SLICE", {"start": [max(-b, 0) for b in before], "size": sizes}))
+            steps.append(("SLICE", {"start": [max(-b, 0) for b in before], "size": kept}))
+        if any(b > 0 or e > 0 for b, e in zip(before, after)):
+            steps.append(("PAD", {"padding": grow, "pad_value": int(fill) if whole else float(fill)}))
     else:
         raise n.fail(f"mode '{mode}' is not supported (constant, edge, reflect, wrap)")
     _in_turn(n, steps)
