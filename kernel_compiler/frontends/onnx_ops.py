@@ -807,8 +807,8 @@ def _padded_index(i: int, dim: int, mode: str) -> int:
 
 def pad(n: Node) -> None:
     """Negative pads crop, then positive ones pad what is kept (onnxruntime's order). Mode
-    constant: a PAD of `constant_value` (0 where absent) and a SLICE of the crop; edge, reflect and
-    wrap: on each axis padded or cropped a GATHER of the elements its positions read (wrapping
+    constant: a SLICE of the crop, then a PAD of `constant_value` (0 where absent); edge, reflect
+    and wrap: on each axis padded or cropped a GATHER of the elements its positions read (wrapping
     more than the kept axis holds wraps again)."""
     shape = n.shape(0)
     rank = len(shape)
