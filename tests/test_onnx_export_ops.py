@@ -7,11 +7,14 @@ onnxruntime's, every kernel and output passing --check."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
+from kernel_compiler.frontends.onnx import parse_onnx
+from kernel_compiler.shape_inference import infer_shapes
 from test_frontend_onnx import model, rand, refusal
 from test_onnx_spatial_ops import ops_of, run
 
@@ -126,12 +129,6 @@ def test_an_eye_like_a_runtime_tensor_folds_from_its_shape(attrs):
 
 def test_a_bf16_pad_keeps_its_fractional_constant():
     """numpy calls bf16 kind 'V', not a float: the constant 1.5 must not reach PAD as 1."""
-    import ml_dtypes
-    from onnx import numpy_helper
-
-    from kernel_compiler.frontends.onnx import parse_onnx
-    from kernel_compiler.shape_inference import infer_shapes
-
     value = helper.make_tensor("value", onnx.TensorProto.BFLOAT16, [], [1.5])
     graph = helper.make_graph([helper.make_node("Pad", ["x", "pads", "value"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", onnx.TensorProto.BFLOAT16, [2, 3])],

@@ -695,7 +695,7 @@ class _Builder:
             if math.prod(shape) > FOLD_LIMIT:  # 2-D: onnx's shape inference sees to that
                 raise node.fail(f"its result would hold {math.prod(shape):,} elements, more than the "
                                 f"{FOLD_LIMIT:,} the ONNX frontend folds at compile time")
-            elem_type = node.int_attr("dtype") or self.elem_types.get(node.name(0)) or self.value_type(node.name(0))
+            elem_type = node.int_attr("dtype") or self.value_type(node.name(0))
             self.values[outputs[0]] = np.eye(*shape, k=node.int_attr("k", 0),
                                              dtype=helper.tensor_dtype_to_np_dtype(elem_type))
             return True

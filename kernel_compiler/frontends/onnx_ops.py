@@ -827,11 +827,10 @@ def pad(n: Node) -> None:
     grow = [[max(b, 0), max(e, 0)] for b, e in zip(before, after)]
     mode = n.str_attr("mode", "constant")
     if mode in ("edge", "reflect", "wrap"):
-        reach = [(a, max(g)) for a, (d, g) in enumerate(zip(kept, grow)) if max(g) > d - 1]
-        if mode == "reflect" and reach:  # onnxruntime's rule: a mirror reaches at most the far end
-            a, by = reach[0]
-            raise n.fail(f"mode 'reflect' pads axis {a} by {by}, more than the {kept[a] - 1} elements its mirror "
-                         "holds")
+        for a, (d, g) in enumerate(zip(kept, grow)):  # onnxruntime's rule: a mirror reaches the far end at most
+            if mode == "reflect" and max(g) > d - 1:
+                raise n.fail(f"mode 'reflect' pads axis {a} by {max(g)}, more than the {d - 1} elements its mirror "
+                             "holds")
         steps = [("GATHER", {"axis": a, "indices": [max(-before[a], 0) + _padded_index(i, kept[a], mode)
                                                      for i in range(-grow[a][0], kept[a] + grow[a][1])]})
                  for a in range(rank) if before[a] or after[a]]
