@@ -104,6 +104,32 @@ def test_einsum_refusals():
         "bad.onnx: node #0 (Einsum): equation 'ij->ii': its output names a label twice or one no operand has")
 
 
+# ---- one tensor as both operands of a product ------------------------------------------------
+
+_T = [1, 0]
+# id -> (x's shape, nodes reading it, the registry ops but RESHAPEs); each product's kernel holds
+# A's tiles and B's, which differ: B is read through a view of x, a tensor of its own
+ONE_TENSOR_TWICE = {
+    "x@x": ((112, 112), [helper.make_node("MatMul", ["x", "x"], ["y"])], ["MATMUL"]),
+    "x@x.T": ((112, 48), [helper.make_node("Transpose", ["x"], ["xt"], perm=_T),
+                          helper.make_node("MatMul", ["x", "xt"], ["y"])], ["MATMUL"]),
+    "relu(x)@relu(x), batched": ((2, 96, 96), [helper.make_node("Relu", ["x"], ["r"]),
+                                               helper.make_node("MatMul", ["r", "r"], ["y"])], ["RELU", "MATMUL"]),
+    "gram by einsum": ((64, 96), [helper.make_node("Einsum", ["x", "x"], ["y"], equation="ij,kj->ik")], ["MATMUL"]),
+    "gemm x x^T + c": ((40, 24), [helper.make_node("Gemm", ["x", "x", "c"], ["y"], transB=1)], None),
+}
+
+
+@pytest.mark.parametrize("case", ONE_TENSOR_TWICE)
+def test_one_tensor_as_both_operands(case):
+    shape, nodes, ops = ONE_TENSOR_TWICE[case]
+    feeds = {"x": rand(*shape, seed=5)}
+    constants = {"c": rand(shape[0], seed=6)} if "c" in nodes[-1].input else None
+    program = run(model(nodes, feeds, ["y"], constants), feeds)
+    if ops is not None:
+        assert ops_of(program) == ops
+
+
 # ---- Resize and Upsample ---------------------------------------------------------------------
 
 X = rand(1, 2, 4, 5, seed=3)

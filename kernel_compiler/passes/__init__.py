@@ -13,7 +13,8 @@ makes a RESHAPE of each TRANSPOSE left that moves dims of 1 alone. DECOMPOSE tur
 lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
 ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
 loads it, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
-read it (its epilogue reads through the view). `split_long_rows` runs after them
+read it (its epilogue reads through the view), and OPERANDS gives a MATMUL that reads one tensor
+as two operands a view of it as the second. `split_long_rows` runs after them
 (`compile.graph_passes`), since it needs the target: it takes apart the row ops whose rows do
 not fit a tile of it.
 """
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dfx import Graph
 
 from .batchnorm import BATCHNORM
-from .contraction import CONTRACTION
+from .contraction import CONTRACTION, OPERANDS
 from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .layout import EPILOGUE_VIEWS, LAYOUT, VIEWS
@@ -49,6 +50,7 @@ PASSES: list[tuple[str, list[Rule]]] = [
     ("contraction", CONTRACTION),
     # map(RESHAPE(a contraction's result), c) -> RESHAPE(map(the result, c regrouped))
     ("epilogue views", EPILOGUE_VIEWS),
+    ("operands", OPERANDS),  # MATMUL(x, x) -> MATMUL(x, RESHAPE(x)), a view: each operand its own tile
 ]
 
 

@@ -10,6 +10,11 @@ CONV2D takes its weights in any order of their dims (`weight_layout`), so any TR
 folds into it: the weights JAX passes as parameters (HWIO, transposed to OHWI by the frontend),
 an ONNX model's OIHW ones given as inputs. Those of constants were folded at compile time by
 LAYOUT before this stage, into the order the array reads without a permutation.
+
+OPERANDS, the last stage: a MATMUL reading one tensor as two of its operands (x @ x, or x @ x^T
+once the TRANSPOSE folded) reads the second through a RESHAPE to its own shape, a view: its
+kernel holds A's tiles and B's, which differ, as tiles of two tensors, where one tensor may have
+one tile at a level. Last, since RESHAPES would take the view back out.
 """
 
 from __future__ import annotations
@@ -41,6 +46,15 @@ def _weights_as_given(m: Match) -> Op:
                      **{**m.root.attrs, "weight_layout": "".join(given)})
 
 
+def _operand_viewed(m: Match) -> Op | None:
+    seen: set[str] = set()
+    inputs = []
+    for t in m.root.inputs:
+        inputs.append(m.op("operand", "RESHAPE", t, new_shape=list(m.graph.tensors[t].shape)) if t in seen else t)
+        seen.add(t)
+    return m.replace("MATMUL", *inputs, **m.root.attrs) if m.made else None
+
+
 _a, _bt = Pat(name="a"), Pat("TRANSPOSE", Pat(name="b"), name="bt")
 _x, _wt = Pat(name="x"), Pat("TRANSPOSE", Pat(name="w"), name="wt")
 
@@ -49,4 +63,8 @@ CONTRACTION: list[Rule] = [
     (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
     (Pat("CONV2D", _x, _wt, name="conv"), _weights_as_given),  # conv(x, transpose(w)) -> CONV2D(x, w){weight_layout}
     (Pat("CONV2D", _x, _wt, Pat(name="bias"), name="conv"), _weights_as_given),  # the same with a bias
+]
+
+OPERANDS: list[Rule] = [
+    (Pat("MATMUL"), _operand_viewed),  # MATMUL(x, x) -> MATMUL(x, RESHAPE(x)): two tensors, two tiles
 ]
