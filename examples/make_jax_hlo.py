@@ -329,9 +329,31 @@ def nnx_closure() -> Workload:
     return Workload(lambda x: model(x), (_normal("x", (2, 32)),), "batch 2, 32 -> 64 -> 16, weights closed over")
 
 
+def _nchw(x, w):
+    y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    return y, jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+
+def nchw_conv() -> Workload:
+    """PyTorch's layout in JAX: XLA's CPU pipeline lays the convolution out NHWC and hands the
+    NCHW result back as a bitcast to a permuted layout."""
+    return Workload(_nchw, (_normal("x", (2, 4, 8, 8)), _normal("w", (8, 4, 3, 3))), "x [2,4,8,8] NCHW, w [8,4,3,3] OIHW")
+
+
+def _permuted(c, d, y):
+    return jnp.einsum("bij,bjk->ibk", c, d), y.T
+
+
+def permuted_outputs() -> Workload:
+    """Results whose dims come out permuted: after XLA's passes, bitcasts to permuted layouts."""
+    return Workload(_permuted, (_normal("c", (2, 4, 5)), _normal("d", (2, 5, 3)), _normal("y", (6, 5))),
+                    "einsum bij,bjk->ibk of [2,4,5] and [2,5,3]; y [6,5] returned transposed")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
-    batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure)}
+    batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
+    permuted_outputs)}
 
 
 # ---- printing --------------------------------------------------------------------------------

@@ -908,13 +908,30 @@ def test_a_root_that_is_a_broadcast_is_made_whole_under_its_name(body, want):
     np.testing.assert_array_equal(value, want(a))
 
 
-def test_a_bitcast_between_layouts_is_refused():
-    """XLA's bitcast views the same bytes: from {1,0} to {0,1} it moves the elements as a transpose
-    would, which a reshape does not; only a row-major bitcast is read."""
-    text = "HloModule m\nENTRY e {\n  a = f32[2,3]{1,0} parameter(0)\n  ROOT b = f32[3,2]{0,1} bitcast(a)\n}\n"
-    assert "a bitcast between layouts other than row-major" in error(text)
+# (operand layout, result shape and layout) -> the result from the operand's values, by the bytes:
+# the elements in the order the operand lays them out, regrouped as the result lays its dims out
+BITCASTS = {
+    "transpose": ("{1,0}", "f32[3,2]{0,1}", lambda a: a.T),
+    "from column-major": ("{0,1}", "f32[2,3]{1,0}", lambda a: a.T.reshape(2, 3)),
+    "both ways": ("{0,1}", "f32[3,2]{0,1}", lambda a: a.T.reshape(2, 3).T),
+    "row-major": ("{1,0}", "f32[3,2]{1,0}", lambda a: a.reshape(3, 2)),
+}
+
+
+@pytest.mark.parametrize("case", BITCASTS)
+def test_a_bitcast_views_the_bytes_as_laid_out(case):
+    """XLA's bitcast views the same bytes as another shape and layout (its CPU pipeline hands a
+    transposed result back so): between layouts other than row-major it moves the elements as a
+    transpose would, and the frontend reads it as the TRANSPOSEs and RESHAPE that do so."""
+    operand, result, want = BITCASTS[case]
+    text = f"HloModule m\nENTRY e {{\n  a = f32[2,3]{operand} parameter(0)\n  ROOT b = {result} bitcast(a)\n}}\n"
     a = rand(2, 3)
-    np.testing.assert_array_equal(one(text.replace("{0,1}", "{1,0}"), {"a": a}), a.reshape(3, 2))
+    np.testing.assert_array_equal(one(text, {"a": a}), want(a))
+
+
+def test_a_bitcast_of_a_tiled_layout_is_refused():
+    text = "HloModule m\nENTRY e {\n  a = f32[2,3]{1,0:T(2,128)} parameter(0)\n  ROOT b = f32[3,2]{1,0} bitcast(a)\n}\n"
+    assert "a bitcast of a tiled layout places elements in tiles" in error(text)
 
 
 def test_arithmetic_on_pred_is_refused():

@@ -6,6 +6,7 @@ makes; what an op computes is the registry's (dfx/ops/), never restated here.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -296,6 +297,21 @@ def _reshape(b: Builder, ins: Instr, args: list) -> Value:
         raise b.fail(ins, f"{b.where(ins)}: a bitcast from {x.dtype} to {dtype} reinterprets bits, which is not "
                           "supported (only a bitcast that reshapes)")
     return Value(b.reshape(ins, b.full(ins, x), dims, None), dims, dtype)
+
+
+def _relaid(b: Builder, ins: Instr, args: list, operand: Shape) -> Value:
+    """A bitcast between layouts: the operand's elements in the order they lie in memory,
+    regrouped as the result's dims lie (a TRANSPOSE to the operand's order, a RESHAPE, a TRANSPOSE
+    from the result's; a step that moves nothing is left out)."""
+    b.arity(ins, args, 1)
+    dims, dtype = b.result(ins)
+    x = _array_arg(b, ins, args[0])
+    if math.prod(x.shape) != math.prod(dims) or x.dtype != dtype:
+        return _reshape(b, ins, args)  # refuses it, as a bitcast that changes the count or the type
+    laid = b.transpose(ins, b.full(ins, x), operand.major_to_minor, step="laid")
+    order = ins.type.major_to_minor
+    regrouped = b.reshape(ins, laid, tuple(dims[d] for d in order), step="regrouped")
+    return Value(b.transpose(ins, regrouped, [order.index(d) for d in range(len(dims))], None), dims, dtype)
 
 
 def _transpose(b: Builder, ins: Instr, args: list) -> Value:
@@ -1305,9 +1321,12 @@ def apply(b: Builder, ins: Instr, args: list, operands: list[HloType]) -> AnyVal
     handler = HANDLERS.get(ins.opcode)
     if handler is None:
         raise b.fail(ins, f"'{clip(ins.name)}': HLO op '{clip(ins.opcode)}' is not supported")
-    if ins.opcode == "bitcast" and not all(_lies_row_major(t) for t in [ins.type, *operands] if isinstance(t, Shape)):
-        raise b.fail(ins, f"{b.where(ins)}: a bitcast between layouts other than row-major moves elements as a "
-                          "transpose would; only a row-major bitcast (a reshape) is supported")
+    shapes = [t for t in [ins.type, *operands] if isinstance(t, Shape)]
+    if ins.opcode == "bitcast" and any(t.tiled for t in shapes):
+        raise b.fail(ins, f"{b.where(ins)}: a bitcast of a tiled layout places elements in tiles, which is not "
+                          "supported (only dims minor to major)")
+    if ins.opcode == "bitcast" and not all(_lies_row_major(t) for t in shapes):
+        handler = functools.partial(_relaid, operand=operands[0])
     _check_element(b, ins, operands)
     value = handler(b, ins, args)
     if ins.opcode in WHOLE and isinstance(value, Value) and b.shape(value.tensor) != value.shape:
