@@ -934,6 +934,34 @@ def test_a_bitcast_of_a_tiled_layout_is_refused():
     assert "a bitcast of a tiled layout places elements in tiles" in error(text)
 
 
+def test_an_integer_division_by_zero_gives_what_xla_gives():
+    """XLA's spec leaves x / 0 and x % 0 of integers to the backend; its CPU one gives -1 and x,
+    and so jax.lax.div, jax.lax.rem and `a // b` (which divides, then steps by the remainder's
+    sign): JAX's outputs on these inputs, recorded from jax 0.10 on CPU."""
+    text = """HloModule m
+ENTRY e {
+  a = s32[6] parameter(0)
+  b = s32[6] parameter(1)
+  div = s32[6] divide(a, b)
+  rem = s32[6] remainder(a, b)
+  sa = s32[6] sign(a)
+  sb = s32[6] sign(b)
+  signs = pred[6] compare(sa, sb), direction=NE
+  zero = s32[] constant(0)
+  zeros = s32[6] broadcast(zero), dimensions={}
+  inexact = pred[6] compare(rem, zeros), direction=NE
+  step = pred[6] and(signs, inexact)
+  one = s32[] constant(1)
+  ones = s32[6] broadcast(one), dimensions={}
+  below = s32[6] subtract(div, ones)
+  floor = s32[6] select(step, below, div)
+  ROOT t = (s32[6], s32[6], s32[6]) tuple(div, rem, floor)
+}
+"""
+    out = run_hlo(text, {"a": np.int32([7, -7, 5, 0, 9, -3]), "b": np.int32([0, 0, 2, 0, -4, 0])})
+    assert [v.tolist() for v in out.values()] == [[-1, -1, 2, -1, -2, -1], [7, -7, 1, 0, 1, -3], [-2, -2, 2, -1, -3, -2]]
+
+
 def test_arithmetic_on_pred_is_refused():
     text = "HloModule m\nENTRY e {\n  a = pred[3] parameter(0)\n  ROOT n = pred[3] add(a, a)\n}\n"
     assert "'add' on pred is not supported" in error(text)

@@ -269,8 +269,12 @@ def test_integer_arithmetic_is_exact():
     a, b = np.int32([16777217, -7, 7, -8, 46340]), np.int32([0, 2, -2, 2, 46340])
     np.testing.assert_array_equal(run("ADD", [a, b], out="i32"), [x + y for x, y in zip(a.tolist(), b.tolist())])
     np.testing.assert_array_equal(run("MUL", [a[1:], b[1:]], out="i32"), [-14, -14, -16, 46340 * 46340])
-    # truncation toward zero, as C and ONNX; x / 0 gives 0
-    np.testing.assert_array_equal(run("DIV", [a, b], out="i32"), [0, -3, -3, -4, 1])
+    # truncation toward zero, as C and ONNX; x / 0 sets every bit and x mod 0 is x, as XLA's
+    # CPU backend gives (jax.lax.div and jax.lax.rem)
+    np.testing.assert_array_equal(run("DIV", [a, b], out="i32"), [-1, -3, -3, -4, 1])
+    np.testing.assert_array_equal(run("MOD", [a, b], out="i32", fmod=True), [16777217, -1, 1, 0, 0])
+    np.testing.assert_array_equal(run("MOD", [a, b], out="i32"), [16777217, 1, -1, 0, 0])
+    np.testing.assert_array_equal(run("DIV", [np.uint8([7, 9]), np.uint8([0, 2])], out="u8"), [255, 4])
     np.testing.assert_array_equal(run("MAXIMUM", [a, b], out="i32"), np.int32([16777217, 2, 7, 2, 46340]))
     np.testing.assert_array_equal(run("LESS", [a, b], out="u8"), [0, 1, 0, 1, 0])
     # an i8 sum does not wrap in i8 on the way to an i32 result

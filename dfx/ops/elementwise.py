@@ -139,16 +139,19 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind == "f":
         return a / b
     # integers (only when every operand and the result is one): truncate toward zero as C,
-    # ONNX and TOSA's INTDIV do; numpy floors, so step back toward zero where signs differ.
-    # A division by zero gives 0, as numpy's.
+    # ONNX and TOSA's INTDIV do; numpy floors, so step back toward zero where signs differ. A
+    # division by zero sets every bit (-1; an unsigned type's largest), as XLA's CPU and GPU
+    # backends and RISC-V's divider give (C, ONNX and XLA's spec leave it open)
+    by_zero, b = b == 0, np.where(b == 0, np.ones_like(b), b)
     q = np.floor_divide(a, b)
-    return np.where((q < 0) & (q * b != a), q + 1, q)
+    q = np.where((q < 0) & (q * b != a), q + 1, q)
+    return np.where(by_zero, np.array(-1).astype(q.dtype), q)
 
 
 map_op("ADD", 2, np.add, "a + b", exact=True, magnitude=_sum)
 map_op("SUB", 2, np.subtract, "a - b", exact=True, magnitude=_sum)
 map_op("MUL", 2, np.multiply, "a * b", exact=True, magnitude=_product)
-map_op("DIV", 2, _divide, "a / b; on integers truncated toward zero, x / 0 = 0", TRANSCENDENTAL, exact=True,
+map_op("DIV", 2, _divide, "a / b; on integers truncated toward zero, x / 0 = -1 (every bit set)", TRANSCENDENTAL, exact=True,
        magnitude=_quotient)
 map_op("POW", 2, np.power, "a ** b, in float", TRANSCENDENTAL, magnitude=_power)
 # NaN propagates, as numpy.maximum and IEEE 754-2019 maximum
@@ -295,8 +298,12 @@ def _is_inf(x: np.ndarray, detect_positive: bool, detect_negative: bool) -> np.n
 
 def _mod(a: np.ndarray, b: np.ndarray, fmod: bool) -> np.ndarray:
     # fmod: a - trunc(a / b) * b, the dividend's sign (C's fmod); else a - floor(a / b) * b, the
-    # divisor's (numpy.mod, Python's %, on floats too: -0 and inf as ONNX says). Integers: x mod 0 = 0
-    return np.fmod(a, b) if fmod else np.mod(a, b)
+    # divisor's (numpy.mod, Python's %, on floats too: -0 and inf as ONNX says). Integers: x mod 0
+    # = x, the remainder XLA's CPU and GPU backends and RISC-V's divider leave (as DIV's x / 0)
+    if a.dtype.kind == "f":
+        return np.fmod(a, b) if fmod else np.mod(a, b)
+    by_zero, b = b == 0, np.where(b == 0, np.ones_like(b), b)
+    return np.where(by_zero, a, np.fmod(a, b) if fmod else np.mod(a, b))
 
 
 def _mod_work(attrs: dict[str, Any]) -> dict[str, int]:
