@@ -350,10 +350,21 @@ def permuted_outputs() -> Workload:
                     "einsum bij,bjk->ibk of [2,4,5] and [2,5,3]; y [6,5] returned transposed")
 
 
+def _bf16_reductions(x):
+    return jnp.max(x, axis=-1), jnp.argmax(x, axis=-1), nn.avg_pool(x, (2, 2), strides=(2, 2)), jnp.min(x, axis=(1, 2))
+
+
+def bf16_reductions() -> Workload:
+    """After XLA's CPU passes each step of a bf16 reduction is an f32 op rounded to bf16 and back.
+    The values are distinct multiples of 1/16 below 8 in magnitude, exact in bf16: argmax has one answer."""
+    x = (jax.random.permutation(_key("x"), 256).reshape(2, 4, 4, 8) / 16 - 8).astype(jnp.bfloat16)
+    return Workload(_bf16_reductions, (x,), "x [2,4,4,8] bf16: max and argmax over channels, 2x2 avg pool, min over 4x4")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs)}
+    permuted_outputs, bf16_reductions)}
 
 
 # ---- printing --------------------------------------------------------------------------------

@@ -823,9 +823,30 @@ def _reduce(b: Builder, ins: Instr, args: list) -> AnyValue:
     return Value(reduced, dims, dtype)
 
 
+# the float element types a reduction's steps may round through
+ROUNDED = frozenset({"f64", "f32", "f16", "bf16", "f8e4m3fn"})
+
+
+def _unrounded(comp: Computation, instr: Instr) -> Instr:
+    """`instr` without the round trips through a narrower float around it: XLA's CPU pipeline
+    computes a bf16 or f16 reduction in f32, rounding each step's result to the narrow type and
+    back (`convert(convert(max(a, b)))`). A max or a min keeps its operands' narrow values, so
+    the round trip changes nothing; a sum here rounds once, at the end, as the registry's do."""
+    while instr.opcode == "convert" and len(instr.operands) == 1:
+        narrow = comp.instrs.get(instr.operands[0])
+        if narrow is None or narrow.opcode != "convert" or len(narrow.operands) != 1:
+            break
+        wide = comp.instrs.get(narrow.operands[0])
+        if (wide is None or not all(isinstance(t.type, Shape) and t.type.element in ROUNDED
+                                    for t in (instr, narrow, wide)) or wide.type.element != instr.type.element):
+            break
+        instr = wide
+    return instr
+
+
 def _reducer(b: Builder, ins: Instr, comp: Computation) -> str:
     params = sorted((i for i in comp.instrs.values() if i.opcode == "parameter"), key=lambda i: i.index)
-    root = comp.root
+    root = _unrounded(comp, comp.root)
     if (root.opcode in REDUCERS and len(params) == 2 and len(root.operands) == 2
             and sorted(root.operands) == sorted(p.name for p in params)):
         return root.opcode
@@ -1070,6 +1091,7 @@ def _run_comparator(b: Builder, ins: Instr, comp: Computation, probe: tuple) -> 
     """What `comp` returns given `probe` (value, position, value, position); an instruction it is
     not made of is refused."""
     values: dict[str, Any] = {}
+    round_trips = {name for w in comp.instrs.values() if _unrounded(comp, w) is not w for name in (w.name, w.operands[0])}
     for i in b.order(comp):
         got = [values[o] for o in i.operands]
         params = [comp.instrs[o] for o in i.operands if comp.instrs[o].opcode == "parameter"]
@@ -1089,6 +1111,8 @@ def _run_comparator(b: Builder, ins: Instr, comp: Computation, probe: tuple) -> 
             values[i.name] = got[1] if got[0] else got[2]
         elif i.opcode == "tuple":
             values[i.name] = tuple(got)
+        elif i.name in round_trips:  # the chosen value rounded to a narrower float and back: itself
+            values[i.name] = got[0]
         else:
             raise b.fail(ins, f"{b.where(ins)}: instruction '{clip(i.name)}' ({clip(i.opcode)}) of to_apply "
                               f"computation '{clip(comp.name)}' is not one an argmax or argmin comparator is made "
