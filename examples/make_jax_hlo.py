@@ -361,10 +361,20 @@ def bf16_reductions() -> Workload:
     return Workload(_bf16_reductions, (x,), "x [2,4,4,8] bf16: max and argmax over channels, 2x2 avg pool, min over 4x4")
 
 
+def _first_token(ids):
+    eos = ids == 3
+    return jnp.argmax(eos, axis=-1), jnp.argmin(eos, axis=-1)
+
+
+def first_token() -> Workload:
+    """Where the first end-of-sequence token is (argmax of a bool mask), and the first other one."""
+    return Workload(_first_token, (jax.random.randint(_key("ids"), (4, 8), 0, 5, jnp.int32),), "ids [4, 8] int32")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs, bf16_reductions)}
+    permuted_outputs, bf16_reductions, first_token)}
 
 
 # ---- printing --------------------------------------------------------------------------------

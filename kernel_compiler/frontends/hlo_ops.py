@@ -854,11 +854,14 @@ def _reducer(b: Builder, ins: Instr, comp: Computation) -> str:
                       "maximum or minimum of its two parameters")
 
 
-def _neutral(b: Builder, init: Value, kind: str, dtype: str) -> bool:
+def _neutral(b: Builder, init: Value, kind: str, dtype: str, pred: bool = False) -> bool:
     """Whether the scalar `init` is the identity of the reduction by `kind` (a REDUCERS key); of
-    pred, `and` (a MIN over 0 and 1) starts from true, 1, not the u8 highest."""
+    pred (held in u8, 0 and 1), `and` and `minimum` start from true, 1, not the u8 highest."""
     start = b.value_of(init.tensor)
-    neutral = 1 if kind == "and" else reduction.identity(REDUCERS[kind][0], dtypes.numpy_dtype(dtype))
+    if kind == "and" or (pred and kind == "minimum"):
+        neutral = 1
+    else:
+        neutral = reduction.identity(REDUCERS[kind][0], dtypes.numpy_dtype(dtype))
     return start is not None and bool(np.all(start.astype(np.float64) == neutral))
 
 
@@ -1032,14 +1035,15 @@ def _arg_reduce(b: Builder, ins: Instr, args: list) -> tuple[Value, Value]:
     if len(axes) != 1:
         raise b.fail(ins, f"{b.where(ins)}: an argmax or argmin over {len(axes)} dimensions at once is not supported")
     [axis] = axes
-    kind, last = _comparator(b, ins, b.called(ins, "to_apply"), not dtypes.is_integer(x.dtype))
+    pred = ins.type[0].element == "pred"
+    kind, last = _comparator(b, ins, b.called(ins, "to_apply"), not dtypes.is_integer(x.dtype), pred)
     positions = b.value_of(where.tensor)
     along = np.arange(x.shape[axis]).reshape([-1 if k == axis else 1 for k in range(len(x.shape))])
     if where.shape != x.shape or positions is None or not np.array_equal(np.broadcast_to(positions, x.shape),
                                                                          np.broadcast_to(along, x.shape)):
         raise b.fail(ins, f"{b.where(ins)}: operand 1 is not the positions along dimension {axis} (an iota)")
     extreme_kind = "maximum" if kind == "MAX" else "minimum"
-    if not (x_init.shape == where_init.shape == () and _neutral(b, x_init, extreme_kind, x.dtype)
+    if not (x_init.shape == where_init.shape == () and _neutral(b, x_init, extreme_kind, x.dtype, pred)
             and _neutral(b, where_init, "add", where.dtype)):
         raise b.fail(ins, f"{b.where(ins)}: the init values must be the {extreme_kind}'s identity and position 0")
     (dims, dtype), (position_dims, position_dtype) = ((t.dims, b.dtype(ins, t)) for t in ins.type)
@@ -1053,13 +1057,14 @@ def _arg_reduce(b: Builder, ins: Instr, args: list) -> tuple[Value, Value]:
     return Value(extreme, dims, dtype), Value(position, position_dims, position_dtype)
 
 
-def _comparator(b: Builder, ins: Instr, comp: Computation, floating: bool) -> tuple[str, bool]:
+def _comparator(b: Builder, ins: Instr, comp: Computation, floating: bool, pred: bool) -> tuple[str, bool]:
     """(MAX or MIN, whether the last of equal extremes wins) of an argmax/argmin comparator,
     recognised by what it does: made of compares of its parameters (values with values, positions
     with positions), logic and selects, what it returns depends only on how the two values and
     the two positions compare, so running it on one pair of each order (with NaN for floats)
-    tries every case."""
-    values = (2.0, 3.0, math.nan) if floating else (2, 3)
+    tries every case. Values of pred are false and true, which XLA's passes may pick with `or`
+    (a max) or `and` (a min)."""
+    values = (False, True) if pred else (2.0, 3.0, math.nan) if floating else (2, 3)
     probes = [(v, i, w, j) for v in values for w in values for i, j in ((5, 7), (7, 5), (5, 5))]
     results = [_run_comparator(b, ins, comp, probe) for probe in probes]
     for kind, last in (("MAX", False), ("MAX", True), ("MIN", False), ("MIN", True)):
@@ -1074,8 +1079,8 @@ def _keeps(kind: str, last: bool, probe: tuple, result: Any) -> bool:
     """Whether a comparator's `result` on (value, position, value, position) is the argmax's
     (`kind` MAX) or argmin's pair: NaN first (of two NaNs either position), then the extreme, of
     equal values the first position (the last with `last`)."""
-    if not (isinstance(result, tuple) and len(result) == 2
-            and all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in result)):
+    if not (isinstance(result, tuple) and len(result) == 2 and type(result[0]) is type(probe[0])
+            and isinstance(result[1], int) and not isinstance(result[1], bool)):
         return False
     a, i, c, j = probe
     value, position = result
