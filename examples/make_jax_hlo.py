@@ -371,10 +371,23 @@ def first_token() -> Workload:
     return Workload(_first_token, (jax.random.randint(_key("ids"), (4, 8), 0, 5, jnp.int32),), "ids [4, 8] int32")
 
 
+def _linear_recurrence(a, x):
+    """h_t = a_t h_(t-1) + x_t for every t at once, as state-space models scan: pairs combined
+    by (a1, b1) . (a2, b2) = (a1 a2, a2 b1 + b2); its HLO pads with interior padding."""
+    def combine(left, right):
+        return left[0] * right[0], right[0] * left[1] + right[1]
+    return jax.lax.associative_scan(combine, (a, x), axis=1)[1]
+
+
+def linear_recurrence() -> Workload:
+    a = jax.random.uniform(_key("a"), (2, 6, 8), jnp.float32, 0.5, 1.0)
+    return Workload(_linear_recurrence, (a, _normal("x", (2, 6, 8))), "a, x [2, 6, 8], scanned over 6 steps")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs, bf16_reductions, first_token)}
+    permuted_outputs, bf16_reductions, first_token, linear_recurrence)}
 
 
 # ---- printing --------------------------------------------------------------------------------

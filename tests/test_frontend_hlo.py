@@ -535,6 +535,45 @@ ENTRY e {
     np.testing.assert_array_equal(out["t.1"], np.pad(x[1:], [(0, 0), (2, 2)], constant_values=-1.5))
 
 
+def xla_pad(x: np.ndarray, pads: list[tuple[int, int, int]], value: float) -> np.ndarray:
+    """XLA's pad in numpy, dim by dim: `interior` values between the elements, then `lo` and `hi`
+    more at the ends (negative: that many cut off)."""
+    for axis, (lo, hi, interior) in enumerate(pads):
+        n = x.shape[axis]
+        spread = np.full(x.shape[:axis] + (n + max(n - 1, 0) * interior,) + x.shape[axis + 1:], value, x.dtype)
+        every = [slice(None)] * x.ndim
+        every[axis] = slice(None, None, interior + 1)
+        spread[tuple(every)] = x
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (max(lo, 0), max(hi, 0))
+        spread = np.pad(spread, widths, constant_values=value)
+        every[axis] = slice(max(-lo, 0), spread.shape[axis] - max(-hi, 0))
+        x = spread[tuple(every)]
+    return x
+
+
+# operand shape -> padding, lo_hi_interior per dim
+INTERIOR_PADS = {
+    (5,): [(1, 2, 1)],
+    (3, 4): [(0, -1, 1), (-2, 1, 2)],  # crops into the spread: its last value, and an element
+    (1, 3): [(1, 0, 3), (0, 0, 1)],  # a dim of one element has nothing between
+    (2, 3, 4): [(0, 0, 0), (0, 0, 1), (1, 1, 1)],  # as avg_pool's gradient spreads a stride-2 window's
+}
+
+
+@pytest.mark.parametrize("shape", INTERIOR_PADS, ids=str)
+def test_interior_padding_spreads_the_elements_by_the_padding_value(shape):
+    """XLA's pad with interior padding (the gradient of a strided convolution or pool, an
+    associative scan) against numpy: a RESHAPE, PAD and RESHAPE per spread dim, as a transposed
+    convolution's input is dilated."""
+    pads, x = INTERIOR_PADS[shape], rand(*shape)
+    want = xla_pad(x, pads, -0.5)
+    padding = "x".join(f"{lo}_{hi}_{interior}" for lo, hi, interior in pads)
+    text = (f"HloModule m\nENTRY e {{\n  x = f32[{','.join(map(str, shape))}] parameter(0)\n  v = f32[] constant(-0.5)\n"
+            f"  ROOT p = f32[{','.join(map(str, want.shape))}] pad(x, v), padding={padding}\n}}\n")
+    np.testing.assert_array_equal(one(text, {"x": x}), want)
+
+
 def test_iota_is_a_constant_read_through_broadcasting():
     x = rand(3, 5)
     text = """HloModule m
@@ -738,7 +777,7 @@ ERRORS = [
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT s = f32[2] sort(p), dimensions={0}\n}",
      "t.hlo:4:", "HLO op 'sort' is not supported"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n z = f32[] constant(0)\n"
-     " ROOT q = f32[5] pad(p, z), padding=1_1_1\n}", "t.hlo:5:", "interior padding"),
+     " ROOT q = f32[1] pad(p, z), padding=-2_-1\n}", "t.hlo:5:", "crops more than the operand holds"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT q f32[2] negate(p)\n}", "t.hlo:4:", "expected '='"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT q = f32[2] add(p, nope)\n}", "t.hlo:4:",
      "operand 'nope' is not defined"),

@@ -1,6 +1,7 @@
 """A convolution's input dilated by zeros and padded, as the frontends' transposed convolutions
 need it (ONNX ConvTranspose, HLO's `lhs_dilate`): registry layout ops only, so CONV2D after it
-runs at stride 1 with non-negative padding. Each frontend passes its own way of adding an op.
+runs at stride 1 with non-negative padding; and HLO's interior padding, by its padding value.
+Each frontend passes its own way of adding an op.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ Emit = Callable[[str, str, dict[str, Any]], str]
 
 
 def dilated_input(emit: Emit, x: str, shape: tuple[int, ...], axes: list[int], dilation: list[int],
-                  padding: list[list[int]]) -> tuple[str, list[list[int]]]:
-    """x with dilation - 1 zeros between its elements along each of `axes`, padded by `padding`
+                  padding: list[list[int]], value: float = 0) -> tuple[str, list[list[int]]]:
+    """x with dilation - 1 zeros (or `value`s) between its elements along each of `axes`, padded by `padding`
     ([before, after] per axis of `axes`; negative crops): the tensor a convolution reads, less
     the padding it still applies (returned, none of it negative). Each element is followed by
     its zeros (a RESHAPE giving the axis a dim of 1 after it, a PAD of that dim, a RESHAPE
@@ -30,7 +31,7 @@ def dilated_input(emit: Emit, x: str, shape: tuple[int, ...], axes: list[int], d
                 split.append(1)
                 pads.append([0, spread[k] - 1])
         x = emit("RESHAPE", x, {"new_shape": split})
-        x = emit("PAD", x, {"padding": pads})
+        x = emit("PAD", x, {"padding": pads, **({"pad_value": value} if value else {})})
         shape = tuple(d * spread.get(k, 1) for k, d in enumerate(shape))
         x = emit("RESHAPE", x, {"new_shape": list(shape)})
         padding = [[before, after - (s - 1)] for (before, after), s in zip(padding, dilation)]

@@ -1185,23 +1185,25 @@ def _pad(b: Builder, ins: Instr, args: list) -> Value:
     if pads is None or len(pads) != len(x.shape):
         raise b.fail(ins, f"{b.where(ins)}: padding={clip(text)} is not one lo_hi[_interior] per dimension "
                           f"of the rank-{len(x.shape)} operand")
-    if any(interior for _, _, interior in pads):
-        raise b.fail(ins, f"{b.where(ins)}: interior padding ({text}) is not supported: the registry's PAD "
-                          "pads around each dimension only")
     values = b.value_of(fill.tensor)
     if values is None or fill.shape != ():
         raise b.fail(ins, f"{b.where(ins)}: the padding value must be a scalar constant")
     value = int(values) if dtypes.is_integer(fill.dtype) else float(values)
     if isinstance(value, float) and math.isnan(value):
         raise b.fail(ins, f"{b.where(ins)}: padding with nan is not supported (the object file has no NaN)")
-    tensor = b.full(ins, x)
-    if any(lo < 0 or hi < 0 for lo, hi, _ in pads):  # negative padding crops
-        start = [max(-lo, 0) for lo, _, _ in pads]
-        size = [d - s - max(-hi, 0) for d, s, (_, hi, _) in zip(x.shape, start, pads)]
-        if any(s < 0 for s in size):
-            raise b.fail(ins, f"{b.where(ins)}: padding={text} crops more than the operand holds")
-        tensor = b.op(ins, "SLICE", [tensor], {"start": start, "size": size}, dtype, step="crop")
-    padding = [[max(lo, 0), max(hi, 0)] for lo, hi, _ in pads]
+    # interior padding spreads the elements apart (a gradient of a strided convolution or pool,
+    # an associative scan), as a transposed convolution's input is dilated; negative padding crops
+    spread = [interior + 1 if d > 1 else 1 for d, (_, _, interior) in zip(x.shape, pads)]
+    if any(max(-lo, 0) + max(-hi, 0) > max((d - 1) * s + 1, 0) for d, s, (lo, hi, _) in zip(x.shape, spread, pads)):
+        raise b.fail(ins, f"{b.where(ins)}: padding={text} crops more than the operand holds")
+
+    def emit(op_type: str, tensor: str, attrs: dict[str, Any]) -> str:
+        if op_type == "RESHAPE":
+            return b.reshape(ins, tensor, tuple(attrs["new_shape"]), "spread")
+        return b.op(ins, op_type, [tensor], attrs, dtype, step="crop" if op_type == "SLICE" else "spread")
+
+    tensor, padding = dilated_input(emit, b.full(ins, x), x.shape, list(range(len(x.shape))), spread,
+                                    [[lo, hi] for lo, hi, _ in pads], value)
     if any(lo or hi for lo, hi in padding):
         tensor = b.op(ins, "PAD", [tensor], {"padding": padding, "pad_value": value}, dtype)
     return Value(tensor, dims, dtype)
