@@ -778,6 +778,12 @@ ERRORS = [
      "t.hlo:4:", "HLO op 'sort' is not supported"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n z = f32[] constant(0)\n"
      " ROOT q = f32[1] pad(p, z), padding=-2_-1\n}", "t.hlo:5:", "crops more than the operand holds"),
+    # a max pool's gradient after XLA's passes: values and positions pooled at once
+    ("HloModule m\nr {\n a = f32[] parameter(0)\n b = s32[] parameter(1)\n c = f32[] parameter(2)\n"
+     " d = s32[] parameter(3)\n ROOT t = (f32[], s32[]) tuple(a, b)\n}\nENTRY e {\n p = f32[4] parameter(0)\n"
+     " i = s32[4] iota(), iota_dimension=0\n z = f32[] constant(0)\n k = s32[] constant(0)\n"
+     " ROOT w = (f32[2], s32[2]) reduce-window(p, i, z, k), window={size=2 stride=2}, to_apply=r\n}",
+     "t.hlo:14:", "a reduce-window of 2 operands at once is not supported"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT q f32[2] negate(p)\n}", "t.hlo:4:", "expected '='"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT q = f32[2] add(p, nope)\n}", "t.hlo:4:",
      "operand 'nope' is not defined"),

@@ -876,8 +876,7 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     padding) on a pool: those two dims are H and W (a 1-D window's H of 1), the first other dim
     is N and the rest are C, so Flax's NHWC windows are the pool's dims as they are; any other
     order is TRANSPOSEd there and back. Window dilation is the pool's."""
-    dims, dtype = b.result(ins)
-    x, init, kind = _window_operands(b, ins, args, dims)
+    dims, dtype, x, init, kind = _window_operands(b, ins, args)
     window, spatial = _pool_window(b, ins, len(x.shape))
     combine = not _neutral(b, init, kind, dtype)
     if combine and kind == "add" and any(window["pad"][k] != [0, 0] for k in spatial):
@@ -917,11 +916,13 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     return Value(tensor, dims, dtype)
 
 
-def _window_operands(b: Builder, ins: Instr, args: list, dims: tuple[int, ...]) -> tuple[Value, Value, str]:
-    """A reduce-window's operand, its init value and the reduction (a REDUCERS key) that has a pool."""
-    if len(args) != 2:
+def _window_operands(b: Builder, ins: Instr, args: list) -> tuple[tuple[int, ...], str, Value, Value, str]:
+    """A reduce-window's result dims and dtype, its operand, its init value and the reduction (a
+    REDUCERS key) that has a pool."""
+    if len(args) != 2:  # before the result, a tuple of as many (a max pool's gradient pairs values and positions)
         raise b.fail(ins, f"{b.where(ins)}: a reduce-window of {len(args) // 2 or len(args)} operands at once is "
                           "not supported (one operand and its init value)")
+    dims, dtype = b.result(ins)
     x, init = (_array_arg(b, ins, a) for a in args)
     kind = _reducer(b, ins, b.called(ins, "to_apply"))
     if kind not in POOLS:
@@ -934,7 +935,7 @@ def _window_operands(b: Builder, ins: Instr, args: list, dims: tuple[int, ...]) 
     if init.shape != () or len(dims) != len(x.shape):
         raise b.fail(ins, f"{b.where(ins)}: takes an operand of the result's rank and a scalar init value, got "
                           f"{list(x.shape)} and {list(init.shape)} for {list(dims)}")
-    return x, init, kind
+    return dims, dtype, x, init, kind
 
 
 def _pool_window(b: Builder, ins: Instr, rank: int) -> tuple[dict[str, Any], list[int]]:
