@@ -115,6 +115,43 @@ def test_qlinear_global_average_pool():
     assert np.abs(got[0].astype(int) - want[0]).max() <= 1  # onnxruntime sums in integers, rounds once
 
 
+def test_qlinear_mul_and_sigmoid_as_efficientnets_squeeze_excitation():
+    """x * sigmoid(x), as a QOperator EfficientNet or MobileNetV3 writes its SiLU and its
+    squeeze-excitation scale (onnxruntime's quantization tool after quant_pre_process)."""
+    x = int8(1, 8, 4, 4, unsigned=True)
+    constants = {"sx": np.float32(0.05), "zx": np.uint8(128), "ss": np.float32(1 / 255), "zs": np.uint8(0),
+                 "sy": np.float32(0.03), "zy": np.uint8(100)}
+    sigmoid = helper.make_node("QLinearSigmoid", ["x", "sx", "zx", "ss", "zs"], ["s"], domain="com.microsoft")
+    mul = helper.make_node("QLinearMul", ["x", "sx", "zx", "s", "ss", "zs", "sy", "zy"], ["y0"], domain="com.microsoft")
+    graph = helper.make_graph(
+        [sigmoid, mul], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, x.shape)],
+        [helper.make_tensor_value_info("y0", onnx.TensorProto.UINT8, None)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    got, want, _ = run_both(m, {"x": x})
+    assert_equal(got, want)
+
+
+def test_qlinear_concat_requantizes_each_input():
+    """SqueezeNet's fire modules: their two expansions QLinearConcat'ed, and read by the next
+    quantized op. The concatenation's type is declared nowhere (shape inference does not know the
+    contrib ops): it is its zero point's, not its first input's (a scale, f32)."""
+    a, b = int8(1, 3, 4, 4), int8(1, 5, 4, 4)
+    constants = {"sy": np.float32(0.06), "zy": np.int8(2), "sa": np.float32(0.05), "za": np.int8(-4),
+                 "sb": np.float32(0.08), "zb": np.int8(9), "ss": np.float32(1 / 256), "zs": np.int8(-128)}
+    concat = helper.make_node("QLinearConcat", ["sy", "zy", "a", "sa", "za", "b", "sb", "zb"], ["c"],
+                              domain="com.microsoft", axis=1)
+    sigmoid = helper.make_node("QLinearSigmoid", ["c", "sy", "zy", "ss", "zs"], ["y0"], domain="com.microsoft")
+    graph = helper.make_graph(
+        [concat, sigmoid], "g", [helper.make_tensor_value_info(k, onnx.TensorProto.INT8, v.shape)
+                                 for k, v in {"a": a, "b": b}.items()],
+        [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    got, want, _ = run_both(m, {"a": a, "b": b})
+    assert_equal(got, want)
+
+
 def test_matmul_integer_with_zero_points_known_at_run_time():
     a, b = int8(7, 30, unsigned=True), int8(30, 9)
     m = model("MatMulInteger", {"a": a, "za": np.array(141, np.uint8)}, {"b": b}, ["a", "b", "za"], out=(np.int32,))

@@ -1,6 +1,7 @@
 """The ONNX frontend's quantized ops, as onnxruntime's quantization tool writes them: QDQ
 (QuantizeLinear, DequantizeLinear around float ops), QOperator (QLinearConv, QLinearMatMul, and
-the com.microsoft QGemm, QLinearAdd, QLinearGlobalAveragePool) and dynamic quantization
+the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearConcat,
+QLinearGlobalAveragePool) and dynamic quantization
 (DynamicQuantizeLinear, MatMulInteger, ConvInteger).
 
 A QOperator op is mapped as its definition: DEQUANTIZE its operands, the float op, QUANTIZE its
@@ -103,7 +104,7 @@ def _quantize_result(n: Node, y: str, scale: int, zero: int) -> None:
     """Output 0: float `y` quantized by the scale and zero point inputs."""
     dtype = _quantized_type(n, zero)
     scale_name, zero_name = _parameters(n, y, scale, zero, dtype)
-    n.emit("QUANTIZE", [y, scale_name, zero_name], out=0, dtype=dtype)
+    n.emit("QUANTIZE", [y, scale_name, zero_name], out=0, result_dtype=dtype, dtype=dtype)
 
 
 def _product_scale(n: Node, a: int, b: int) -> str:
@@ -278,6 +279,29 @@ def qlinear_add(n: Node) -> None:
     _quantize_result(n, total, 6, 7)
 
 
+def qlinear_mul(n: Node) -> None:
+    # A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point
+    product = n.emit("MUL", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32")
+    _quantize_result(n, product, 6, 7)
+
+
+def qlinear_sigmoid(n: Node) -> None:
+    # X, X_scale, X_zero_point, Y_scale, Y_zero_point
+    _quantize_result(n, n.emit("SIGMOID", [_dequantized(n, 0, 1, 2)], result_dtype="f32"), 3, 4)
+
+
+def qlinear_concat(n: Node) -> None:
+    # Y_scale, Y_zero_point, then X, X_scale, X_zero_point of each input
+    axis = n.int_attr("axis")
+    if axis is None:
+        raise n.fail("has no axis")
+    if len(n.proto.input) < 5 or (len(n.proto.input) - 2) % 3:
+        raise n.fail(f"takes Y_scale, Y_zero_point and a (X, X_scale, X_zero_point) triple per input, got "
+                     f"{len(n.proto.input)} inputs")
+    parts = [_dequantized(n, i, i + 1, i + 2) for i in range(2, len(n.proto.input), 3)]
+    _quantize_result(n, n.emit("CONCAT", parts, axis=axis), 0, 1)
+
+
 def qlinear_global_average_pool(n: Node) -> None:
     # X, x_scale, x_zero_point, y_scale, y_zero_point
     if n.int_attr("channels_last", 0):
@@ -299,4 +323,5 @@ QUANTIZED_OPS: dict[str, Callable[[Node], None]] = {
 # com.microsoft op type -> its mapping: the contrib ops onnxruntime's quantization tool writes
 MICROSOFT_OPS: dict[str, Callable[[Node], None]] = {
     "QGemm": qgemm, "QLinearAdd": qlinear_add, "QLinearGlobalAveragePool": qlinear_global_average_pool,
+    "QLinearMul": qlinear_mul, "QLinearSigmoid": qlinear_sigmoid, "QLinearConcat": qlinear_concat,
 }
