@@ -960,6 +960,7 @@ BITCASTS = {
     "from column-major": ("{0,1}", "f32[2,3]{1,0}", lambda a: a.T.reshape(2, 3)),
     "both ways": ("{0,1}", "f32[3,2]{0,1}", lambda a: a.T.reshape(2, 3).T),
     "row-major": ("{1,0}", "f32[3,2]{1,0}", lambda a: a.reshape(3, 2)),
+    "column by column, flat": ("{0,1}", "f32[6]{0}", lambda a: a.T.reshape(6)),
 }
 
 
@@ -972,11 +973,6 @@ def test_a_bitcast_views_the_bytes_as_laid_out(case):
     text = f"HloModule m\nENTRY e {{\n  a = f32[2,3]{operand} parameter(0)\n  ROOT b = {result} bitcast(a)\n}}\n"
     a = rand(2, 3)
     np.testing.assert_array_equal(one(text, {"a": a}), want(a))
-
-
-def test_a_bitcast_of_a_tiled_layout_is_refused():
-    text = "HloModule m\nENTRY e {\n  a = f32[2,3]{1,0:T(2,128)} parameter(0)\n  ROOT b = f32[3,2]{1,0} bitcast(a)\n}\n"
-    assert "a bitcast of a tiled layout places elements in tiles" in error(text)
 
 
 def test_an_integer_division_by_zero_gives_what_xla_gives():
