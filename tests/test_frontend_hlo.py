@@ -556,6 +556,7 @@ def xla_pad(x: np.ndarray, pads: list[tuple[int, int, int]], value: float) -> np
 INTERIOR_PADS = {
     (5,): [(1, 2, 1)],
     (3, 4): [(0, -1, 1), (-2, 1, 2)],  # crops into the spread: its last value, and an element
+    (4,): [(2, 1, 2)],  # padded with -0.0: its sign bit between the elements too
     (1, 3): [(1, 0, 3), (0, 0, 1)],  # a dim of one element has nothing between
     (2, 3, 4): [(0, 0, 0), (0, 0, 1), (1, 1, 1)],  # as avg_pool's gradient spreads a stride-2 window's
 }
@@ -567,11 +568,14 @@ def test_interior_padding_spreads_the_elements_by_the_padding_value(shape):
     associative scan) against numpy: a RESHAPE, PAD and RESHAPE per spread dim, as a transposed
     convolution's input is dilated."""
     pads, x = INTERIOR_PADS[shape], rand(*shape)
-    want = xla_pad(x, pads, -0.5)
+    value = -0.0 if shape == (4,) else -0.5
+    want = xla_pad(x, pads, value)
     padding = "x".join(f"{lo}_{hi}_{interior}" for lo, hi, interior in pads)
-    text = (f"HloModule m\nENTRY e {{\n  x = f32[{','.join(map(str, shape))}] parameter(0)\n  v = f32[] constant(-0.5)\n"
+    text = (f"HloModule m\nENTRY e {{\n  x = f32[{','.join(map(str, shape))}] parameter(0)\n  v = f32[] constant({value})\n"
             f"  ROOT p = f32[{','.join(map(str, want.shape))}] pad(x, v), padding={padding}\n}}\n")
-    np.testing.assert_array_equal(one(text, {"x": x}), want)
+    got = one(text, {"x": x})
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_iota_is_a_constant_read_through_broadcasting():
@@ -1001,6 +1005,28 @@ ENTRY e {
 """
     out = run_hlo(text, {"a": np.int32([7, -7, 5, 0, 9, -3]), "b": np.int32([0, 0, 2, 0, -4, 0])})
     assert [v.tolist() for v in out.values()] == [[-1, -1, 2, -1, -2, -1], [7, -7, 1, 0, 1, -3], [-2, -2, 2, -1, -3, -2]]
+
+
+def test_a_reduction_rounding_each_step_to_bf16_rounds_its_result():
+    """XLA's CPU pipeline writes a bf16 max as an f32 max rounded to bf16 and back at every step;
+    of f32 operands that rounds the result too (jax.lax.reduce with that computation gives
+    [1.0, 300.0] here: 1.001 and 300.3 are no bf16 values)."""
+    text = """HloModule m
+r {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  m = f32[] maximum(a, b)
+  n = bf16[] convert(m)
+  ROOT w = f32[] convert(n)
+}
+ENTRY e {
+  x = f32[2,4] parameter(0)
+  z = f32[] constant(-inf)
+  ROOT y = f32[2] reduce(x, z), dimensions={1}, to_apply=r
+}
+"""
+    x = np.float32([[1.001, 0.5, -3, 0.25], [2.0009, 1.5, 300.3, 7]])
+    assert one(text, {"x": x}).tolist() == [1.0, 300.0]
 
 
 def test_arithmetic_on_pred_is_refused():

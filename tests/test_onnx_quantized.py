@@ -132,6 +132,47 @@ def test_qlinear_mul_and_sigmoid_as_efficientnets_squeeze_excitation():
     assert_equal(got, want)
 
 
+@pytest.mark.parametrize("unsigned", [False, True])
+def test_qlinear_mul_of_every_pair_of_values(unsigned):
+    """All 65,536 pairs of 8-bit values (operands of one shape): onnxruntime multiplies the
+    integers less their zero points and requantizes by sa sb / sc, which the product of the two
+    dequantized operands misses by a step in about 1 element of 300. (Broadcast against one
+    value, onnxruntime's kernel scales that one first, and rounds otherwise again.)"""
+    kind = np.uint8 if unsigned else np.int8
+    a, b = (grid.astype(np.uint8).astype(kind) for grid in np.meshgrid(np.arange(256), np.arange(256)))
+    constants = {"b": b, "sa": np.float32(0.05), "za": kind(3), "sb": np.float32(0.03), "zb": kind(250 if unsigned else -6),
+                 "sc": np.float32(0.07), "zc": kind(129 if unsigned else 1)}
+    m = model("QLinearMul", {"a": a}, constants, ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], out=(kind,),
+              domain="com.microsoft")
+    got, want, _ = run_both(m, {"a": a})
+    assert_equal(got, want)
+
+
+def test_a_contrib_op_without_a_zero_point_keeps_its_operands_type():
+    """QLinearSigmoid of int8 with no Y_zero_point gives int8, read by the next one: the type of
+    a result no shape inference declares is the operand's, not uint8."""
+    x = int8(2, 64)
+    constants = {"sx": np.float32(0.05), "sy": np.float32(1 / 128)}
+    first = helper.make_node("QLinearSigmoid", ["x", "sx", "", "sy", ""], ["s"], domain="com.microsoft")
+    second = helper.make_node("QLinearSigmoid", ["s", "sy", "", "sx", ""], ["y0"], domain="com.microsoft")
+    graph = helper.make_graph(
+        [first, second], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.INT8, x.shape)],
+        [helper.make_tensor_value_info("y0", onnx.TensorProto.INT8, None)],
+        [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
+    got, want, program = run_both(m, {"x": x})
+    assert_equal(got, want)
+    assert program.graph.tensors["s"].dtype == "i8"
+
+
+def test_contrib_ops_refuse_scales_per_channel():
+    x = int8(1, 3, 2, 2)
+    constants = {"sx": np.float32([0.1, 0.2, 0.3]), "zx": np.int8([0, 0, 0]), "sy": np.float32(0.01), "zy": np.int8(0)}
+    m = model("QLinearSigmoid", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], domain="com.microsoft")
+    with pytest.raises(CompileError, match="its scales and zero points must be scalars, got 'sx' of shape \\[3\\]"):
+        compiled(m)
+
+
 def test_qlinear_concat_requantizes_each_input():
     """SqueezeNet's fire modules: their two expansions QLinearConcat'ed, and read by the next
     quantized op. The concatenation's type is declared nowhere (shape inference does not know the

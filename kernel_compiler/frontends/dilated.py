@@ -6,6 +6,7 @@ Each frontend passes its own way of adding an op.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 # (op type, operand tensor, attributes) -> the result tensor
@@ -31,7 +32,7 @@ def dilated_input(emit: Emit, x: str, shape: tuple[int, ...], axes: list[int], d
                 split.append(1)
                 pads.append([0, spread[k] - 1])
         x = emit("RESHAPE", x, {"new_shape": split})
-        x = emit("PAD", x, {"padding": pads, **({"pad_value": value} if value else {})})
+        x = emit("PAD", x, {"padding": pads, **({"pad_value": value} if math.copysign(1, value) < 0 or value else {})})
         shape = tuple(d * spread.get(k, 1) for k, d in enumerate(shape))
         x = emit("RESHAPE", x, {"new_shape": list(shape)})
         padding = [[before, after - (s - 1)] for (before, after), s in zip(padding, dilation)]

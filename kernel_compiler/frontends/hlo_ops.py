@@ -815,12 +815,12 @@ def _reduce(b: Builder, ins: Instr, args: list) -> AnyValue:
     reduce_op, combine = REDUCERS[kind]
     if init.shape != ():
         raise b.fail(ins, f"{b.where(ins)}: the init value is {list(init.shape)}, a scalar is needed")
-    identity_init = _neutral(b, init, kind, dtype)  # needs no op after the REDUCE
+    identity_init = _neutral(b, init, kind, dtype, ins.type.element == "pred")  # needs no op after the REDUCE
     step = None if identity_init else "reduce"
     reduced = b.op(ins, reduce_op, [b.full(ins, x)], {"axes": axes, "keepdims": False}, dtype, step=step)
     if not identity_init:  # an init value that is not the identity takes part once
         reduced = b.op(ins, combine, [reduced, init.tensor], {}, dtype)
-    return Value(reduced, dims, dtype)
+    return _rounded(b, ins, Value(reduced, dims, dtype), comp)
 
 
 # the float element types a reduction's steps may round through
@@ -830,8 +830,8 @@ ROUNDED = frozenset({"f64", "f32", "f16", "bf16", "f8e4m3fn"})
 def _unrounded(comp: Computation, instr: Instr) -> Instr:
     """`instr` without the round trips through a narrower float around it: XLA's CPU pipeline
     computes a bf16 or f16 reduction in f32, rounding each step's result to the narrow type and
-    back (`convert(convert(max(a, b)))`). A max or a min keeps its operands' narrow values, so
-    the round trip changes nothing; a sum here rounds once, at the end, as the registry's do."""
+    back (`convert(convert(max(a, b)))`). The reduction is read as its op, its result rounded so
+    once (`_rounded`)."""
     while instr.opcode == "convert" and len(instr.operands) == 1:
         narrow = comp.instrs.get(instr.operands[0])
         if narrow is None or narrow.opcode != "convert" or len(narrow.operands) != 1:
@@ -842,6 +842,19 @@ def _unrounded(comp: Computation, instr: Instr) -> Instr:
             break
         instr = wide
     return instr
+
+
+def _rounded(b: Builder, ins: Instr, value: Value, comp: Computation) -> Value:
+    """`value`, a reduction's result, rounded to the narrower float `comp`'s steps round through
+    and back (`_unrounded`): of a max or a min what the rounding at every step gives (rounding is
+    monotonic), of a sum its value rounded once."""
+    narrow = next((comp.instrs[w.operands[0]].type for w in comp.instrs.values() if _unrounded(comp, w) is not w), None)
+    if narrow is None:
+        return value
+    narrow_dtype = b.dtype(ins, narrow)
+    tensor = b.op(ins, "CAST", [value.tensor], {"dtype": narrow_dtype}, narrow_dtype, step="narrowed")
+    return Value(b.op(ins, "CAST", [tensor], {"dtype": value.dtype}, value.dtype, step="widened"), value.shape,
+                 value.dtype)
 
 
 def _reducer(b: Builder, ins: Instr, comp: Computation) -> str:
@@ -913,7 +926,7 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     tensor = b.transpose(ins, tensor, [perm.index(k) for k in range(len(perm))], name.get("order"))
     if combine:  # the init value takes part once in each window (a max or min's padding never wins)
         tensor = b.op(ins, REDUCERS[kind][1], [tensor, init.tensor], {}, dtype)
-    return Value(tensor, dims, dtype)
+    return _rounded(b, ins, Value(tensor, dims, dtype), b.called(ins, "to_apply"))
 
 
 def _window_operands(b: Builder, ins: Instr, args: list) -> tuple[tuple[int, ...], str, Value, Value, str]:
@@ -1036,8 +1049,8 @@ def _arg_reduce(b: Builder, ins: Instr, args: list) -> tuple[Value, Value]:
     if len(axes) != 1:
         raise b.fail(ins, f"{b.where(ins)}: an argmax or argmin over {len(axes)} dimensions at once is not supported")
     [axis] = axes
-    pred = ins.type[0].element == "pred"
-    kind, last = _comparator(b, ins, b.called(ins, "to_apply"), not dtypes.is_integer(x.dtype), pred)
+    pred, comp = ins.type[0].element == "pred", b.called(ins, "to_apply")
+    kind, last = _comparator(b, ins, comp, not dtypes.is_integer(x.dtype), pred)
     positions = b.value_of(where.tensor)
     along = np.arange(x.shape[axis]).reshape([-1 if k == axis else 1 for k in range(len(x.shape))])
     if where.shape != x.shape or positions is None or not np.array_equal(np.broadcast_to(positions, x.shape),
@@ -1055,7 +1068,7 @@ def _arg_reduce(b: Builder, ins: Instr, args: list) -> tuple[Value, Value]:
     extreme = b.op(ins, f"REDUCE_{kind}", [data], {"axes": [axis], "keepdims": False}, dtype, step=kind.lower())
     position = b.op(ins, f"ARG{kind}", [data], {"axis": axis, "keepdims": False, "select_last_index": last},
                     position_dtype, step=f"arg{kind.lower()}")
-    return Value(extreme, dims, dtype), Value(position, position_dims, position_dtype)
+    return _rounded(b, ins, Value(extreme, dims, dtype), comp), Value(position, position_dims, position_dtype)
 
 
 def _comparator(b: Builder, ins: Instr, comp: Computation, floating: bool, pred: bool) -> tuple[str, bool]:
@@ -1357,7 +1370,7 @@ def apply(b: Builder, ins: Instr, args: list, operands: list[HloType]) -> AnyVal
     if ins.opcode == "bitcast" and any(t.tiled for t in shapes):
         raise b.fail(ins, f"{b.where(ins)}: a bitcast of a tiled layout places elements in tiles, which is not "
                           "supported (only dims minor to major)")
-    if ins.opcode == "bitcast" and not all(_lies_row_major(t) for t in shapes):
+    if ins.opcode == "bitcast" and len(operands) == 1 and not all(_lies_row_major(t) for t in shapes):
         handler = functools.partial(_relaid, operand=operands[0])
     _check_element(b, ins, operands)
     value = handler(b, ins, args)

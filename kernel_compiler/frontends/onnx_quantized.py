@@ -100,9 +100,10 @@ def _dequantized(n: Node, q: int, scale: int, zero: int, axis: int | None = None
     return n.emit("DEQUANTIZE", [tensor, scale_name, zero_name], result_dtype=n.input_dtype(scale_name))
 
 
-def _quantize_result(n: Node, y: str, scale: int, zero: int) -> None:
-    """Output 0: float `y` quantized by the scale and zero point inputs."""
-    dtype = _quantized_type(n, zero)
+def _quantize_result(n: Node, y: str, scale: int, zero: int, like: int | None = None) -> None:
+    """Output 0: float `y` quantized by the scale and zero point inputs (without a zero point, into
+    input `like`'s type where given, as the com.microsoft ops do)."""
+    dtype = _quantized_type(n, zero, n.input_dtype(like) if like is not None else "u8")
     scale_name, zero_name = _parameters(n, y, scale, zero, dtype)
     n.emit("QUANTIZE", [y, scale_name, zero_name], out=0, result_dtype=dtype, dtype=dtype)
 
@@ -268,7 +269,7 @@ def qlinear_add(n: Node) -> None:
     # A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point
     parameters = [n.value(i) for i in (1, 2, 4, 5, 6, 7)]
     if n.shape(0) == n.shape(3) and all(p is not None and p.size == 1 for p in parameters):
-        dtype = _quantized_type(n, 7)
+        dtype = _quantized_type(n, 7, n.input_dtype(0))
         for scale, zero, quantized in ((1, 2, n.input_dtype(0)), (4, 5, n.input_dtype(3)), (6, 7, dtype)):
             _check_values(n, scale, zero, quantized)
         (sa, za, sb, zb, sc, zc) = (p.reshape(-1)[0].item() for p in parameters)
@@ -276,18 +277,54 @@ def qlinear_add(n: Node) -> None:
                quantization=[sc, zc], dtype=dtype)
         return
     total = n.emit("ADD", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32")
-    _quantize_result(n, total, 6, 7)
+    _quantize_result(n, total, 6, 7, like=0)
+
+
+def _per_tensor(n: Node, *inputs: int) -> None:
+    """The com.microsoft element-wise ops take one scale and zero point per tensor, as onnxruntime
+    requires; a per-channel one has no axis to go along."""
+    for i in inputs:
+        if n.has(i) and int(np.prod(n.shape(i))) != 1:
+            raise n.fail(f"its scales and zero points must be scalars, got '{n.proto.input[i]}' of shape "
+                         f"{list(n.shape(i))}")
 
 
 def qlinear_mul(n: Node) -> None:
+    """With parameters known here as onnxruntime's kernel computes it: (A - A_zero_point)
+    (B - B_zero_point) in integers, times A_scale B_scale / C_scale in f32, plus C_zero_point,
+    rounded (the product of the dequantized operands rounds otherwise in about 1 element of 300);
+    else its definition."""
     # A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale, C_zero_point
-    product = n.emit("MUL", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32")
-    _quantize_result(n, product, 6, 7)
+    _per_tensor(n, 1, 2, 4, 5, 6, 7)
+    dtype = _quantized_type(n, 7, n.input_dtype(0))
+    parameters = [n.value(i) if n.has(i) else np.zeros(1) for i in (1, 2, 4, 5, 6, 7)]
+    if any(p is None for p in parameters):
+        _quantize_result(n, n.emit("MUL", [_dequantized(n, 0, 1, 2), _dequantized(n, 3, 4, 5)], result_dtype="f32"),
+                         6, 7, like=0)
+        return
+    for scale, zero, quantized in ((1, 2, n.input_dtype(0)), (4, 5, n.input_dtype(3)), (6, 7, dtype)):
+        _check_values(n, scale, zero, quantized)
+    sa, za, sb, zb, sc, zc = (p.reshape(-1)[0].item() for p in parameters)
+
+    def centred(x: int, zero: int) -> str:
+        wide = n.emit("CAST", [n.x(x)], result_dtype="i32", dtype="i32")
+        return n.emit("SUB", [wide, n.constant(np.int32(zero), "i32", "zero")], result_dtype="i32") if zero else wide
+
+    product = n.emit("CAST", [n.emit("MUL", [centred(0, za), centred(3, zb)], result_dtype="i32")], result_dtype="f32",
+                     dtype="f32")  # exact: |product| <= 2^16
+    multiplier = n.constant(np.float32(np.float32(sa) * np.float32(sb)) / np.float32(sc), "f32", "multiplier")
+    # the zero point added before the rounding, as onnxruntime's kernel does (a tie rounds to even after it)
+    scaled = n.emit("ADD", [n.emit("MUL", [product, multiplier], result_dtype="f32"), n.constant(np.float32(zc), "f32", "zero")],
+                    result_dtype="f32")
+    n.emit("QUANTIZE", [scaled, n.constant(np.float32(1), "f32", "one"), n.constant(np.zeros((), numpy_dtype(dtype)), dtype,
+                                                                                    "zero")],
+           out=0, result_dtype=dtype, dtype=dtype)
 
 
 def qlinear_sigmoid(n: Node) -> None:
     # X, X_scale, X_zero_point, Y_scale, Y_zero_point
-    _quantize_result(n, n.emit("SIGMOID", [_dequantized(n, 0, 1, 2)], result_dtype="f32"), 3, 4)
+    _per_tensor(n, 1, 2, 3, 4)
+    _quantize_result(n, n.emit("SIGMOID", [_dequantized(n, 0, 1, 2)], result_dtype="f32"), 3, 4, like=0)
 
 
 def qlinear_concat(n: Node) -> None:
@@ -298,8 +335,10 @@ def qlinear_concat(n: Node) -> None:
     if len(n.proto.input) < 5 or (len(n.proto.input) - 2) % 3:
         raise n.fail(f"takes Y_scale, Y_zero_point and a (X, X_scale, X_zero_point) triple per input, got "
                      f"{len(n.proto.input)} inputs")
-    parts = [_dequantized(n, i, i + 1, i + 2) for i in range(2, len(n.proto.input), 3)]
-    _quantize_result(n, n.emit("CONCAT", parts, axis=axis), 0, 1)
+    triples = range(2, len(n.proto.input), 3)
+    _per_tensor(n, 0, 1, *(k for i in triples for k in (i + 1, i + 2)))
+    parts = [_dequantized(n, i, i + 1, i + 2) for i in triples]
+    _quantize_result(n, n.emit("CONCAT", parts, axis=axis), 0, 1, like=2)
 
 
 def qlinear_global_average_pool(n: Node) -> None:
@@ -310,7 +349,7 @@ def qlinear_global_average_pool(n: Node) -> None:
     if n.rank(0) < 3:
         raise n.fail(f"QLinearGlobalAveragePool takes [N, C, spatial...], got {list(n.shape(0))}")
     mean = n.emit("REDUCE_MEAN", [x], axes=list(range(2, n.rank(0))), keepdims=True, result_dtype="f32")
-    _quantize_result(n, mean, 3, 4)
+    _quantize_result(n, mean, 3, 4, like=0)
 
 
 # ONNX op type -> its mapping (the default domain)

@@ -65,5 +65,5 @@ def canonicalise(graph: Graph, warnings: list[str], fuse: bool = True) -> Graph:
     return graph
 
 
-__all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "EPILOGUE_VIEWS", "LAYOUT", "PASSES", "RECOGNISE", "VIEWS", "Match",
+__all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "EPILOGUE_VIEWS", "LAYOUT", "OPERANDS", "PASSES", "RECOGNISE", "VIEWS", "Match",
            "Pat", "Rule", "canonicalise", "rewrite", "split_long_rows"]
