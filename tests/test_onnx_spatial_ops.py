@@ -237,7 +237,7 @@ def small(tmp_path_factory) -> str:
 def test_dilated_pool(op_type, attrs, small):
     x = rand(1, 8, 40, 40, seed=4)
     program = run(model([helper.make_node(op_type, ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19), {"x": x}, small)
-    [pool] = [k for k in program.kernels if k.op in ("MAXPOOL2D", "AVGPOOL2D")]
+    [pool] = [k for k in program.kernels if k.op in ("MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D")]
     assert pool.tiling["num_tiles_th"] * pool.tiling["num_tiles_tw"] > 1  # bands with their dilated halo
 
 

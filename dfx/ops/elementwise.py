@@ -15,7 +15,8 @@ import numpy as np
 
 from ..dtypes import is_integer, numpy_dtype
 from .base import (
-    REQUIRED, OpDef, Shape, ShapeError, broadcast, compute_dtype, convert, elements, register, tile_compute_dtype,
+    REQUIRED, MagnitudeRule, OpDef, Shape, ShapeError, broadcast, compute_dtype, convert, elements, register,
+    tile_compute_dtype,
 )
 
 SIMPLE = {"simple": 1}
@@ -26,12 +27,14 @@ def map_op(name: str, arity: int | tuple[int, int], fn: Callable[..., np.ndarray
            work: dict[str, int] | Callable[[dict[str, Any]], dict[str, int]] = SIMPLE,
            exact: bool = False, predicate: bool = False, attrs: dict[str, Any] | None = None,
            magnitude: MapRule | None = None, integers: bool = False,
-           shapes: Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]] | None = None) -> OpDef:
+           shapes: Callable[[list[Shape], list[str], dict[str, Any]], list[Shape]] | None = None,
+           rule: MagnitudeRule | None = None) -> OpDef:
     """Declare a map op of `arity` operands (or (fewest, most)). `exact`: integer operands and results compute in integers (else in
     float, see base). `predicate`: the result is a truth value (bool, stored as 0/1 in the
     declared dtype: DFX has no bool type, a `.dfg` i1 is u8), so the operands alone choose the
     compute dtype. `magnitude(operand values, their magnitudes, attrs)`: each element's
-    (OpDef.magnitude), None for its own size alone. `integers`: the shape rule refuses operands
+    (OpDef.magnitude), None for its own size alone; `rule`, OpDef.magnitude itself, where it needs
+    the check's rtol. `integers`: the shape rule refuses operands
     of another dtype (bitwise ops). `shapes`: a shape rule of its own (broadcasting, and a check of
     the attributes)."""
 
@@ -61,7 +64,7 @@ def map_op(name: str, arity: int | tuple[int, int], fn: Callable[..., np.ndarray
                           reference=reference,
                           compute_type=f"ELEMENTWISE_{name}", doc=doc, family="map",
                           attrs=attrs or {}, tile=tile, vector_work=vector_work, exact=exact, predicate=predicate,
-                          magnitude=None if magnitude is None else magnitudes))
+                          magnitude=rule or (None if magnitude is None else magnitudes)))
 
 
 def _operands_dtype(tiles: list[np.ndarray], exact: bool) -> np.dtype:

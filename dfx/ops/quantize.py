@@ -90,10 +90,21 @@ def _to_integers(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) 
     return [broadcast(shapes)]
 
 
+def _quantized_magnitude(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any], rtol: float
+                         ) -> list[np.ndarray]:
+    """QUANTIZE's: the operand's, in steps of the scale; where the operand, off by up to rtol
+    times that, may lie on either side of a tie between two steps, either is right: its
+    magnitude then allows a step more (rtol times it), which the ops after carry on."""
+    steps, size = x[0] / x[1], m[0] / np.abs(x[1])
+    if rtol <= 0:
+        return [size]
+    from_tie = np.abs(np.abs(steps - np.floor(steps)) - 0.5)
+    return [np.where(from_tie <= rtol * size, size + 1 / rtol, size)]
+
+
 map_op("QUANTIZE", 3, _quantize, "saturate(round(x / scale) + zero_point) into `dtype`, halves to even; operands "
        "x, scale, zero_point (QuantizeLinear)", {"transcendental": 1, **REQUANTIZE_WORK},  # a divide, then requantize
-       attrs={"dtype": "i8"}, shapes=_to_integers,
-       magnitude=lambda x, m, attrs: m[0] / np.abs(x[1]))  # the operand's, in steps of the scale
+       attrs={"dtype": "i8"}, shapes=_to_integers, rule=_quantized_magnitude)
 map_op("REQUANTIZE", 3, _requantize, "saturate(round(acc * multiplier) + zero_point) into `dtype`, halves to even, "
        "acc converted to f32 first; operands acc (an integer contraction's sums), multiplier, zero_point",
        REQUANTIZE_WORK, attrs={"dtype": "i8"}, shapes=_to_integers, magnitude=lambda x, m, attrs: m[0] * np.abs(x[1]))
@@ -102,6 +113,13 @@ map_op("QUANTIZED_ADD", 2, _quantized_add, "QLinearAdd of a and b (one shape) as
        {"simple": 2, **REQUANTIZE_WORK},  # two multiply-adds, then round and saturate
        attrs={"a_quantization": REQUIRED, "b_quantization": REQUIRED, "quantization": REQUIRED, "dtype": "i8"},
        shapes=_same_shapes, magnitude=lambda x, m, attrs: m[0] + m[1])
+def _dequantized_magnitude(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
+    """DEQUANTIZE's: the integers' magnitude in steps (a QUANTIZE's is its operand's, in steps, with
+    the step a tie allows), at least their size from their zero point, times the scale; plus the
+    addend's."""
+    return np.maximum(np.abs(x[0] - x[2]), m[0]) * np.abs(x[1]) + (m[3] if len(m) == 4 else 0)
+
+
 map_op("DEQUANTIZE", (3, 4), _dequantize, "(q - zero_point) * scale (+ addend); operands q, scale, zero_point "
        "(DequantizeLinear), addend", {"simple": 2},  # subtract, multiply (and add: an FMA-style lane)
-       magnitude=lambda x, m, attrs: np.abs(x[0] - x[2]) * np.abs(x[1]) + (m[3] if len(m) == 4 else 0))
+       magnitude=_dequantized_magnitude)

@@ -367,43 +367,49 @@ def _flipped_weights(n: Node, w: str, group: int, d: int) -> str:
 
 
 def _pool(kind: str) -> Callable[[Node], None]:
-    op = {"max": "MAXPOOL2D", "average": "AVGPOOL2D"}[kind]
-
     def pool(n: Node) -> None:
-        d = _spatial(n, f"{n.op_type}")
         if n.used(1):
             raise n.fail("its Indices output is not supported")
-        kernel = n.ints_attr("kernel_shape")
-        if kernel is None or len(kernel) != d:
-            raise n.fail(f"kernel_shape {kernel} does not give the {d} spatial dims")
-        strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
-        spans = [(k - 1) * dil + 1 for k, dil in zip(kernel, dilations)]
-        sizes = list(n.shape(0)[2:])
-        padding = _padding(n, sizes, spans, strides)
-        count_include_pad = bool(n.int_attr("count_include_pad", 0))
-        if n.int_attr("ceil_mode", 0):
-            # the last window may run past the end: one more output where it starts inside the
-            # input or its padding before, its extra reach padding the pools leave out
-            for i, (size, span, s) in enumerate(zip(sizes, spans, strides)):
-                before, after = padding[i]
-                floor_out = (size + before + after - span) // s + 1
-                out = -(-(size + before + after - span) // s) + 1
-                if (out - 1) * s >= size + before:
-                    out -= 1
-                extra = max(0, (out - 1) * s + span - (size + before + after))
-                if extra and kind == "average" and count_include_pad:
-                    raise n.fail("ceil_mode with count_include_pad is not supported (the windows past the end "
-                                 "would count padding the model does not have)")
-                padding[i] = [before, after + extra] if out > floor_out else [before, after]
-        if d == 1:
-            kernel, strides, dilations, padding = [1, *kernel], [1, *strides], [1, *dilations], [[0, 0], *padding]
-        nhwc = n.emit("TRANSPOSE", [_as_2d(n, n.x(0), d)], perms=NCHW_TO_NHWC)
-        attrs = {"count_include_pad": count_include_pad} if kind == "average" else {}
-        pooled = n.emit(op, [nhwc], kernel=kernel, stride=strides, dilation=dilations, padding=padding, **attrs)
-        y = n.emit("TRANSPOSE", [pooled], out=0 if d == 2 else None, perms=NHWC_TO_NCHW)
-        _from_2d(n, y, d)
+        pool_of(n, n.x(0), kind, out=0)
 
     return pool
+
+
+def pool_of(n: Node, x: str, kind: str, out: int | None, result_dtype: str | None = None) -> str:
+    """MaxPool's (`kind` "max") or AveragePool's ("average") mapping on operand `x` (the node's
+    attributes), its result written to output `out` (None: an intermediate of `result_dtype`):
+    a quantized average pool's too."""
+    d = _spatial(n, f"{n.op_type}")
+    kernel = n.ints_attr("kernel_shape")
+    if kernel is None or len(kernel) != d:
+        raise n.fail(f"kernel_shape {kernel} does not give the {d} spatial dims")
+    strides, dilations = _per_dim(n, "strides", d), _per_dim(n, "dilations", d)
+    spans = [(k - 1) * dil + 1 for k, dil in zip(kernel, dilations)]
+    sizes = list(n.shape(x)[2:])
+    padding = _padding(n, sizes, spans, strides)
+    count_include_pad = bool(n.int_attr("count_include_pad", 0))
+    if n.int_attr("ceil_mode", 0):
+        # the last window may run past the end: one more output where it starts inside the
+        # input or its padding before, its extra reach padding the pools leave out
+        for i, (size, span, s) in enumerate(zip(sizes, spans, strides)):
+            before, after = padding[i]
+            floor_out = (size + before + after - span) // s + 1
+            out_size = -(-(size + before + after - span) // s) + 1
+            if (out_size - 1) * s >= size + before:
+                out_size -= 1
+            extra = max(0, (out_size - 1) * s + span - (size + before + after))
+            if extra and kind == "average" and count_include_pad:
+                raise n.fail("ceil_mode with count_include_pad is not supported (the windows past the end "
+                             "would count padding the model does not have)")
+            padding[i] = [before, after + extra] if out_size > floor_out else [before, after]
+    if d == 1:
+        kernel, strides, dilations, padding = [1, *kernel], [1, *strides], [1, *dilations], [[0, 0], *padding]
+    nhwc = n.emit("TRANSPOSE", [_as_2d(n, x, d)], perms=NCHW_TO_NHWC)
+    attrs = {"count_include_pad": count_include_pad} if kind == "average" else {}
+    pooled = n.emit({"max": "MAXPOOL2D", "average": "AVGPOOL2D"}[kind], [nhwc], result_dtype=result_dtype,
+                    kernel=kernel, stride=strides, dilation=dilations, padding=padding, **attrs)
+    y = n.emit("TRANSPOSE", [pooled], out=out if d == 2 else None, perms=NHWC_TO_NCHW)
+    return _from_2d(n, y, d, out)
 
 
 def global_average_pool(n: Node) -> None:

@@ -1,7 +1,7 @@
 """The ONNX frontend's quantized ops, as onnxruntime's quantization tool writes them: QDQ
 (QuantizeLinear, DequantizeLinear around float ops), QOperator (QLinearConv, QLinearMatMul, and
 the com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearSigmoid, QLinearConcat,
-QLinearGlobalAveragePool) and dynamic quantization
+QLinearGlobalAveragePool, QLinearAveragePool) and dynamic quantization
 (DynamicQuantizeLinear, MatMulInteger, ConvInteger).
 
 A QOperator op is mapped as its definition: DEQUANTIZE its operands, the float op, QUANTIZE its
@@ -20,7 +20,7 @@ import numpy as np
 
 from dfx import is_integer, narrowest_integer, numpy_dtype
 
-from .onnx_ops import convolve
+from .onnx_ops import convolve, pool_of
 
 if TYPE_CHECKING:
     from .onnx import Node
@@ -313,12 +313,15 @@ def qlinear_mul(n: Node) -> None:
     product = n.emit("CAST", [n.emit("MUL", [centred(0, za), centred(3, zb)], result_dtype="i32")], result_dtype="f32",
                      dtype="f32")  # exact: |product| <= 2^16
     multiplier = n.constant(np.float32(np.float32(sa) * np.float32(sb)) / np.float32(sc), "f32", "multiplier")
-    # the zero point added before the rounding, as onnxruntime's kernel does (a tie rounds to even after it)
-    scaled = n.emit("ADD", [n.emit("MUL", [product, multiplier], result_dtype="f32"), n.constant(np.float32(zc), "f32", "zero")],
-                    result_dtype="f32")
-    n.emit("QUANTIZE", [scaled, n.constant(np.float32(1), "f32", "one"), n.constant(np.zeros((), numpy_dtype(dtype)), dtype,
-                                                                                    "zero")],
-           out=0, result_dtype=dtype, dtype=dtype)
+    _rounded_with_zero_point(n, n.emit("MUL", [product, multiplier], result_dtype="f32"), zc, dtype)
+
+
+def _rounded_with_zero_point(n: Node, steps: str, zero_point: float, dtype: str) -> None:
+    """Output 0: f32 `steps` plus the zero point, then rounded into `dtype`, as onnxruntime's
+    kernels of the com.microsoft ops do (a tie rounds to even after the zero point is added)."""
+    shifted = n.emit("ADD", [steps, n.constant(np.float32(zero_point), "f32", "zero")], result_dtype="f32")
+    n.emit("QUANTIZE", [shifted, n.constant(np.float32(1), "f32", "one"),
+                        n.constant(np.zeros((), numpy_dtype(dtype)), dtype, "zero")], out=0, result_dtype=dtype, dtype=dtype)
 
 
 def qlinear_sigmoid(n: Node) -> None:
@@ -352,6 +355,25 @@ def qlinear_global_average_pool(n: Node) -> None:
     _quantize_result(n, mean, 3, 4, like=0)
 
 
+def qlinear_average_pool(n: Node) -> None:
+    """With parameters known here as onnxruntime's kernel computes it: the mean of the dequantized
+    window in f32, divided by Y_scale, plus Y_zero_point, rounded (a tie rounds to even after the
+    zero point is added); else its definition."""
+    # X, x_scale, x_zero_point, y_scale, y_zero_point
+    if n.int_attr("channels_last", 0):
+        raise n.fail("channels_last 1 is not supported")
+    _per_tensor(n, 1, 2, 3, 4)
+    mean = pool_of(n, _dequantized(n, 0, 1, 2), "average", out=None, result_dtype="f32")
+    dtype = _quantized_type(n, 4, n.input_dtype(0))
+    scale, zero = n.value(3), n.value(4) if n.has(4) else np.zeros(1)
+    if scale is None or zero is None:
+        _quantize_result(n, mean, 3, 4, like=0)
+        return
+    _check_values(n, 3, 4, dtype)
+    steps = n.emit("DIV", [mean, n.constant(scale.astype(np.float32).reshape(()), "f32", "scale")], result_dtype="f32")
+    _rounded_with_zero_point(n, steps, zero.reshape(-1)[0].item(), dtype)
+
+
 # ONNX op type -> its mapping (the default domain)
 QUANTIZED_OPS: dict[str, Callable[[Node], None]] = {
     "QuantizeLinear": quantize_linear, "DequantizeLinear": dequantize_linear,
@@ -363,4 +385,5 @@ QUANTIZED_OPS: dict[str, Callable[[Node], None]] = {
 MICROSOFT_OPS: dict[str, Callable[[Node], None]] = {
     "QGemm": qgemm, "QLinearAdd": qlinear_add, "QLinearGlobalAveragePool": qlinear_global_average_pool,
     "QLinearMul": qlinear_mul, "QLinearSigmoid": qlinear_sigmoid, "QLinearConcat": qlinear_concat,
+    "QLinearAveragePool": qlinear_average_pool,
 }

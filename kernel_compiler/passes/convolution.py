@@ -122,14 +122,15 @@ def _per_group(m: Match) -> Op:
 def _count_padding(m: Match) -> Op:
     x = m.root.inputs[0]
     attrs = m.attrs("pool")
-    kh, kw = attrs["kernel"]
     _, height, width, _ = m.graph.tensors[x].shape
-    # each window's sum over kh * kw counts the padding; its mean over the inputs is that times
-    # kh * kw / (inputs in it), never a division by 0: the padding is smaller than the kernel
-    scale = kh * kw / inputs_in_windows(attrs, height, width, np.float64)
+    # each window's sum over the inputs in it (the padding adds zeros), divided by how many they
+    # are, never 0: the padding is smaller than the kernel. A division, as the definition and
+    # onnxruntime have it: a mean over the kernel scaled back rounds twice, and a quantized
+    # average pool's result then falls on the other side of a tie (1 element in 150)
     dtype = "f64" if "f64" in (m.graph.tensors[x].dtype, m.dtype("pool")) else "f32"
-    mean = m.op("counting_pad", "AVGPOOL2D", x, result_dtype=dtype, **{**attrs, "count_include_pad": True})
-    return m.replace("MUL", mean, m.constant("scale", scale, dtype))
+    sums = m.op("sums", "SUMPOOL2D", x, result_dtype=dtype,
+                **{k: v for k, v in attrs.items() if k != "count_include_pad"})
+    return m.replace("DIV", sums, m.constant("counts", inputs_in_windows(attrs, height, width, np.float64), dtype))
 
 
 CONVOLUTION: list[Rule] = [
@@ -137,5 +138,5 @@ CONVOLUTION: list[Rule] = [
     (Pat("CONV2D", name="conv", where=_grouped), _depthwise),  # CONV2D{groups = channels} -> DEPTHWISE_CONV2D
     (Pat("CONV2D", name="conv", where=_grouped), _per_group),  # CONV2D{groups g} -> CONCAT of g CONV2Ds
     (Pat("AVGPOOL2D", name="pool", where=_padding_not_counted),
-     _count_padding),  # AVGPOOL2D over the inputs -> AVGPOOL2D counting the padding * scale
+     _count_padding),  # AVGPOOL2D over the inputs -> SUMPOOL2D / the inputs in each window
 ]
