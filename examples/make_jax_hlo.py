@@ -384,10 +384,22 @@ def linear_recurrence() -> Workload:
     return Workload(_linear_recurrence, (a, _normal("x", (2, 6, 8))), "a, x [2, 6, 8], scanned over 6 steps")
 
 
+def _sort_top_k(x):
+    scores = jnp.sort(x, axis=-1)
+    return scores, jnp.argsort(x, axis=0, descending=True), jax.lax.top_k(x, 3)
+
+
+def sort_top_k() -> Workload:
+    """jnp.sort, a descending jnp.argsort (of the operand reversed, and its positions) and
+    jax.lax.top_k, a router's pick of experts. Values on a grid of thirds, so rows hold ties."""
+    x = jnp.round(_normal("x", (6, 16)) * 3) / 3
+    return Workload(_sort_top_k, (x,), "x [6, 16] with ties: sort over 1, argsort descending over 0, top 3 over 1")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs, bf16_reductions, first_token, linear_recurrence)}
+    permuted_outputs, bf16_reductions, first_token, linear_recurrence, sort_top_k)}
 
 
 # ---- printing --------------------------------------------------------------------------------

@@ -778,8 +778,8 @@ def test_layer_norm_as_xla_writes_it_is_a_layernorm():
 # ---- errors ----------------------------------------------------------------------------------
 
 ERRORS = [
-    ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT s = f32[2] sort(p), dimensions={0}\n}",
-     "t.hlo:4:", "HLO op 'sort' is not supported"),
+    ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n ROOT s = f32[2] scatter(p), dimensions={0}\n}",
+     "t.hlo:4:", "HLO op 'scatter' is not supported"),
     ("HloModule m\nENTRY e {\n p = f32[2] parameter(0)\n z = f32[] constant(0)\n"
      " ROOT q = f32[1] pad(p, z), padding=-2_-1\n}", "t.hlo:5:", "crops more than the operand holds"),
     # a max pool's gradient after XLA's passes: values and positions pooled at once

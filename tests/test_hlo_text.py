@@ -365,16 +365,16 @@ ENTRY main.1 {
 
 
 def test_an_unknown_custom_call_is_refused_naming_its_target():
-    # jax.lax.top_k after XLA's passes
+    # a LAPACK factorization, as jnp.linalg.cholesky prints on XLA's CPU backend
     text = """HloModule jit__lambda, is_scheduled=true
-ENTRY %main.1 (x.1: f32[4,8]) -> f32[4,3] {
-  %x.1 = f32[4,8]{1,0} parameter(0)
-  %custom-call = (f32[4,3]{1,0}, s32[4,3]{1,0}) custom-call(%x.1), custom_call_target="TopK", called_computations={%compare-greater-than.1.clone}
-  ROOT %get-tuple-element = f32[4,3]{1,0} get-tuple-element(%custom-call), index=0
+ENTRY %main.1 (x.1: f32[4,4]) -> f32[4,4] {
+  %x.1 = f32[4,4]{1,0} parameter(0)
+  %custom-call = (f32[4,4]{1,0}, s32[]) custom-call(%x.1), custom_call_target="lapack_spotrf_ffi"
+  ROOT %get-tuple-element = f32[4,4]{1,0} get-tuple-element(%custom-call), index=0
 }
 """
-    assert error(text) == ("t.hlo:4: custom-call 'custom-call': custom_call_target \"TopK\" is not supported "
-                           "(supported: Sharding)")
+    assert error(text) == ("t.hlo:4: custom-call 'custom-call': custom_call_target \"lapack_spotrf_ffi\" is not "
+                           "supported (supported: Sharding, TopK)")
 
 
 # ---- whole programs after XLA's passes -------------------------------------------------------

@@ -512,6 +512,60 @@ ENTRY e {{
 """
 
 
+# jnp.sort(a) and jnp.argsort(a) over the last dimension, as JAX lowers them: NaN and -0.0 made
+# canonical, then a total order
+SORT = """HloModule jit_sort
+region_0.1 {
+  p0 = f32[] parameter(0)
+  p1 = f32[] parameter(1)
+  p2 = s32[] parameter(2)
+  p3 = s32[] parameter(3)
+  nan = f32[] constant(nan)
+  zero = f32[] constant(0)
+  ne.0 = pred[] compare(p0, p0), direction=NE
+  eq.0 = pred[] compare(p0, zero), direction=EQ
+  s.0 = f32[] select(eq.0, zero, p0)
+  c.0 = f32[] select(ne.0, nan, s.0)
+  ne.1 = pred[] compare(p1, p1), direction=NE
+  eq.1 = pred[] compare(p1, zero), direction=EQ
+  s.1 = f32[] select(eq.1, zero, p1)
+  c.1 = f32[] select(ne.1, nan, s.1)
+  ROOT lt = pred[] compare(c.0, c.1), direction=LT, type=TOTALORDER
+}
+ENTRY e {
+  a.1 = f32[3,5]{1,0} parameter(0)
+  iota.2 = s32[3,5]{1,0} iota(), iota_dimension=1
+  sort.3 = (f32[3,5]{1,0}, s32[3,5]{1,0}) sort(a.1, iota.2), dimensions={1}, is_stable=true, to_apply=region_0.1
+  ROOT tuple.4 = (f32[3,5]{1,0}, s32[3,5]{1,0}) tuple(sort.3)
+}
+"""
+
+
+def _sort_results(text: str, *indices: int) -> str:
+    """SORT with the sort's results `indices` (0: values, 1: positions) its root's tuple."""
+    types = {0: "f32[3,5]{1,0}", 1: "s32[3,5]{1,0}"}
+    picked = "".join(f"  gte.{k} = {types[k]} get-tuple-element(sort.3), index={k}\n" for k in indices)
+    return text.replace("  ROOT tuple.4 = (f32[3,5]{1,0}, s32[3,5]{1,0}) tuple(sort.3)",
+                        f"{picked}  ROOT tuple.4 = ({', '.join(types[k] for k in indices)}) "
+                        f"tuple({', '.join(f'gte.{k}' for k in indices)})")
+
+
+def test_sort_and_argsort_keep_equal_values_in_order_and_nan_last():
+    text = _sort_results(SORT, 0, 1)
+    graph, _ = parse(text)
+    assert sorted(op.op_type for op in graph.ops) == ["ARGSORT", "SORT"]
+    a = np.float32([[2, np.nan, -1, 2, 0], [1, 1, 1, 1, 1], [np.inf, -0.0, 0.0, -np.inf, 3]])
+    out = run_hlo(text, {"a.1": a})
+    np.testing.assert_array_equal(out["tuple.4.1"], [[2, 4, 0, 3, 1], [0, 1, 2, 3, 4], [3, 1, 2, 4, 0]])
+    np.testing.assert_array_equal(out["tuple.4.0"], np.take_along_axis(a, out["tuple.4.1"], axis=1))
+
+
+def test_a_greater_than_comparator_sorts_largest_first():
+    text = _sort_results(SORT.replace("direction=LT, type=TOTALORDER", "direction=GT, type=TOTALORDER"), 1)
+    out = run_hlo(text, {"a.1": np.float32([[2, np.nan, -1, 2, 0], [1, 1, 1, 1, 1], [5, 4, 3, 2, 1]])})
+    np.testing.assert_array_equal(out["tuple.4.0"], [[1, 0, 3, 4, 2], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4]])
+
+
 def _unary(opcode: str, element: str = "f32", result: str | None = None, extra: str = "") -> str:
     return (f"HloModule m\nENTRY e {{\n  a = {element}[4] parameter(0)\n  b = {element}[4] parameter(1)\n"
             f"  ROOT r = {result or element}[4] {opcode}{extra}\n}}\n")
@@ -534,6 +588,12 @@ REFUSED = [
      "the init values must be the minimum's identity and position 0"),
     (ARGMAX_ARGMIN.replace("or.3 = pred[] or(or.2, and.1)", "or.3 = pred[] add(or.2, and.1)"),
      "instruction 'or.3' (add) of to_apply computation 'region_0.1' is not one an argmax or argmin comparator"),
+    (SORT.replace("iota(), iota_dimension=1", "iota(), iota_dimension=0"),
+     "operand 1 is not the positions along dimension 1 (an iota, or one reversed)"),
+    (SORT.replace("direction=LT, type=TOTALORDER", "direction=EQ"),
+     "to_apply computation 'region_0.1' is not an ascending or descending comparator of operand 0"),
+    (SORT.replace("s.1 = f32[] select(eq.1, zero, p1)", "s.1 = f32[] add(zero, p1)"),
+     "instruction 's.1' (add) of computation 'region_0.1' is not one a sort's comparator is made of"),
     (_unary("popcnt(a)", "s32"), "HLO op 'popcnt' is not supported"),
     (_unary("count-leading-zeros(a)", "s32"), "HLO op 'count-leading-zeros' is not supported"),
     (_unary("shift-left(a, b)", "s32"), "HLO op 'shift-left' is not supported"),

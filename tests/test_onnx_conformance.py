@@ -52,8 +52,8 @@ ISSUE_OPS = frozenset("""
     ReduceProd ArgMax ArgMin CumSum Trilu
     Einsum Resize Upsample GatherElements GatherND Expand Tile""".split())
 # and what real exports needed beyond those: a legacy-exported Llama's rotary angles (Sin, Cos), the
-# window padding of torchvision's Swin (Pad)
-EXPORTS_OPS = frozenset("Sin Cos Tan Pad".split())
+# window padding of torchvision's Swin (Pad), a mixture of experts' router (TopK)
+EXPORTS_OPS = frozenset("Sin Cos Tan Pad TopK".split())
 # issue 23's: a case of one of these may also have integer outputs (the quantized tensors)
 QUANTIZED_OPS = frozenset("""
     QuantizeLinear DequantizeLinear DynamicQuantizeLinear MatMulInteger ConvInteger QLinearConv QLinearMatMul""".split())
@@ -100,7 +100,9 @@ def _eligible(case) -> bool:
     graph = case.model.graph
     op_types = {n.op_type for n in graph.node}
     # integer outputs too where the op moves integers exactly (the quantized ops', Pad's int32 cases)
-    types = FLOAT_TYPES | (INTEGER_TYPES if op_types & (QUANTIZED_OPS | {"Pad"}) else set())
+    # or gives positions (TopK's indices)
+    types = FLOAT_TYPES | (INTEGER_TYPES if op_types & (QUANTIZED_OPS | {"Pad"}) else set()) \
+        | ({onnx.TensorProto.INT64} if "TopK" in op_types else set())
     return op_types <= ISSUE_OPS | EXPORTS_OPS | QUANTIZED_OPS and all(
         o.type.HasField("tensor_type") and o.type.tensor_type.elem_type in types for o in graph.output)
 

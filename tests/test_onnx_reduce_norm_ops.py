@@ -1,6 +1,6 @@
 """The ONNX reductions and normalizations real models use beyond the basic ones: LRN,
 GlobalMaxPool, InstanceNormalization, GroupNormalization (opsets 18 and 21), ReduceL1 / L2 /
-SumSquare / LogSumExp / Prod, ArgMax / ArgMin, CumSum and Trilu. Each as a small model compiled,
+SumSquare / LogSumExp / Prod, ArgMax / ArgMin, CumSum, Trilu and TopK. Each as a small model compiled,
 bound and executed in-process, every kernel and output passing --check, its output against
 onnxruntime's (exactly for integers and positions; LRN of an even size, which onnxruntime
 refuses, against the spec's formula in float64)."""
@@ -177,6 +177,39 @@ def test_scanned_axes_stay_whole_in_a_tile(shape, axis):
 def test_trilu(upper, k):
     inits = {} if k is None else {"k": np.array(k, np.int64)}
     assert_matches(one_node("Trilu", X, 14, inits, tuple(inits), upper=upper), {"x": X})
+
+
+def top_k_both(x: np.ndarray, k: int, **attrs):
+    """TopK's values and indices, ours (having passed --check) and onnxruntime's; the program."""
+    node = helper.make_node("TopK", ["x", "k"], ["y", "i"], **attrs)
+    m = model([node], {"x": x}, ["y", "i"], {"k": np.array([k], np.int64)}, opset=11)
+    values, program, _ = kpu_run(m, {"x": x})
+    for name, check in {**check_kernels(program, values), **check_outputs(program, values)}.items():
+        assert check.passed, f"--check fails {name}: {check}"
+    want = ort_run(m, {"x": x})
+    return (values["y"], values["i"]), (want["y"], want["i"]), program
+
+
+@pytest.mark.parametrize("shape, k, attrs", [
+    ((3, 50), 5, {}),  # the 5 largest of each row
+    ((40, 6), 3, {"axis": 0, "largest": 0}),  # the 3 smallest of each column
+    ((2, 4, 33), 33, {"axis": -1}),  # the whole row in order
+])
+def test_top_k_with_ties_takes_the_first_of_equal_values(shape, k, attrs):
+    """Values drawn from few levels, so rows hold equal ones: of equal values the one first along
+    the axis comes first (ONNX's rule), as in onnxruntime."""
+    x = np.round(rand(*shape, seed=14) * 4).astype(np.float32) / 4
+    (values, indices), (want_values, want_indices), program = top_k_both(x, k, **attrs)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(indices.astype(np.int64), want_indices)
+    assert {"SORT", "ARGSORT"} <= set(kernel_ops(program))
+
+
+def test_top_k_of_integers():
+    x = np.int32([[7, -3, 2**30, 7, -2**31, 0, 5]])
+    (values, indices), (want_values, want_indices), _ = top_k_both(x, 4)
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(indices.astype(np.int64), want_indices)
 
 
 # ---- refusals ---------------------------------------------------------------------------------

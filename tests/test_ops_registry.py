@@ -356,6 +356,44 @@ def test_positions_and_running_sums(axis):
     assert "axis 1 of [2, 0] is empty" in shape_error("ARGMAX", [(2, 0)], axis=1)
 
 
+def sorted_by_loops(row: list[float], descending: bool) -> list[int]:
+    """The positions of `row` in SORT's order, by insertion: each element goes after every one
+    it does not come before (so equal ones keep their order); NaN is the largest."""
+    def before(p: float, q: float) -> bool:
+        if math.isnan(p) or math.isnan(q):
+            return math.isnan(q) != descending and math.isnan(p) != math.isnan(q)
+        return p > q if descending else p < q
+
+    order: list[int] = []
+    for i, v in enumerate(row):
+        at = len(order)
+        while at > 0 and before(v, row[order[at - 1]]):
+            at -= 1
+        order.insert(at, i)
+    return order
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_and_argsort_keep_equal_values_in_order(axis, descending):
+    x = np.round(uniform((4, 3, 6)))  # few values: ties in every row
+    x[1, 2, 0] = x[0, 0, 3] = np.nan
+    x[2, 1, 4], x[3, 1, 4] = -0.0, 0.0
+    positions = run("ARGSORT", [x], out="i32", axis=axis, descending=descending)
+    values = run("SORT", [x], axis=axis, descending=descending)
+    moved = np.moveaxis(x, axis, -1)
+    want = np.array([sorted_by_loops(list(r), descending) for r in moved.reshape(-1, moved.shape[-1])])
+    np.testing.assert_array_equal(np.moveaxis(positions, axis, -1).reshape(want.shape), want)
+    np.testing.assert_array_equal(np.moveaxis(values, axis, -1).reshape(want.shape),
+                                  np.take_along_axis(moved.reshape(want.shape), want, axis=1))
+    # bf16 as the f32 values it holds (numpy's own sort of ml_dtypes' bf16 puts them out of order)
+    np.testing.assert_array_equal(run("ARGSORT", [x.astype(ml_dtypes.bfloat16)], out="i32", axis=axis,
+                                      descending=descending), positions)
+    integers = np.int8([[3, -128, 127, 3, 0]])
+    assert run("ARGSORT", [integers], out="i32", descending=descending).tolist() == \
+        [sorted_by_loops(integers[0].tolist(), descending)]
+
+
 def test_reduction_edge_cases():
     x = uniform((2, 3))
     np.testing.assert_array_equal(run("REDUCE_SUM", [x], axes=[]), x)  # no axes: nothing reduced
@@ -914,7 +952,7 @@ def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RMSNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
         "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D",
-        "ARGMAX", "ARGMIN", "CUMSUM", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
+        "ARGMAX", "ARGMIN", "CUMSUM", "SORT", "ARGSORT", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
         "QUANTIZE", "DEQUANTIZE", "REQUANTIZE", "QUANTIZED_ADD"}  # the last four in test_quantize_ops.py
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():

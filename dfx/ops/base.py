@@ -399,6 +399,7 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "select_last_index": _bool,  # ARGMAX, ARGMIN: the last of equal extremes, else the first
     "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
     "reverse": _bool,  # CUMSUM: summed from the end of the axis
+    "descending": _bool,  # SORT, ARGSORT: the largest first
     # QUANTIZED_ADD: each operand's and the result's quantization, [scale, zero point]
     "a_quantization": _quantization,
     "b_quantization": _quantization,

@@ -1,6 +1,6 @@
 """The reduction family: REDUCE_* over a set of axes, ARGMAX and ARGMIN (the position of a row's
 extreme, an integer), and the row ops that reduce and then map back over the same elements
-(SOFTMAX, LOG_SOFTMAX, LAYERNORM, RMSNORM, CUMSUM).
+(SOFTMAX, LOG_SOFTMAX, LAYERNORM, RMSNORM, CUMSUM), and SORT and ARGSORT (a row in order).
 
 A tile COMPUTE of a reduction holds the reduced axes whole (the tile has the tensor's rank).
 REDUCE_SUM/MAX/MIN/PROD may also accumulate across tiles of the reduced axes: given a partial
@@ -413,3 +413,60 @@ register(OpDef(name="CUMSUM", min_inputs=1, max_inputs=1, infer_shapes=_axis_sha
                tile=_cumsum_tile, whole_axes=_the_axis, result_dims=lambda shape, attrs: list(range(len(shape))),
                vector_work=lambda in_shapes, out_shape, attrs: {"reduction": elements(in_shapes[0])},
                magnitude=on_magnitudes(_cumsum_reference)))
+
+
+# ---- SORT, ARGSORT: a row in order --------------------------------------------------------------
+
+
+def _sorted_positions(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """The positions that put x in order along `axis`, stably (equal elements, -0.0 and 0.0 too,
+    keep their order): ascending, NaN last (numpy's order); descending, the largest and NaN first."""
+    axis = normalize_axis(attrs["axis"], x.ndim)
+    if x.dtype.kind not in "iub":
+        x = x.astype(np.float64)  # exact for every float type; numpy sorts bf16 and f8 (ml_dtypes) wrongly
+    if not attrs["descending"]:
+        return np.argsort(x, axis=axis, kind="stable")
+    if x.dtype.kind in "iub":
+        return np.argsort(~x, axis=axis, kind="stable")  # ~x reverses the order of any integer type, no overflow
+    with np.errstate(invalid="ignore"):
+        # NaN first, then the others largest first: sort by (not NaN, -x), stably
+        return np.lexsort((np.negative(x), ~np.isnan(x)), axis=axis)
+
+
+def _sort_op(name: str, positions: bool, doc: str) -> OpDef:
+    """SORT (the values in order) or ARGSORT (`positions`: where each came from, an integer) along
+    `axis`; a tile holds the axis whole."""
+
+    def ordered(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+        where = _sorted_positions(x, attrs)
+        return where if positions else np.take_along_axis(x, where, normalize_axis(attrs["axis"], x.ndim))
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        return [convert(ordered(arrays[0], attrs), out_dtypes[0])]  # moves or positions: no rounding
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        _whole_rows(name, partial)
+        return ordered(tiles[0], attrs)
+
+    def work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+        # a merge sort: each element compared and moved once per halving of the row
+        length = in_shapes[0][normalize_axis(attrs["axis"], len(in_shapes[0]))]
+        return {"reduction": elements(in_shapes[0]) * max(1, (length - 1).bit_length())}
+
+    def magnitude(values: list[np.ndarray], magnitudes: list[np.ndarray], attrs: dict[str, Any],
+                  rtol: float) -> list[np.ndarray]:
+        # each value moved with its own magnitude (a position is exact: its own size)
+        where = _sorted_positions(values[0], attrs)
+        return [np.abs(where.astype(np.float64)) if positions
+                else np.take_along_axis(magnitudes[0], where, normalize_axis(attrs["axis"], values[0].ndim))]
+
+    return register(OpDef(name=name, min_inputs=1, max_inputs=1, infer_shapes=_axis_shapes, reference=reference,
+                          compute_type=f"{name}_TILE", family="reduction", attrs={"axis": -1, "descending": False},
+                          doc=doc, tile=tile, whole_axes=_the_axis,
+                          result_dims=lambda shape, attrs: list(range(len(shape))), vector_work=work,
+                          magnitude=magnitude))
+
+
+_sort_op("SORT", False, "x in order along `axis`, stably: ascending with NaN last, or descending with NaN first")
+_sort_op("ARGSORT", True, "the positions along `axis` that put x in order (SORT's), an integer: of equal elements "
+                          "the first first")

@@ -1139,6 +1139,165 @@ def _run_comparator(b: Builder, ins: Instr, comp: Computation, probe: tuple) -> 
     return values[comp.root.name]
 
 
+# ---- sort and top-k -------------------------------------------------------------------------------
+
+
+def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
+    """sort along one dimension by a comparator of operand 0's elements, as jnp.sort and
+    jnp.argsort write it: operand 0 SORTed, and each other operand that is the positions along
+    that dimension (an iota, or one reversed, as a descending argsort sorts the reversed operand)
+    ARGSORTed, as the carried values those positions pick. The comparator is recognised by what it does
+    (`_sort_order`); a sort carrying other operands is refused."""
+    if not args:
+        raise b.fail(ins, f"{b.where(ins)}: a sort takes at least one operand")
+    operands = [_array_arg(b, ins, a) for a in args]
+    keys = operands[0]
+    axes = b.ints(ins, "dimensions")
+    b.axes(ins, "dimensions", axes, len(keys.shape), f"operand {list(keys.shape)}")
+    if len(axes) != 1:
+        raise b.fail(ins, f"{b.where(ins)}: dimensions={{{','.join(map(str, axes))}}}: a sort is along one dimension")
+    [axis] = axes
+    types = list(ins.type) if isinstance(ins.type, tuple) else [ins.type]
+    if len(types) != len(operands) or any(not isinstance(t, Shape) or t.dims != o.shape for t, o in zip(types, operands)):
+        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not one array per operand, shaped as it")
+    order = {"axis": axis, "descending": _sort_order(b, ins, b.called(ins, "to_apply"), [o.dtype for o in operands])}
+    data = b.full(ins, keys)
+    results = [Value(b.op(ins, "SORT", [data], order, keys.dtype, step="sort"), keys.shape, keys.dtype)]
+    along = np.arange(keys.shape[axis]).reshape([-1 if k == axis else 1 for k in range(len(keys.shape))])
+    for k, carried in enumerate(operands[1:], 1):
+        known = b.value_of(carried.tensor)
+        line = None
+        if known is not None and dtypes.is_integer(carried.dtype):
+            known = np.broadcast_to(known, keys.shape).astype(np.int64)
+            first = np.take(known, [0], axis=axis)
+            step = np.take(known, [1], axis=axis) - first if keys.shape[axis] > 1 else np.zeros_like(first)
+            if np.all(step == step.flat[0]) and np.all(first == first.flat[0]) \
+                    and np.array_equal(known, first + step * along):
+                line = int(first.flat[0]), int(step.flat[0])
+        if line is None:
+            raise b.fail(ins, f"{b.where(ins)}: operand {k} is not the positions along dimension {axis} (an iota, "
+                              "or one reversed): a sort carrying other operands is not supported")
+        positions = b.op(ins, "ARGSORT", [data], order, carried.dtype, step="argsort")
+        start, step = line  # the carried value at each position p: start + step p
+        if step != 1:
+            positions = b.op(ins, "MUL", [positions, b.scalar(ins, step, carried.dtype)], {}, carried.dtype, step="step")
+        if start:
+            positions = b.op(ins, "ADD", [positions, b.scalar(ins, start, carried.dtype)], {}, carried.dtype,
+                             step="start")
+        results.append(Value(positions, keys.shape, carried.dtype))
+    return results[0] if not isinstance(ins.type, tuple) else tuple(results)
+
+
+def _top_k(b: Builder, ins: Instr, args: list, descending: bool) -> tuple:
+    """The k largest (smallest) along the last dimension, in that order, and their positions:
+    SLICEs of the operand SORTed and ARGSORTed."""
+    b.arity(ins, args, 1)
+    x = _array_arg(b, ins, args[0])
+    if not (isinstance(ins.type, tuple) and len(ins.type) == 2 and all(isinstance(t, Shape) for t in ins.type)
+            and ins.type[0].dims == ins.type[1].dims and len(x.shape) >= 1
+            and ins.type[0].dims[:-1] == x.shape[:-1] and ins.type[0].dims[-1] <= x.shape[-1]):
+        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the top k of {list(x.shape)} and "
+                          "their positions")
+    (dims, dtype), (_, position_dtype) = ((t.dims, b.dtype(ins, t)) for t in ins.type)
+    if dtype != x.dtype or not dtypes.is_integer(position_dtype):
+        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the operand's {x.dtype} and integer "
+                          "positions")
+    data = b.full(ins, x)
+    order = {"axis": len(x.shape) - 1, "descending": descending}
+    box = {"start": [0] * len(dims), "size": list(dims)}
+    return tuple(Value(b.op(ins, "SLICE", [b.op(ins, op, [data], order, t, step=op.lower())], box, t), dims, t)
+                 for op, t in (("SORT", dtype), ("ARGSORT", position_dtype)))
+
+
+def _topk(b: Builder, ins: Instr, args: list) -> tuple:
+    """topk(x), k=K, largest=true|false."""
+    largest = b.attr(ins, "largest", required=False)
+    if largest not in (None, "true", "false"):
+        raise b.fail(ins, f"{b.where(ins)}: largest={clip(largest)} is not true or false")
+    b.int_attr(ins, "k")
+    return _top_k(b, ins, args, largest != "false")
+
+
+def _sort_order(b: Builder, ins: Instr, comp: Computation, operand_dtypes: list[str]) -> bool:
+    """Whether a sort's comparator puts the larger of operand 0's elements first (else the
+    smaller), recognised by what it does: run on pairs of values (NaN among floats, the other
+    operands' parameters equal), it must say "before" exactly where the registry's SORT puts the
+    first before the second, ascending with NaN last or descending with NaN first. -0.0 and 0.0
+    are not tried: SORT takes them as equal, where a total order puts -0.0 first."""
+    dtype = operand_dtypes[0]
+    kind = dtypes.numpy_dtype(dtype)
+    if dtypes.is_integer(dtype):
+        info = np.iinfo(kind)
+        values = [v for v in (info.min, -7, -1, 0, 2, 5, info.max) if info.min <= v <= info.max]
+    else:
+        values = [-math.inf, -2.5, 0.0, 1.0, 3.5, math.inf, math.nan]
+    others = [np.zeros((), dtypes.numpy_dtype(t)) for t in operand_dtypes[1:] for _ in range(2)]
+    said = [_run_scalars(b, ins, comp, [np.asarray(p, kind), np.asarray(q, kind), *others]) for p in values
+            for q in values]
+    pairs = [(p, q) for p in values for q in values]
+    for descending in (False, True):
+        if all(bool(r) == _before(p, q, descending) for (p, q), r in zip(pairs, said)):
+            return descending
+    raise b.fail(ins, f"{b.where(ins)}: to_apply computation '{clip(comp.name)}' is not an ascending or descending "
+                      "comparator of operand 0 (NaN last, or first)")
+
+
+def _before(p: float, q: float, descending: bool) -> bool:
+    """Whether SORT puts p before q: ascending, NaN last; descending, NaN first."""
+    if math.isnan(p) or math.isnan(q):
+        return math.isnan(q) != descending and math.isnan(p) != math.isnan(q)
+    return p > q if descending else p < q
+
+
+def _total_order(x: np.ndarray) -> np.ndarray:
+    """A float's place in IEEE's total order as a signed integer of its width (integers as they are)."""
+    if x.dtype.kind in "iub":
+        return x
+    bits = x.view(np.dtype(f"i{x.dtype.itemsize}"))
+    return bits ^ ((bits >> (8 * x.dtype.itemsize - 1)) & np.iinfo(bits.dtype).max)
+
+
+SCALAR_COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
+                  "GE": np.greater_equal}
+
+
+def _run_scalars(b: Builder, ins: Instr, comp: Computation, params: list[np.ndarray]) -> np.ndarray:
+    """What `comp`, a computation of scalars, returns given its parameters' values: made of
+    parameters, constants, compares (TOTALORDER too), selects, logic, bitcast-converts, converts
+    and negates, as XLA writes a sort's comparator before its passes and after."""
+    values: dict[str, np.ndarray] = {}
+    with np.errstate(all="ignore"):
+        for i in b.order(comp):
+            got = [values[o] for o in i.operands]
+            numpy_type = (dtypes.numpy_dtype(b.dtype(ins, i.type)) if isinstance(i.type, Shape) and i.type.dims == ()
+                          else None)
+            if i.opcode == "parameter" and 0 <= i.index < len(params):
+                values[i.name] = params[i.index]
+            elif i.opcode == "constant" and numpy_type is not None:
+                values[i.name] = _literal_array(b, i, (), b.dtype(ins, i.type)).astype(numpy_type).reshape(())
+            elif i.opcode == "compare" and len(got) == 2 and b.attr(i, "direction") in SCALAR_COMPARE:
+                total = b.attr(i, "type", required=False) == "TOTALORDER"
+                values[i.name] = SCALAR_COMPARE[b.attr(i, "direction")](*(_total_order(g) if total else g for g in got))
+            elif i.opcode == "select" and len(got) == 3:
+                values[i.name] = got[1] if got[0] else got[2]
+            elif i.opcode in ("and", "or", "xor") and len(got) == 2:
+                values[i.name] = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[i.opcode](*got)
+            elif i.opcode == "not" and len(got) == 1:
+                values[i.name] = np.logical_not(got[0]) if got[0].dtype == np.bool_ else np.invert(got[0])
+            elif i.opcode in ("bitcast-convert", "bitcast") and len(got) == 1 and numpy_type is not None \
+                    and numpy_type.itemsize == got[0].dtype.itemsize:  # a scalar bitcast reinterprets its bits
+                values[i.name] = got[0].reshape(1).view(numpy_type).reshape(())
+            elif i.opcode == "convert" and len(got) == 1 and numpy_type is not None:
+                values[i.name] = got[0].astype(numpy_type)
+            elif i.opcode == "negate" and len(got) == 1:
+                values[i.name] = np.negative(got[0])
+            else:
+                raise b.fail(ins, f"{b.where(ins)}: instruction '{clip(i.name)}' ({clip(i.opcode)}) of computation "
+                                  f"'{clip(comp.name)}' is not one a sort's comparator is made of (compares, "
+                                  "selects, logic, bitcast-converts, converts, negates of its parameters and constants)")
+    return values[comp.root.name]
+
+
 def _slice(b: Builder, ins: Instr, args: list) -> Value:
     """SLICE of the box, then a GATHER along each dim with a stride (the registry has no strided
     slice; GATHER takes the indices as an attribute)."""
@@ -1310,9 +1469,15 @@ def _known(b: Builder, ins: Instr, value: AnyValue, what: str) -> int | None:
 
 def _custom_call(b: Builder, ins: Instr, args: list) -> AnyValue:
     target = b.attr(ins, "custom_call_target").strip("\"'")
+    if target == "TopK":  # XLA's CPU passes make a topk one, its comparator the order
+        comps = b.called_list(ins, "called_computations")
+        if len(comps) != 1:
+            raise b.fail(ins, f"{b.where(ins)}: a TopK custom-call calls one comparator, got {len(comps)}")
+        b.arity(ins, args, 1)
+        return _top_k(b, ins, args, _sort_order(b, ins, comps[0], [_array_arg(b, ins, args[0]).dtype, "i32"]))
     if target not in IDENTITY_TARGETS:
         raise b.fail(ins, f"{b.where(ins)}: custom_call_target \"{clip(target)}\" is not supported (supported: "
-                          f"{', '.join(sorted(IDENTITY_TARGETS))})")
+                          f"{', '.join(sorted(IDENTITY_TARGETS | {'TopK'}))})")
     return _copy(b, ins, args)
 
 
@@ -1345,6 +1510,8 @@ HANDLERS: dict[str, Handler] = {
     "reduce": _reduce,
     "reduce-window": _reduce_window,
     "slice": _slice,
+    "sort": _sort,
+    "topk": _topk,
     "concatenate": _concatenate,
     "pad": _pad,
     "reverse": _reverse,

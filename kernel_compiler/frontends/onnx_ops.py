@@ -569,6 +569,22 @@ def cum_sum(n: Node) -> None:
            reverse=bool(n.int_attr("reverse", 0)))
 
 
+def top_k(n: Node) -> None:
+    """The k largest (smallest) along `axis`, largest first, and their positions (an int64
+    result, held in i32): SLICEs of the row SORTed and ARGSORTed in that order. Of equal values
+    the first position first, as ONNX has it; `sorted` 0 leaves the order open, so sorted serves."""
+    shape = n.shape(0)
+    axis = _axis(n, n.int_attr("axis", -1), len(shape))
+    k = n.ints(1, "K")
+    if len(k) != 1 or not 0 <= k[0] <= shape[axis]:
+        raise n.fail(f"K {k} is not one number of 0 .. {shape[axis]} (axis {axis} of {list(shape)})")
+    order = {"axis": axis, "descending": bool(n.int_attr("largest", 1))}
+    box = {"start": [0] * len(shape), "size": [k[0] if a == axis else -1 for a in range(len(shape))]}
+    for out, op in ((0, "SORT"), (1, "ARGSORT")):
+        if n.out(out) is not None:
+            n.emit("SLICE", [n.emit(op, [n.x(0)], result_dtype=n.out_dtype(out), **order)], out=out, **box)
+
+
 def trilu(n: Node) -> None:
     """The upper (or lower) triangle of the last two dims from diagonal k on, the rest 0: a SELECT
     with the triangle as a constant mask (shapes are static)."""
@@ -1500,7 +1516,7 @@ OPS: dict[str, Callable[[Node], None]] = {
     "ReduceMin": _reduce("MIN"), "ReduceProd": _reduce("PROD"), "ReduceL1": reduce_l1, "ReduceL2": reduce_l2,
     "ReduceSumSquare": lambda n: _sum_of_squares(n, out=0), "ReduceLogSumExp": reduce_log_sum_exp,
     "ArgMax": _arg("MAX"), "ArgMin": _arg("MIN"), "CumSum": cum_sum, "Trilu": trilu, "LRN": lrn,
-    "GlobalMaxPool": global_max_pool, "InstanceNormalization": instance_normalization,
+    "GlobalMaxPool": global_max_pool, "InstanceNormalization": instance_normalization, "TopK": top_k,
     "GroupNormalization": group_normalization,
     # layout
     "Identity": _identity, "Transpose": transpose, "Reshape": reshape, "Flatten": flatten, "Squeeze": squeeze,
