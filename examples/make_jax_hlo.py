@@ -396,10 +396,23 @@ def sort_top_k() -> Workload:
     return Workload(_sort_top_k, (x,), "x [6, 16] with ties: sort over 1, argsort descending over 0, top 3 over 1")
 
 
+def _top_p(logits):
+    ordered = jnp.sort(logits, axis=-1)[:, ::-1]
+    p = jax.nn.softmax(ordered, axis=-1)
+    kept = jnp.cumsum(p, axis=-1) - p < 0.9
+    return jnp.where(kept, p, 0.0), jnp.sum(kept, axis=-1)
+
+
+def top_p() -> Workload:
+    """A nucleus sampler's filter: the probabilities largest first, those with less than 0.9
+    before them kept, and how many. XLA's passes write the cumsum over 1,000 in blocks."""
+    return Workload(_top_p, (3.0 * _normal("logits", (2, 1000)),), "logits [2, 1000]: sorted, softmax, cumsum, mask")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs, bf16_reductions, first_token, linear_recurrence, sort_top_k)}
+    permuted_outputs, bf16_reductions, first_token, linear_recurrence, sort_top_k, top_p)}
 
 
 # ---- printing --------------------------------------------------------------------------------

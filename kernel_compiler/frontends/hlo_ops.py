@@ -892,6 +892,16 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     dims, dtype, x, init, kind = _window_operands(b, ins, args)
     window, spatial = _pool_window(b, ins, len(x.shape))
     combine = not _neutral(b, init, kind, dtype)
+    running = _running_sum(window, spatial, x.shape, dims) if kind == "add" and not combine else None
+    if running is not None:  # jnp.cumsum: each element's window all of the axis up to it
+        axis, reverse, zeros = running
+        tensor = b.full(ins, x)
+        if zeros:
+            padding = [[0, 0]] * len(dims)
+            padding[axis] = [0, 1] if reverse else [1, 0]
+            tensor = b.op(ins, "PAD", [tensor], {"padding": padding}, dtype, step="zero")
+        cumsum = b.op(ins, "CUMSUM", [tensor], {"axis": axis, "reverse": reverse}, dtype)
+        return _rounded(b, ins, Value(cumsum, dims, dtype), b.called(ins, "to_apply"))
     if combine and kind == "add" and any(window["pad"][k] != [0, 0] for k in spatial):
         raise b.fail(ins, f"{b.where(ins)}: a padded reduce-window by 'add' from an init value other than 0 is not "
                           "supported (its padding holds that value)")
@@ -927,6 +937,27 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     if combine:  # the init value takes part once in each window (a max or min's padding never wins)
         tensor = b.op(ins, REDUCERS[kind][1], [tensor, init.tensor], {}, dtype)
     return _rounded(b, ins, Value(tensor, dims, dtype), b.called(ins, "to_apply"))
+
+
+def _running_sum(window: dict[str, Any], spatial: list[int], shape: tuple[int, ...],
+                 dims: tuple[int, ...]) -> tuple[int, bool, int] | None:
+    """(axis, reverse, zeros) where a reduce-window by add is a running sum, as jnp.cumsum writes
+    it: one dim slid along, the window its whole length n, stride 1, padded by n - 1 before (after:
+    from the end), or by n, one more sum of none at the start (the end), as XLA's passes write a
+    long one's blocks (`zeros` 1: the axis then takes a 0 first, or last). A pool would add n
+    elements for each result: a CUMSUM adds one (a top-p sampler's cumsum over 32,000
+    probabilities, a thousand million adds a row as a pool)."""
+    if len(spatial) != 1:
+        return None
+    [k] = spatial
+    n = shape[k]
+    before, after = window["pad"][k]
+    zeros = before + after - (n - 1)
+    if (n < 2 or window["size"][k] != n or window["stride"][k] != 1 or window["rhs_dilate"][k] != 1
+            or min(before, after) != 0 or zeros not in (0, 1)
+            or dims != tuple(d + zeros if a == k else d for a, d in enumerate(shape))):
+        return None
+    return k, before == 0, zeros
 
 
 def _window_operands(b: Builder, ins: Instr, args: list) -> tuple[tuple[int, ...], str, Value, Value, str]:
