@@ -9,8 +9,9 @@ one reduced axis gets a reduction loop, innermost, its COMPUTE combining each ti
 partial result held in L1 (`accumulate: "<loop> > 0"`) and its store placed after that loop.
 Other cuts (a softmax's row, two reduced axes) are for `passes.split_long_rows` to take apart
 first; `split_axes` tells it which axes a kernel would cut. A row op it does not take apart
-(ARGMAX, ARGMIN, CUMSUM), whose rows the tiles cut where they are kept small enough for every
-compute tile to get two, gets tiles as large as a bank holds instead, which keep them whole.
+(ARGMAX, ARGMIN, the running reductions CUM*, SORT, ARGSORT), whose rows the tiles cut where
+they are kept small enough for every compute tile to get two, gets tiles as large as a bank
+holds instead, which keep them whole.
 Every operand is a stream of three hops (EXTERNAL -> L3 -> L2 -> L1), its tile indexed by the
 space's loops it varies along: an operand broadcast along a dimension (a bias, a scale) takes
 that dimension whole ("0") and, by the placement rule, is loaded once per tile it varies over,

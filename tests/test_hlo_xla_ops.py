@@ -500,32 +500,42 @@ def test_argmax_after_xla_optimizations():
 # ---- refusals --------------------------------------------------------------------------------
 
 
-def _running_sum_module(pad: str, length: int) -> str:
-    """A reduce-window by add over dim 1 of a [3, 6], the window all 6 long, padded by `pad`."""
+def _running_module(pad: str, length: int, region: str = ADD, init: str = "0") -> str:
+    """A reduce-window by `region` over dim 1 of a [3, 6], the window all 6 long, padded by `pad`."""
     return f"""HloModule m
 
-{ADD}
+{region}
 ENTRY e {{
   a = f32[3,6] parameter(0)
-  c = f32[] constant(0)
+  c = f32[] constant({init})
   ROOT r = f32[3,{length}] reduce-window(a, c), window={{size=1x6 pad=0_0x{pad}}}, to_apply=region_0.1
 }}
 """
 
 
-@pytest.mark.parametrize("pad, length, want", [
-    ("5_0", 6, lambda a: np.cumsum(a, axis=1)),  # jnp.cumsum
-    ("0_5", 6, lambda a: np.cumsum(a[:, ::-1], axis=1)[:, ::-1]),  # from the end
-    ("6_0", 7, lambda a: np.cumsum(np.pad(a, [(0, 0), (1, 0)]), axis=1)),  # XLA's blocks: a sum of none first
-    ("0_6", 7, lambda a: np.cumsum(np.pad(a, [(0, 0), (0, 1)])[:, ::-1], axis=1)[:, ::-1]),
+RUNNING = {"add": (ADD, "0", "CUMSUM", np.add), "multiply": (ADD.replace("add(", "multiply("), "1", "CUMPROD", np.multiply),
+           "maximum": (MAX, "-inf", "CUMMAX", np.maximum), "minimum": (MIN, "inf", "CUMMIN", np.minimum)}
+
+
+@pytest.mark.parametrize("kind", RUNNING)
+@pytest.mark.parametrize("pad, length, reverse, first", [
+    ("5_0", 6, False, False),  # jnp.cumsum
+    ("0_5", 6, True, False),  # from the end
+    ("6_0", 7, False, True),  # XLA's blocks of a long one: a result of none first
+    ("0_6", 7, True, True),
 ])
-def test_a_window_all_of_an_axis_long_is_a_running_sum(pad, length, want):
-    """jnp.cumsum's reduce-window is a CUMSUM, one add per element, not a pool of n adds each."""
-    text = _running_sum_module(pad, length)
+def test_a_window_all_of_an_axis_long_is_a_running_reduction(kind, pad, length, reverse, first):
+    """jnp.cumsum's reduce-window (cumprod's, cummax's, cummin's) is a CUMSUM (CUMPROD, ...), one
+    step per element, not a pool of n steps each."""
+    region, init, op, ufunc = RUNNING[kind]
+    text = _running_module(pad, length, region, init)
     graph, _ = parse(text)
-    assert "CUMSUM" in [op.op_type for op in graph.ops] and "SUMPOOL2D" not in [op.op_type for op in graph.ops]
-    a = np.float32(np.arange(18).reshape(3, 6) % 7 - 3)
-    np.testing.assert_array_equal(run_hlo(text, {"a": a})["r"], want(a))
+    assert op in [o.op_type for o in graph.ops] and not any(o.op_type.endswith("POOL2D") for o in graph.ops)
+    a = np.float32(np.arange(18).reshape(3, 6) % 7 - 3) / 2
+    start = np.full((3, 1), float(init), np.float32)
+    padded = np.concatenate([a, start] if reverse else [start, a], axis=1) if first else a
+    want = ufunc.accumulate(padded[:, ::-1], axis=1)[:, ::-1] if reverse else ufunc.accumulate(padded, axis=1)
+    np.testing.assert_array_equal(run_hlo(text, {"a": a})["r"], want)
 
 
 def _window_module(window: str, region: str = MAX, element: str = "f32", init: str = "-inf") -> str:

@@ -325,13 +325,15 @@ def test_reductions(name, axes, keepdims):
     assert_close(y, reduce_by_loops(x, normalized, keepdims, REDUCERS[name]), "f32")
 
 
-def running_sums_by_loops(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+def running_sums_by_loops(x: np.ndarray, axis: int, exclusive: bool, reverse: bool,
+                          step=lambda total, v: total + v, start: float = 0.0) -> np.ndarray:
+    """Each element's running reduction by `step` (a sum by default) from `start`, in float64."""
     out = np.empty(x.shape, dtype=np.float64)
     for members in groups(x, (axis,)).values():
-        total = 0.0
+        total = start
         for index, v in members[::-1] if reverse else members:
-            out[index] = total if exclusive else total + v
-            total += v
+            out[index] = total if exclusive else step(total, v)
+            total = step(total, v)
     return out
 
 
@@ -353,6 +355,13 @@ def test_positions_and_running_sums(axis):
     for exclusive, reverse in itertools.product((False, True), repeat=2):
         y = run("CUMSUM", [x], axis=axis, exclusive=exclusive, reverse=reverse)
         assert_close(y, running_sums_by_loops(x, a, exclusive, reverse), "f32")
+    x[1, 2, 3] = np.nan  # from there on along the axis: NaN
+    for name, step, start in (("CUMPROD", lambda t, v: t * v, 1.0),
+                              ("CUMMAX", lambda t, v: v if v > t or math.isnan(v) else t, -math.inf),
+                              ("CUMMIN", lambda t, v: v if v < t or math.isnan(v) else t, math.inf)):
+        for reverse in (False, True):
+            y = run(name, [x], axis=axis, reverse=reverse)
+            assert_close(y, running_sums_by_loops(x, a, False, reverse, step, start), "f32")
     assert "axis 1 of [2, 0] is empty" in shape_error("ARGMAX", [(2, 0)], axis=1)
 
 
@@ -952,7 +961,7 @@ def test_every_op_is_declared_completely():
     tested = set(UNARY) | set(BINARY) | set(REDUCERS) | {
         "SELECT", "CAST", "SOFTMAX", "LOG_SOFTMAX", "LAYERNORM", "RMSNORM", "RESHAPE", "TRANSPOSE", "CONCAT", "SLICE",
         "PAD", "GATHER", "LINEAR", "MATMUL", "CONV2D", "DEPTHWISE_CONV2D", "MAXPOOL2D", "AVGPOOL2D", "SUMPOOL2D",
-        "ARGMAX", "ARGMIN", "CUMSUM", "SORT", "ARGSORT", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
+        "ARGMAX", "ARGMIN", "CUMSUM", "CUMPROD", "CUMMAX", "CUMMIN", "SORT", "ARGSORT", "BITWISE_AND", "BITWISE_OR", "BITWISE_XOR", "BITWISE_NOT",
         "QUANTIZE", "DEQUANTIZE", "REQUANTIZE", "QUANTIZED_ADD"}  # the last four in test_quantize_ops.py
     assert tested == set(REGISTRY)
     for op in REGISTRY.values():

@@ -1,6 +1,7 @@
 """The reduction family: REDUCE_* over a set of axes, ARGMAX and ARGMIN (the position of a row's
 extreme, an integer), and the row ops that reduce and then map back over the same elements
-(SOFTMAX, LOG_SOFTMAX, LAYERNORM, RMSNORM, CUMSUM), and SORT and ARGSORT (a row in order).
+(SOFTMAX, LOG_SOFTMAX, LAYERNORM, RMSNORM, CUMSUM and the other running reductions), and SORT
+and ARGSORT (a row in order).
 
 A tile COMPUTE of a reduction holds the reduced axes whole (the tile has the tensor's rank).
 REDUCE_SUM/MAX/MIN/PROD may also accumulate across tiles of the reduced axes: given a partial
@@ -374,16 +375,17 @@ _row_op("RMSNORM", 1, 2, _layernorm_shapes, _axis_to_last, _rmsnorm,
         {"axis": -1, "epsilon": 1e-5}, _rmsnorm_magnitude)
 
 
-# ---- CUMSUM: the running sum along an axis -------------------------------------------------------
+# ---- CUMSUM, CUMPROD, CUMMAX, CUMMIN: a running reduction along an axis -----------------------
 
 
-def _cumsum(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+def _running(kind: str, x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """The running reduction by `kind` (a _COMBINE key) of x along `axis`, in x's dtype."""
     axis = normalize_axis(attrs["axis"], x.ndim)
     if attrs["reverse"]:
         x = np.flip(x, axis)
-    y = np.cumsum(x, axis=axis, dtype=x.dtype)
-    if attrs["exclusive"]:  # each sum one step later along the axis, the first 0
-        shifted = np.zeros_like(y)
+    y = _COMBINE[kind].accumulate(x, axis=axis, dtype=x.dtype)
+    if attrs.get("exclusive"):  # each result one step later along the axis, the first the identity
+        shifted = np.full_like(y, identity(f"REDUCE_{kind}", y.dtype))
         later, earlier = ([slice(None)] * x.ndim for _ in range(2))
         later[axis], earlier[axis] = slice(1, None), slice(None, -1)
         shifted[tuple(later)] = y[tuple(earlier)]
@@ -391,28 +393,37 @@ def _cumsum(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     return np.flip(y, axis) if attrs["reverse"] else y
 
 
-def _cumsum_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
-    x = arrays[0]
-    x = x.astype(compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact=True))
-    with np.errstate(all="ignore"):
-        return [convert(_cumsum(x, attrs), out_dtypes[0])]
+def _running_op(kind: str, doc: str, attrs: dict[str, Any]) -> OpDef:
+    """CUM<kind> along `axis`, shaped as x: one step of the reduction per element, in order along
+    the axis (integers exactly, in int64, as REDUCE_*); a tile holds the axis whole."""
+    name = f"CUM{kind}"
+
+    def reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtypes: list[str]) -> list[np.ndarray]:
+        x = arrays[0]
+        x = x.astype(compute_dtype([x.dtype, numpy_dtype(out_dtypes[0])], exact=True))
+        with np.errstate(all="ignore"):
+            return [convert(_running(kind, x, attrs), out_dtypes[0])]
+
+    def tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype, attrs: dict[str, Any]) -> np.ndarray:
+        _whole_rows(name, partial)
+        with np.errstate(all="ignore"):
+            return _running(kind, tiles[0].astype(tile_compute_dtype(acc, exact=True), copy=False), attrs)
+
+    return register(OpDef(name=name, min_inputs=1, max_inputs=1, infer_shapes=_axis_shapes, reference=reference,
+                          compute_type=f"{name}_TILE", family="reduction", attrs={"axis": -1, **attrs}, doc=doc,
+                          tile=tile, whole_axes=_the_axis, result_dims=lambda shape, attrs: list(range(len(shape))),
+                          vector_work=lambda in_shapes, out_shape, attrs: {"reduction": elements(in_shapes[0])},
+                          magnitude=on_magnitudes(reference)))
 
 
-def _cumsum_tile(tiles: list[np.ndarray], partial: np.ndarray | None, acc: np.dtype,
-                 attrs: dict[str, Any]) -> np.ndarray:
-    _whole_rows("CUMSUM", partial)
-    with np.errstate(all="ignore"):
-        return _cumsum(tiles[0].astype(tile_compute_dtype(acc, exact=True), copy=False), attrs)
-
-
-# one add per element, in order along the axis (integers exactly, in int64, as REDUCE_SUM)
-register(OpDef(name="CUMSUM", min_inputs=1, max_inputs=1, infer_shapes=_axis_shapes, reference=_cumsum_reference,
-               compute_type="CUMSUM_TILE", family="reduction", attrs={"axis": -1, "exclusive": False, "reverse": False},
-               doc="the running sum along `axis`, shaped as x: y[i] = x[0] + ... + x[i]; exclusive leaves x[i] out "
-                   "(y[0] = 0), reverse sums from the end",
-               tile=_cumsum_tile, whole_axes=_the_axis, result_dims=lambda shape, attrs: list(range(len(shape))),
-               vector_work=lambda in_shapes, out_shape, attrs: {"reduction": elements(in_shapes[0])},
-               magnitude=on_magnitudes(_cumsum_reference)))
+_running_op("SUM", "the running sum along `axis`, shaped as x: y[i] = x[0] + ... + x[i]; exclusive leaves x[i] out "
+                   "(y[0] = 0), reverse sums from the end", {"exclusive": False, "reverse": False})
+_running_op("PROD", "the running product along `axis`, shaped as x: y[i] = x[0] * ... * x[i]; reverse from the end",
+            {"reverse": False})
+_running_op("MAX", "the running maximum along `axis`, shaped as x (NaN from the first NaN on); reverse from the end",
+            {"reverse": False})
+_running_op("MIN", "the running minimum along `axis`, shaped as x (NaN from the first NaN on); reverse from the end",
+            {"reverse": False})
 
 
 # ---- SORT, ARGSORT: a row in order --------------------------------------------------------------

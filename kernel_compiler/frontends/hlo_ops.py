@@ -889,19 +889,12 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     padding) on a pool: those two dims are H and W (a 1-D window's H of 1), the first other dim
     is N and the rest are C, so Flax's NHWC windows are the pool's dims as they are; any other
     order is TRANSPOSEd there and back. Window dilation is the pool's."""
+    running = _running(b, ins, args)
+    if running is not None:
+        return running
     dims, dtype, x, init, kind = _window_operands(b, ins, args)
     window, spatial = _pool_window(b, ins, len(x.shape))
     combine = not _neutral(b, init, kind, dtype)
-    running = _running_sum(window, spatial, x.shape, dims) if kind == "add" and not combine else None
-    if running is not None:  # jnp.cumsum: each element's window all of the axis up to it
-        axis, reverse, zeros = running
-        tensor = b.full(ins, x)
-        if zeros:
-            padding = [[0, 0]] * len(dims)
-            padding[axis] = [0, 1] if reverse else [1, 0]
-            tensor = b.op(ins, "PAD", [tensor], {"padding": padding}, dtype, step="zero")
-        cumsum = b.op(ins, "CUMSUM", [tensor], {"axis": axis, "reverse": reverse}, dtype)
-        return _rounded(b, ins, Value(cumsum, dims, dtype), b.called(ins, "to_apply"))
     if combine and kind == "add" and any(window["pad"][k] != [0, 0] for k in spatial):
         raise b.fail(ins, f"{b.where(ins)}: a padded reduce-window by 'add' from an init value other than 0 is not "
                           "supported (its padding holds that value)")
@@ -939,25 +932,43 @@ def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
     return _rounded(b, ins, Value(tensor, dims, dtype), b.called(ins, "to_apply"))
 
 
-def _running_sum(window: dict[str, Any], spatial: list[int], shape: tuple[int, ...],
-                 dims: tuple[int, ...]) -> tuple[int, bool, int] | None:
-    """(axis, reverse, zeros) where a reduce-window by add is a running sum, as jnp.cumsum writes
-    it: one dim slid along, the window its whole length n, stride 1, padded by n - 1 before (after:
-    from the end), or by n, one more sum of none at the start (the end), as XLA's passes write a
-    long one's blocks (`zeros` 1: the axis then takes a 0 first, or last). A pool would add n
-    elements for each result: a CUMSUM adds one (a top-p sampler's cumsum over 32,000
-    probabilities, a thousand million adds a row as a pool)."""
-    if len(spatial) != 1:
+# the running reductions a reduce-window whose window is all of an axis is (`_running`)
+RUNNING = {"add": "CUMSUM", "multiply": "CUMPROD", "maximum": "CUMMAX", "minimum": "CUMMIN"}
+
+
+def _running(b: Builder, ins: Instr, args: list) -> Value | None:
+    """A reduce-window from its reduction's identity whose window is all of one axis, n long,
+    stride 1, padded by n - 1 on one side, as jnp.cumsum, cumprod, cummax and cummin write it
+    (from the end where padded after): a CUM* of one step per element, where a pool takes n
+    (a top-p sampler's cumsum over 32,000 probabilities, a thousand million adds a row as a
+    pool). Padded by n, one more result of none first (XLA's passes write a long one in blocks
+    so): the axis takes the identity first, a PAD. None for any other reduce-window."""
+    if len(args) != 2 or not isinstance(ins.type, Shape) or ins.type.element == "pred":
         return None
-    [k] = spatial
-    n = shape[k]
-    before, after = window["pad"][k]
-    zeros = before + after - (n - 1)
-    if (n < 2 or window["size"][k] != n or window["stride"][k] != 1 or window["rhs_dilate"][k] != 1
-            or min(before, after) != 0 or zeros not in (0, 1)
-            or dims != tuple(d + zeros if a == k else d for a, d in enumerate(shape))):
+    x, init = (_array_arg(b, ins, a) for a in args)
+    kind = _reducer(b, ins, b.called(ins, "to_apply"))
+    window = _window(b, ins, len(x.shape))
+    if kind not in RUNNING or window["size"] is None or init.shape != () or not _neutral(b, init, kind, x.dtype):
         return None
-    return k, before == 0, zeros
+    slid = [k for k, size in enumerate(window["size"]) if size != 1 or window["pad"][k] != [0, 0]]
+    if len(slid) != 1 or any(d != 1 for d in window["lhs_dilate"]) or any(s != 1 for s in window["stride"]):
+        return None
+    [axis] = slid
+    n, (before, after) = x.shape[axis], window["pad"][axis]
+    extra = before + after - (n - 1)
+    dims, dtype = b.result(ins)
+    if (n < 2 or window["size"][axis] != n or window["rhs_dilate"][axis] != 1 or min(before, after) != 0
+            or extra not in (0, 1) or dtype != x.dtype
+            or dims != tuple(d + extra if k == axis else d for k, d in enumerate(x.shape))):
+        return None
+    tensor = b.full(ins, x)
+    if extra:
+        padding = [[0, 0]] * len(dims)
+        padding[axis] = [0, 1] if before == 0 else [1, 0]
+        start = reduction.identity(REDUCERS[kind][0], dtypes.numpy_dtype(dtype))
+        tensor = b.op(ins, "PAD", [tensor], {"padding": padding, "pad_value": start}, dtype, step="start")
+    tensor = b.op(ins, RUNNING[kind], [tensor], {"axis": axis, "reverse": before == 0}, dtype)
+    return _rounded(b, ins, Value(tensor, dims, dtype), b.called(ins, "to_apply"))
 
 
 def _window_operands(b: Builder, ins: Instr, args: list) -> tuple[tuple[int, ...], str, Value, Value, str]:
