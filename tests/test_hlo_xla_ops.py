@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -500,6 +501,32 @@ def test_argmax_after_xla_optimizations():
 # ---- refusals --------------------------------------------------------------------------------
 
 
+TOP_K = """HloModule m
+ENTRY e {
+  x = f32[1,5] parameter(0)
+  ROOT t = (f32[1,5], s32[1,5]) topk(x), k=5, largest=true
+}
+"""
+
+
+def test_top_k_orders_floats_as_xla_does_in_ieee_total_order():
+    """XLA's TopK compares the floats' bits: 0.0 before -0.0, a NaN by its sign (+NaN largest,
+    -NaN smallest); jnp.sort's comparator makes them canonical, which SORT's default order is."""
+    x = np.float32([[1, -0.0, 0.0, -0.0, np.nan]])
+    np.testing.assert_array_equal(run_hlo(TOP_K, {"x": x})["t.1"], [[4, 0, 2, 1, 3]])
+    x[0, 4] = -np.float32(np.nan)  # as x86 makes 0/0
+    assert np.signbit(x[0, 4])
+    np.testing.assert_array_equal(run_hlo(TOP_K, {"x": x})["t.1"], [[0, 2, 1, 3, 4]])
+
+
+def test_a_sort_of_float8_values():
+    """f8e4m3fn holds no infinity: the comparator is tried on the values the type holds."""
+    x = np.float32([[3, -2, 0.5, 1.5, -0.25]]).astype(ml_dtypes.float8_e4m3fn)
+    text = _sort_results(SORT, 1).replace("f32", "f8e4m3fn").replace("f8e4m3fn[3,5]", "f8e4m3fn[1,5]").replace(
+        "s32[3,5]", "s32[1,5]")
+    np.testing.assert_array_equal(run_hlo(text, {"a.1": x})["tuple.4.0"], [[1, 4, 2, 3, 0]])
+
+
 def _running_module(pad: str, length: int, region: str = ADD, init: str = "0") -> str:
     """A reduce-window by `region` over dim 1 of a [3, 6], the window all 6 long, padded by `pad`."""
     return f"""HloModule m
@@ -628,6 +655,12 @@ REFUSED = [
      "instruction 'or.3' (add) of to_apply computation 'region_0.1' is not one an argmax or argmin comparator"),
     (SORT.replace("iota(), iota_dimension=1", "iota(), iota_dimension=0"),
      "operand 1 is not the positions along dimension 1 (an iota, or one reversed)"),
+    (SORT.replace("  ROOT lt = pred[] compare(c.0, c.1), direction=LT, type=TOTALORDER",
+                  "  lt = pred[] compare(c.0, c.1), direction=LT, type=TOTALORDER\n"
+                  "  eq = pred[] compare(c.0, c.1), direction=EQ, type=TOTALORDER\n"
+                  "  later = pred[] compare(p2, p3), direction=GT\n  tie = pred[] and(eq, later)\n"
+                  "  ROOT before = pred[] or(lt, tie)"),
+     "is not an ascending or descending comparator of operand 0 alone"),  # ties broken by the last position
     (SORT.replace("direction=LT, type=TOTALORDER", "direction=EQ"),
      "to_apply computation 'region_0.1' is not an ascending or descending comparator of operand 0"),
     (SORT.replace("s.1 = f32[] select(eq.1, zero, p1)", "s.1 = f32[] add(zero, p1)"),

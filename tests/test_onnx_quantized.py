@@ -134,6 +134,20 @@ def test_qlinear_average_pool(unsigned, attrs):
     assert_equal(got, want)
 
 
+def test_qlinear_average_pool_refuses_what_onnxruntime_does():
+    x = int8(1, 2, 4, 4, unsigned=True)
+    constants = {"sx": np.float32(0.05), "zx": np.uint8(90), "sy": np.float32(0.03), "zy": np.int8(4)}
+    m = model("QLinearAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.int8,),
+              domain="com.microsoft", kernel_shape=[2, 2])
+    with pytest.raises(CompileError, match="its y_zero_point is i8, its x u8: both of one type"):
+        compiled(m)
+    constants["zy"] = np.uint8(4)
+    m = model("QLinearAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.uint8,),
+              domain="com.microsoft", kernel_shape=[2, 2], dilations=[2, 2])
+    with pytest.raises(CompileError, match="has dilations, which QLinearAveragePool does not define"):
+        compiled(m)
+
+
 def test_qlinear_mul_and_sigmoid_as_efficientnets_squeeze_excitation():
     """x * sigmoid(x), as a QOperator EfficientNet or MobileNetV3 writes its SiLU and its
     squeeze-excitation scale (onnxruntime's quantization tool after quant_pre_process)."""
@@ -352,13 +366,15 @@ def test_a_zero_point_of_another_type_than_its_tensor_is_refused():
 
 
 def _requantized_twice():
-    """x -> QuantizeLinear (scale 0.1) -> q1, then DequantizeLinear, * 0.5, QuantizeLinear (scale
-    0.01) -> q2 (q2 = 5 q1): both outputs. x[0] / 0.1 lies 1e-5 above the tie 10.5, x[1] / 0.1 is 5.3.
-    The program, the values a run gives, the reference outputs."""
-    x = np.float32([1.0500001, 0.53, 0.2, -0.7]).reshape(1, 4)
-    constants = {"s1": np.float32(0.1), "z1": np.int8(0), "half": np.float32(0.5), "s2": np.float32(0.01),
-                 "z2": np.int8(0)}
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z1"], ["q1"]),
+    """x -> * 2 -> QuantizeLinear (scale 0.1) -> q1, then DequantizeLinear, * 0.5, QuantizeLinear
+    (scale 0.01) -> q2 (q2 = 5 q1): both outputs. 2 x[0] / 0.1 lies within 1e-6 of the tie 10.5
+    (its operand computed, so it may lie on either side of it), 2 x[1] / 0.1 is 5.3. The program,
+    the values a run gives, the reference outputs."""
+    x = np.float32([0.525, 0.265, 0.1, -0.35]).reshape(1, 4)
+    constants = {"two": np.float32(2), "s1": np.float32(0.1), "z1": np.int8(0), "half": np.float32(0.5),
+                 "s2": np.float32(0.01), "z2": np.int8(0)}
+    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]),
+             helper.make_node("QuantizeLinear", ["x2", "s1", "z1"], ["q1"]),
              helper.make_node("DequantizeLinear", ["q1", "s1", "z1"], ["d1"]),
              helper.make_node("Mul", ["d1", "half"], ["h"]),
              helper.make_node("QuantizeLinear", ["h", "s2", "z2"], ["q2"])]
@@ -373,22 +389,35 @@ def _requantized_twice():
 
 
 def test_the_output_check_allows_a_step_at_a_tie_and_what_it_moves_downstream():
-    """A value a quantize rounds that lies within its tolerance of a tie may round to either step
-    (two computations of one float differ in its last bits), and the outputs computed from it are
-    held to what that step moves them by: 5 steps of q2 for q1's one. Anywhere else a step is an
-    error. (DenseNet-121 in QDQ form with its quantized tensors made outputs failed the check on 73
-    of them, by one or two steps.)"""
+    """A computed value a quantize rounds that lies within its tolerance of a tie may round to
+    either step (two computations of one float differ in its last bits), and the outputs computed
+    from it are held to what that step moves them by: 5 steps of q2 for q1's one. Anywhere else a
+    step is an error. (DenseNet-121 in QDQ form with its quantized tensors made outputs failed the
+    check on 73 of them, by one or two steps.)"""
     program, values, want = _requantized_twice()
     assert_equal([values["q1"], values["q2"]], want)
-    assert want[0][0, 0] == 11 and want[1][0, 0] == 55
+    assert abs(np.float32(0.525) * 2 / np.float32(0.1) - 10.5) < 1e-6 and want[1][0, 0] == 5 * want[0][0, 0]
+    other = want[0][0, 0] + (1 if want[0][0, 0] == 10 else -1)  # the step on the tie's other side
 
     def check(q1, q2):
         return check_outputs(program, {**values, "q1": np.int8(q1).reshape(1, 4), "q2": np.int8(q2).reshape(1, 4)})
 
     assert all(c.passed for c in check(want[0], want[1]).values())
-    tie = check([10, *want[0][0, 1:]], [50, *want[1][0, 1:]])  # the step below the tie, carried through
+    tie = check([other, *want[0][0, 1:]], [5 * other, *want[1][0, 1:]])  # the other step, carried through
     assert tie["q1"].passed and tie["q2"].passed
     off = check([want[0][0, 0], want[0][0, 1] - 1, *want[0][0, 2:]], want[1])  # 5.3 rounds to 5 alone
     assert not off["q1"].passed
     downstream = check(want[0], [want[1][0, 0], want[1][0, 1] - 5, *want[1][0, 2:]])  # from no tie
     assert not downstream["q2"].passed
+
+
+def test_a_kernel_quantizing_what_it_reads_gets_no_step_at_a_tie():
+    """The kernel check: a QUANTIZE of a value the kernel holds exactly (its own input, times 2)
+    rounds as the reference does, so the other step at the tie fails it."""
+    program, values, want = _requantized_twice()
+    other = want[0][0, 0] + (1 if want[0][0, 0] == 10 else -1)
+    [kernel] = [k for k in program.kernels if "q1" in k.outputs]
+    wrong = values["q1"].copy()
+    wrong[0, 0] = other
+    assert check_kernels(program, values)[kernel.name].passed
+    assert not check_kernels(program, {**values, "q1": wrong})[kernel.name].passed

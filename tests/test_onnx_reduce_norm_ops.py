@@ -231,3 +231,6 @@ def test_refusals_name_the_node_and_reason():
     assert "(GroupNormalization): num_groups 2 does not divide the 3 channels" in refusal(m)
     m = one_node("ArgMax", rand(2, 0, 3), 13, axis=1)
     assert "(ArgMax)" in refusal(m) and "empty" in refusal(m)
+    node = helper.make_node("TopK", ["x", "k"], ["y", "i"], largest=2)
+    m = model([node], {"x": X}, ["y", "i"], {"k": np.array([2], np.int64)}, opset=11)
+    assert "(TopK): largest 2 is not 0 or 1" in refusal(m)

@@ -400,6 +400,7 @@ ATTRIBUTES: dict[str, Callable[[str, Any], Any]] = {
     "exclusive": _bool,  # CUMSUM: each element's own value left out of its sum
     "reverse": _bool,  # CUMSUM: summed from the end of the axis
     "descending": _bool,  # SORT, ARGSORT: the largest first
+    "total_order": _bool,  # SORT, ARGSORT: floats in IEEE's total order (-0.0 before 0.0, a NaN by its sign)
     # QUANTIZED_ADD: each operand's and the result's quantization, [scale, zero point]
     "a_quantization": _quantization,
     "b_quantization": _quantization,

@@ -92,14 +92,18 @@ def _to_integers(shapes: list[Shape], dtypes: list[str], attrs: dict[str, Any]) 
 
 def _quantized_magnitude(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any], rtol: float
                          ) -> list[np.ndarray]:
-    """QUANTIZE's: the operand's, in steps of the scale; where the operand, off by up to rtol
-    times that, may lie on either side of a tie between two steps, either is right: its
-    magnitude then allows a step more (rtol times it), which the ops after carry on."""
+    """QUANTIZE's: the operand's, in steps of the scale, plus the zero point's size (so that no
+    result's own size, |q| <= |q - zero_point| + |zero_point|, hides it: DEQUANTIZE takes the
+    zero point off again). Where the operand carries an error from the ops before it (its
+    magnitude is more than its own size) and, off by up to rtol times that, may lie on either
+    side of a tie between two steps, either is right: its magnitude then allows a step more
+    (rtol times it), which the ops after carry on. An operand held exactly (a kernel's own input,
+    a map of it) gets no step: its rounding is the reference's."""
     steps, size = x[0] / x[1], m[0] / np.abs(x[1])
-    if rtol <= 0:
-        return [size]
-    from_tie = np.abs(np.abs(steps - np.floor(steps)) - 0.5)
-    return [np.where(from_tie <= rtol * size, size + 1 / rtol, size)]
+    if rtol > 0:
+        size = np.where((m[0] > np.abs(x[0])) & (np.abs(steps - np.floor(steps) - 0.5) <= rtol * size),
+                        size + 1 / rtol, size)
+    return [size + np.abs(x[2])]
 
 
 map_op("QUANTIZE", 3, _quantize, "saturate(round(x / scale) + zero_point) into `dtype`, halves to even; operands "
@@ -114,10 +118,10 @@ map_op("QUANTIZED_ADD", 2, _quantized_add, "QLinearAdd of a and b (one shape) as
        attrs={"a_quantization": REQUIRED, "b_quantization": REQUIRED, "quantization": REQUIRED, "dtype": "i8"},
        shapes=_same_shapes, magnitude=lambda x, m, attrs: m[0] + m[1])
 def _dequantized_magnitude(x: list[np.ndarray], m: list[np.ndarray], attrs: dict[str, Any]) -> np.ndarray:
-    """DEQUANTIZE's: the integers' magnitude in steps (a QUANTIZE's is its operand's, in steps, with
-    the step a tie allows), at least their size from their zero point, times the scale; plus the
-    addend's."""
-    return np.maximum(np.abs(x[0] - x[2]), m[0]) * np.abs(x[1]) + (m[3] if len(m) == 4 else 0)
+    """DEQUANTIZE's: the integers' magnitude in steps less the zero point's size (a QUANTIZE's is
+    its operand's in steps, with the step a tie allows), at least their size from the zero point,
+    times the scale; plus the addend's."""
+    return np.maximum(np.abs(x[0] - x[2]), m[0] - np.abs(x[2])) * np.abs(x[1]) + (m[3] if len(m) == 4 else 0)
 
 
 map_op("DEQUANTIZE", (3, 4), _dequantize, "(q - zero_point) * scale (+ addend); operands q, scale, zero_point "

@@ -429,11 +429,24 @@ _running_op("MIN", "the running minimum along `axis`, shaped as x (NaN from the 
 # ---- SORT, ARGSORT: a row in order --------------------------------------------------------------
 
 
+def total_order(x: np.ndarray) -> np.ndarray:
+    """Each float's place in IEEE's total order, a signed integer of its width: -NaN first, then
+    -inf .. -0.0, 0.0 .. inf, +NaN last (integers and truth values as they are)."""
+    if x.dtype.kind in "iub":
+        return x
+    bits = np.ascontiguousarray(x).view(np.dtype(f"i{x.dtype.itemsize}"))
+    return bits ^ ((bits >> (8 * x.dtype.itemsize - 1)) & np.iinfo(bits.dtype).max)
+
+
 def _sorted_positions(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
-    """The positions that put x in order along `axis`, stably (equal elements, -0.0 and 0.0 too,
-    keep their order): ascending, NaN last (numpy's order); descending, the largest and NaN first."""
+    """The positions that put x in order along `axis`, stably (equal elements keep their order):
+    ascending, NaN last (numpy's order, -0.0 and 0.0 equal); descending, the largest and NaN
+    first. With `total_order`, floats in IEEE's total order (XLA's TopK): -0.0 before 0.0, a NaN
+    by its sign."""
     axis = normalize_axis(attrs["axis"], x.ndim)
-    if x.dtype.kind not in "iub":
+    if attrs["total_order"]:
+        x = total_order(x)
+    elif x.dtype.kind not in "iub":
         x = x.astype(np.float64)  # exact for every float type; numpy sorts bf16 and f8 (ml_dtypes) wrongly
     if not attrs["descending"]:
         return np.argsort(x, axis=axis, kind="stable")
@@ -472,12 +485,14 @@ def _sort_op(name: str, positions: bool, doc: str) -> OpDef:
                 else np.take_along_axis(magnitudes[0], where, normalize_axis(attrs["axis"], values[0].ndim))]
 
     return register(OpDef(name=name, min_inputs=1, max_inputs=1, infer_shapes=_axis_shapes, reference=reference,
-                          compute_type=f"{name}_TILE", family="reduction", attrs={"axis": -1, "descending": False},
+                          compute_type=f"{name}_TILE", family="reduction",
+                          attrs={"axis": -1, "descending": False, "total_order": False},
                           doc=doc, tile=tile, whole_axes=_the_axis,
                           result_dims=lambda shape, attrs: list(range(len(shape))), vector_work=work,
                           magnitude=magnitude))
 
 
-_sort_op("SORT", False, "x in order along `axis`, stably: ascending with NaN last, or descending with NaN first")
+_sort_op("SORT", False, "x in order along `axis`, stably: ascending with NaN last, or descending with NaN first; "
+                        "total_order: floats in IEEE's total order (-0.0 before 0.0, a NaN by its sign)")
 _sort_op("ARGSORT", True, "the positions along `axis` that put x in order (SORT's), an integer: of equal elements "
                           "the first first")

@@ -7,6 +7,7 @@ makes; what an op computes is the registry's (dfx/ops/), never restated here.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 import re
@@ -1202,7 +1203,7 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
     types = list(ins.type) if isinstance(ins.type, tuple) else [ins.type]
     if len(types) != len(operands) or any(not isinstance(t, Shape) or t.dims != o.shape for t, o in zip(types, operands)):
         raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not one array per operand, shaped as it")
-    order = {"axis": axis, "descending": _sort_order(b, ins, b.called(ins, "to_apply"), [o.dtype for o in operands])}
+    order = {"axis": axis, **_sort_order(b, ins, b.called(ins, "to_apply"), [o.dtype for o in operands])}
     data = b.full(ins, keys)
     results = [Value(b.op(ins, "SORT", [data], order, keys.dtype, step="sort"), keys.shape, keys.dtype)]
     along = np.arange(keys.shape[axis]).reshape([-1 if k == axis else 1 for k in range(len(keys.shape))])
@@ -1219,6 +1220,7 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
         if line is None:
             raise b.fail(ins, f"{b.where(ins)}: operand {k} is not the positions along dimension {axis} (an iota, "
                               "or one reversed): a sort carrying other operands is not supported")
+        _holds_positions(b, ins, carried.dtype, keys.shape[axis])
         positions = b.op(ins, "ARGSORT", [data], order, carried.dtype, step="argsort")
         start, step = line  # the carried value at each position p: start + step p
         if step != 1:
@@ -1230,73 +1232,77 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
     return results[0] if not isinstance(ins.type, tuple) else tuple(results)
 
 
-def _top_k(b: Builder, ins: Instr, args: list, descending: bool) -> tuple:
-    """The k largest (smallest) along the last dimension, in that order, and their positions:
-    SLICEs of the operand SORTed and ARGSORTed."""
+def _top_k(b: Builder, ins: Instr, args: list, order: dict[str, Any], k: int | None = None) -> tuple:
+    """The k first along the last dimension in SORT's `order` (the largest, or the smallest) and
+    their positions: SLICEs of the operand SORTed and ARGSORTed."""
     b.arity(ins, args, 1)
     x = _array_arg(b, ins, args[0])
     if not (isinstance(ins.type, tuple) and len(ins.type) == 2 and all(isinstance(t, Shape) for t in ins.type)
             and ins.type[0].dims == ins.type[1].dims and len(x.shape) >= 1
-            and ins.type[0].dims[:-1] == x.shape[:-1] and ins.type[0].dims[-1] <= x.shape[-1]):
-        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the top k of {list(x.shape)} and "
-                          "their positions")
+            and ins.type[0].dims[:-1] == x.shape[:-1] and 1 <= ins.type[0].dims[-1] <= x.shape[-1]
+            and ins.type[0].dims[-1] == (k if k is not None else ins.type[0].dims[-1])):
+        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the top {k if k is not None else 'k'} "
+                          f"(at least 1) of {list(x.shape)} and their positions")
     (dims, dtype), (_, position_dtype) = ((t.dims, b.dtype(ins, t)) for t in ins.type)
-    if dtype != x.dtype or not dtypes.is_integer(position_dtype):
-        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the operand's {x.dtype} and integer "
+    _holds_positions(b, ins, position_dtype, x.shape[-1])
+    if dtype != x.dtype:
+        raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not the operand's {x.dtype} and the "
                           "positions")
     data = b.full(ins, x)
-    order = {"axis": len(x.shape) - 1, "descending": descending}
+    order = {"axis": len(x.shape) - 1, **order}
     box = {"start": [0] * len(dims), "size": list(dims)}
     return tuple(Value(b.op(ins, "SLICE", [b.op(ins, op, [data], order, t, step=op.lower())], box, t), dims, t)
                  for op, t in (("SORT", dtype), ("ARGSORT", position_dtype)))
 
 
+def _holds_positions(b: Builder, ins: Instr, dtype: str, n: int) -> None:
+    """Positions along a dimension of n are of an integer type that holds n - 1."""
+    if not dtypes.is_integer(dtype) or np.iinfo(dtypes.numpy_dtype(dtype)).max < n - 1:
+        raise b.fail(ins, f"{b.where(ins)}: positions of {dtype} cannot number the {n} elements of the dimension")
+
+
 def _topk(b: Builder, ins: Instr, args: list) -> tuple:
-    """topk(x), k=K, largest=true|false."""
+    """topk(x), k=K, largest=true|false: in IEEE's total order, as XLA's TopK compares."""
     largest = b.attr(ins, "largest", required=False)
     if largest not in (None, "true", "false"):
         raise b.fail(ins, f"{b.where(ins)}: largest={clip(largest)} is not true or false")
-    b.int_attr(ins, "k")
-    return _top_k(b, ins, args, largest != "false")
+    return _top_k(b, ins, args, {"descending": largest != "false", "total_order": True}, b.int_attr(ins, "k"))
 
 
-def _sort_order(b: Builder, ins: Instr, comp: Computation, operand_dtypes: list[str]) -> bool:
-    """Whether a sort's comparator puts the larger of operand 0's elements first (else the
-    smaller), recognised by what it does: run on pairs of values (NaN among floats, the other
-    operands' parameters equal), it must say "before" exactly where the registry's SORT puts the
-    first before the second, ascending with NaN last or descending with NaN first. -0.0 and 0.0
-    are not tried: SORT takes them as equal, where a total order puts -0.0 first."""
-    dtype = operand_dtypes[0]
-    kind = dtypes.numpy_dtype(dtype)
-    if dtypes.is_integer(dtype):
+def _sort_order(b: Builder, ins: Instr, comp: Computation, operand_dtypes: list[str]) -> dict[str, Any]:
+    """SORT's `descending` and `total_order` that a sort's comparator means, recognised by what
+    it does: run on every pair of operand 0's values (NaN of each sign, -0.0 and 0.0 among
+    floats), each with the other operands' pairs in either order and equal, it must say "before"
+    exactly where SORT puts the first strictly before the second: ascending or descending, NaN
+    and -0.0 as jnp.sort makes them canonical, or in IEEE's total order (XLA's TopK). A
+    comparator that breaks ties on another operand, or reads a parameter of none, is refused."""
+    params = [i for i in comp.instrs.values() if i.opcode == "parameter"]
+    if len(params) != 2 * len(operand_dtypes):
+        raise b.fail(ins, f"{b.where(ins)}: to_apply computation '{clip(comp.name)}' has {len(params)} parameters, "
+                          f"a comparator of {len(operand_dtypes)} operands has {2 * len(operand_dtypes)}")
+    kind = dtypes.numpy_dtype(operand_dtypes[0])
+    if dtypes.is_integer(operand_dtypes[0]):
         info = np.iinfo(kind)
-        values = [v for v in (info.min, -7, -1, 0, 2, 5, info.max) if info.min <= v <= info.max]
+        values = [np.asarray(v, kind) for v in (info.min, -7, -1, 0, 2, 5, info.max) if info.min <= v <= info.max]
     else:
-        values = [-math.inf, -2.5, 0.0, 1.0, 3.5, math.inf, math.nan]
-    others = [np.zeros((), dtypes.numpy_dtype(t)) for t in operand_dtypes[1:] for _ in range(2)]
-    said = [_run_scalars(b, ins, comp, [np.asarray(p, kind), np.asarray(q, kind), *others]) for p in values
-            for q in values]
-    pairs = [(p, q) for p in values for q in values]
-    for descending in (False, True):
-        if all(bool(r) == _before(p, q, descending) for (p, q), r in zip(pairs, said)):
-            return descending
+        wanted = (-math.inf, -2.5, -0.0, 0.0, 1.0, 3.5, math.inf)
+        with np.errstate(all="ignore"):  # only what the type holds (f8e4m3fn has no infinity)
+            values = [np.asarray(w, kind) for w in wanted if float(np.asarray(w, kind)) == w]
+            values += [np.asarray(math.nan, kind), np.negative(np.asarray(math.nan, kind))]  # a NaN of each sign
+    pairs = [[np.asarray(v, dtypes.numpy_dtype(t)) for v in pair] for t in operand_dtypes[1:]
+             for pair in ((0, 1), (1, 0), (0, 0))]
+    carried = [[v for pair in others for v in pair] for others in itertools.product(
+        *(pairs[3 * k:3 * k + 3] for k in range(len(operand_dtypes) - 1)))]
+    said = [{bool(_run_scalars(b, ins, comp, [p, q, *others])) for others in carried} for p in values for q in values]
+    argsort = REGISTRY["ARGSORT"]
+    for descending, total in itertools.product((False, True), (False, True)):
+        order = argsort.normalize_attrs({"axis": 0, "descending": descending, "total_order": total})
+        # p strictly before q: q then p sorted comes out p first
+        before = [argsort.reference([np.stack([q, p])], order, ["i32"])[0][0] == 1 for p in values for q in values]
+        if all(results == {bool(want)} for want, results in zip(before, said)):
+            return {"descending": descending, "total_order": total}
     raise b.fail(ins, f"{b.where(ins)}: to_apply computation '{clip(comp.name)}' is not an ascending or descending "
-                      "comparator of operand 0 (NaN last, or first)")
-
-
-def _before(p: float, q: float, descending: bool) -> bool:
-    """Whether SORT puts p before q: ascending, NaN last; descending, NaN first."""
-    if math.isnan(p) or math.isnan(q):
-        return math.isnan(q) != descending and math.isnan(p) != math.isnan(q)
-    return p > q if descending else p < q
-
-
-def _total_order(x: np.ndarray) -> np.ndarray:
-    """A float's place in IEEE's total order as a signed integer of its width (integers as they are)."""
-    if x.dtype.kind in "iub":
-        return x
-    bits = x.view(np.dtype(f"i{x.dtype.itemsize}"))
-    return bits ^ ((bits >> (8 * x.dtype.itemsize - 1)) & np.iinfo(bits.dtype).max)
+                      "comparator of operand 0 alone (NaN last, or first; canonical or in IEEE's total order)")
 
 
 SCALAR_COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
@@ -1319,7 +1325,8 @@ def _run_scalars(b: Builder, ins: Instr, comp: Computation, params: list[np.ndar
                 values[i.name] = _literal_array(b, i, (), b.dtype(ins, i.type)).astype(numpy_type).reshape(())
             elif i.opcode == "compare" and len(got) == 2 and b.attr(i, "direction") in SCALAR_COMPARE:
                 total = b.attr(i, "type", required=False) == "TOTALORDER"
-                values[i.name] = SCALAR_COMPARE[b.attr(i, "direction")](*(_total_order(g) if total else g for g in got))
+                values[i.name] = SCALAR_COMPARE[b.attr(i, "direction")](*(reduction.total_order(g) if total else g
+                                                                             for g in got))
             elif i.opcode == "select" and len(got) == 3:
                 values[i.name] = got[1] if got[0] else got[2]
             elif i.opcode in ("and", "or", "xor") and len(got) == 2:

@@ -578,7 +578,10 @@ def top_k(n: Node) -> None:
     k = n.ints(1, "K")
     if len(k) != 1 or not 0 <= k[0] <= shape[axis]:
         raise n.fail(f"K {k} is not one number of 0 .. {shape[axis]} (axis {axis} of {list(shape)})")
-    order = {"axis": axis, "descending": bool(n.int_attr("largest", 1))}
+    largest = n.int_attr("largest", 1)
+    if largest not in (0, 1):
+        raise n.fail(f"largest {largest} is not 0 or 1")
+    order = {"axis": axis, "descending": bool(largest)}
     box = {"start": [0] * len(shape), "size": [k[0] if a == axis else -1 for a in range(len(shape))]}
     for out, op in ((0, "SORT"), (1, "ARGSORT")):
         if n.out(out) is not None:

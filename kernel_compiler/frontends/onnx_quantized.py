@@ -362,7 +362,11 @@ def qlinear_average_pool(n: Node) -> None:
     # X, x_scale, x_zero_point, y_scale, y_zero_point
     if n.int_attr("channels_last", 0):
         raise n.fail("channels_last 1 is not supported")
+    if n.ints_attr("dilations") is not None:
+        raise n.fail("has dilations, which QLinearAveragePool does not define")
     _per_tensor(n, 1, 2, 3, 4)
+    if n.has(4) and n.input_dtype(4) != n.input_dtype(0):
+        raise n.fail(f"its y_zero_point is {n.input_dtype(4)}, its x {n.input_dtype(0)}: both of one type")
     mean = pool_of(n, _dequantized(n, 0, 1, 2), "average", out=None, result_dtype="f32")
     dtype = _quantized_type(n, 4, n.input_dtype(0))
     scale, zero = n.value(3), n.value(4) if n.has(4) else np.zeros(1)
