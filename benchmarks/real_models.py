@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import Proc, machine, run, today, write_section  # noqa: E402
+from results import RESULTS, Proc, machine, run, today, write_section  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SECTION = "Real models"
@@ -157,11 +157,37 @@ def table(runs: list[ModelRun]) -> list[str]:
     return lines + (["", "Failures:", *failures] if failures else [])
 
 
+def _section() -> list[str]:
+    """The lines of RESULTS.md's section, empty where it has none."""
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    start = text.find(f"\n## {SECTION}\n")
+    if start < 0:
+        return []
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)].splitlines()
+
+
+def kept_rows() -> dict[str, str]:
+    """The table rows of RESULTS.md's section by model name, in their order."""
+    rows = [line for line in _section() if line.startswith("| ") and not line.startswith("| model |")]
+    return {row.split("|")[1].strip(): row for row in rows}
+
+
+def previous_measurement() -> str:
+    """The section's sentence saying when and where its rows were measured."""
+    return next((line for line in _section() if line.startswith("Measured ")), "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--zoo", type=Path, help="make_zoo.py --full's output directory")
     parser.add_argument("--only", nargs="*", help="model names to run (default: all)")
+    parser.add_argument("--keep", action="store_true",
+                        help="with --only: keep the other models' rows as RESULTS.md has them, and say which rows "
+                             "this run measured")
     options = parser.parse_args()
+    if options.keep and not options.only:
+        parser.error("--keep goes with --only")
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -191,8 +217,20 @@ def main() -> None:
             runs.append(run_model(name, source, path, work, inputs, expected))
     command = "python examples/make_zoo.py --full -o build/zoo-full && " \
               ".venv/bin/python benchmarks/real_models.py --zoo build/zoo-full"
+    commit = os.popen(f'git -C {REPO} rev-parse --short HEAD').read().strip()
+    measured = f"Measured {today()} on {machine()}, commit {commit}."
+    rows = table(runs)
+    if options.keep:
+        kept, before = kept_rows(), previous_measurement()
+        names = [name for name, _, _ in jobs]
+        fresh = {r.name: line for r, line in zip(runs, rows[2:])}
+        order = names + [name for name in kept if name not in names]
+        rows = rows[:2] + [fresh.get(name) or kept[name] for name in order if name in fresh or name in kept] \
+            + rows[2 + len(runs):]
+        measured = (f"{before} The rows of {', '.join(r.name for r in runs)}: measured {today()}, commit {commit} "
+                    f"(`benchmarks/real_models.py --only {' '.join(options.only)} --keep`).")
     text = "\n".join([
-        f"Measured {today()} on {machine()}, commit {os.popen(f'git -C {REPO} rev-parse --short HEAD').read().strip()}.",
+        measured,
         f"Reproduce: `{command}`.", "",
         "Each model compiled for configs/standard.json; the loader run three times: timing only with an empty "
         "binding cache (first), again from the cache, and with --check. Wall seconds include interpreter start-up; "
@@ -201,7 +239,7 @@ def main() -> None:
         "JAX's outputs on their stored inputs (largest error over the output's peak). A JAX workload's three rows "
         "are its forms: `lowered` (`jit(f).lower(...).compiler_ir('hlo').as_hlo_text()`), `compiled` "
         "(`.compile().as_text()`), `dumped` (XLA_FLAGS=--xla_dump_to, after optimizations).", "",
-        *table(runs)])
+        *rows])
     write_section(SECTION, text)
     print(text)
 

@@ -1189,8 +1189,8 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
     """sort along one dimension by a comparator of operand 0's elements, as jnp.sort and
     jnp.argsort write it: operand 0 SORTed, and each other operand that is the positions along
     that dimension (an iota, or one reversed, as a descending argsort sorts the reversed operand)
-    ARGSORTed, as the carried values those positions pick. The comparator is recognised by what it does
-    (`_sort_order`); a sort carrying other operands is refused."""
+    ARGSORTed, as the carried values those positions pick. The comparator is recognised by what
+    it does (`_sort_order`); a sort carrying other operands is refused."""
     if not args:
         raise b.fail(ins, f"{b.where(ins)}: a sort takes at least one operand")
     operands = [_array_arg(b, ins, a) for a in args]
@@ -1201,7 +1201,8 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
         raise b.fail(ins, f"{b.where(ins)}: dimensions={{{','.join(map(str, axes))}}}: a sort is along one dimension")
     [axis] = axes
     types = list(ins.type) if isinstance(ins.type, tuple) else [ins.type]
-    if len(types) != len(operands) or any(not isinstance(t, Shape) or t.dims != o.shape for t, o in zip(types, operands)):
+    if len(types) != len(operands) or any(not isinstance(t, Shape) or t.dims != o.shape
+                                          for t, o in zip(types, operands)):
         raise b.fail(ins, f"{b.where(ins)}: declares {type_text(ins.type)}, not one array per operand, shaped as it")
     order = {"axis": axis, **_sort_order(b, ins, b.called(ins, "to_apply"), [o.dtype for o in operands])}
     data = b.full(ins, keys)
@@ -1224,7 +1225,8 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
         positions = b.op(ins, "ARGSORT", [data], order, carried.dtype, step="argsort")
         start, step = line  # the carried value at each position p: start + step p
         if step != 1:
-            positions = b.op(ins, "MUL", [positions, b.scalar(ins, step, carried.dtype)], {}, carried.dtype, step="step")
+            positions = b.op(ins, "MUL", [positions, b.scalar(ins, step, carried.dtype)], {}, carried.dtype,
+                             step="step")
         if start:
             positions = b.op(ins, "ADD", [positions, b.scalar(ins, start, carried.dtype)], {}, carried.dtype,
                              step="start")
@@ -1341,9 +1343,10 @@ def _run_scalars(b: Builder, ins: Instr, comp: Computation, params: list[np.ndar
             elif i.opcode == "negate" and len(got) == 1:
                 values[i.name] = np.negative(got[0])
             else:
-                raise b.fail(ins, f"{b.where(ins)}: instruction '{clip(i.name)}' ({clip(i.opcode)}) of computation "
-                                  f"'{clip(comp.name)}' is not one a sort's comparator is made of (compares, "
-                                  "selects, logic, bitcast-converts, converts, negates of its parameters and constants)")
+                raise b.fail(ins, f"{b.where(ins)}: instruction '{clip(i.name)}' ({clip(i.opcode)}) of "
+                                  f"computation '{clip(comp.name)}' is not one a sort's comparator is made of "
+                                  "(compares, selects, logic, bitcast-converts, converts, negates of its parameters "
+                                  "and constants)")
     return values[comp.root.name]
 
 

@@ -321,7 +321,8 @@ def _rounded_with_zero_point(n: Node, steps: str, zero_point: float, dtype: str)
     kernels of the com.microsoft ops do (a tie rounds to even after the zero point is added)."""
     shifted = n.emit("ADD", [steps, n.constant(np.float32(zero_point), "f32", "zero")], result_dtype="f32")
     n.emit("QUANTIZE", [shifted, n.constant(np.float32(1), "f32", "one"),
-                        n.constant(np.zeros((), numpy_dtype(dtype)), dtype, "zero")], out=0, result_dtype=dtype, dtype=dtype)
+                        n.constant(np.zeros((), numpy_dtype(dtype)), dtype, "zero")],
+           out=0, result_dtype=dtype, dtype=dtype)
 
 
 def qlinear_sigmoid(n: Node) -> None:
