@@ -386,14 +386,17 @@ def linear_recurrence() -> Workload:
 
 def _sort_top_k(x):
     scores = jnp.sort(x, axis=-1)
-    return scores, jnp.argsort(x, axis=0, descending=True), jax.lax.top_k(x, 3)
+    carried = jax.lax.sort_key_val(x, jnp.cos(x), dimension=0)[1]
+    return scores, jnp.argsort(x, axis=0, descending=True), jax.lax.top_k(x, 3), carried
 
 
 def sort_top_k() -> Workload:
-    """jnp.sort, a descending jnp.argsort (of the operand reversed, and its positions) and
-    jax.lax.top_k, a router's pick of experts. Values on a grid of thirds, so rows hold ties."""
+    """jnp.sort, a descending jnp.argsort (of the operand reversed, and its positions),
+    jax.lax.top_k (a router's pick of experts) and jax.lax.sort_key_val (values carried in their
+    keys' order). Values on a grid of thirds, so rows hold ties."""
     x = jnp.round(_normal("x", (6, 16)) * 3) / 3
-    return Workload(_sort_top_k, (x,), "x [6, 16] with ties: sort over 1, argsort descending over 0, top 3 over 1")
+    return Workload(_sort_top_k, (x,), "x [6, 16] with ties: sort over 1, argsort descending over 0, top 3 over 1, "
+                                       "sort_key_val over 0")
 
 
 def _top_p(logits):

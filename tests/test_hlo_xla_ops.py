@@ -625,6 +625,24 @@ def test_sort_and_argsort_keep_equal_values_in_order_and_nan_last():
     np.testing.assert_array_equal(out["tuple.4.0"], np.take_along_axis(a, out["tuple.4.1"], axis=1))
 
 
+def test_a_sort_carries_any_operand_in_its_keys_order():
+    """jax.lax.sort_key_val: the values go where their keys go (a GATHER at the ARGSORTed keys'
+    flat positions), here an iota along the other dimension and an f32 tensor."""
+    text = _sort_results(SORT.replace("iota(), iota_dimension=1", "iota(), iota_dimension=0"), 0, 1)
+    a = np.float32([[2, np.nan, -1, 2, 0], [1, 1, 1, 1, 1], [np.inf, -0.0, 0.0, -np.inf, 3]])
+    order = np.argsort(np.where(np.isnan(a), np.inf, a), axis=1, kind="stable")
+    order[0] = [2, 4, 0, 3, 1]  # NaN after inf
+    out = run_hlo(text, {"a.1": a})
+    np.testing.assert_array_equal(out["tuple.4.1"], np.take_along_axis(np.broadcast_to(np.arange(3)[:, None], (3, 5)),
+                                                                       order, axis=1))
+    values = text.replace("  iota.2 = s32[3,5]{1,0} iota(), iota_dimension=0\n", "  v.2 = f32[3,5]{1,0} parameter(1)\n")
+    values = values.replace("sort(a.1, iota.2)", "sort(a.1, v.2)").replace("p2 = s32[]", "p2 = f32[]").replace(
+        "p3 = s32[]", "p3 = f32[]").replace("s32[3,5]{1,0} get-tuple-element", "f32[3,5]{1,0} get-tuple-element").replace(
+        "(f32[3,5]{1,0}, s32[3,5]{1,0})", "(f32[3,5]{1,0}, f32[3,5]{1,0})")
+    v = np.float32(np.arange(15).reshape(3, 5) * 1.5 - 4)
+    np.testing.assert_array_equal(run_hlo(values, {"a.1": a, "v.2": v})["tuple.4.1"], np.take_along_axis(v, order, axis=1))
+
+
 def test_a_greater_than_comparator_sorts_largest_first():
     text = _sort_results(SORT.replace("direction=LT, type=TOTALORDER", "direction=GT, type=TOTALORDER"), 1)
     out = run_hlo(text, {"a.1": np.float32([[2, np.nan, -1, 2, 0], [1, 1, 1, 1, 1], [5, 4, 3, 2, 1]])})
@@ -653,8 +671,6 @@ REFUSED = [
      "the init values must be the minimum's identity and position 0"),
     (ARGMAX_ARGMIN.replace("or.3 = pred[] or(or.2, and.1)", "or.3 = pred[] add(or.2, and.1)"),
      "instruction 'or.3' (add) of to_apply computation 'region_0.1' is not one an argmax or argmin comparator"),
-    (SORT.replace("iota(), iota_dimension=1", "iota(), iota_dimension=0"),
-     "operand 1 is not the positions along dimension 1 (an iota, or one reversed)"),
     (SORT.replace("  ROOT lt = pred[] compare(c.0, c.1), direction=LT, type=TOTALORDER",
                   "  lt = pred[] compare(c.0, c.1), direction=LT, type=TOTALORDER\n"
                   "  eq = pred[] compare(c.0, c.1), direction=EQ, type=TOTALORDER\n"

@@ -1189,8 +1189,8 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
     """sort along one dimension by a comparator of operand 0's elements, as jnp.sort and
     jnp.argsort write it: operand 0 SORTed, and each other operand that is the positions along
     that dimension (an iota, or one reversed, as a descending argsort sorts the reversed operand)
-    ARGSORTed, as the carried values those positions pick. The comparator is recognised by what
-    it does (`_sort_order`); a sort carrying other operands is refused."""
+    ARGSORTed, as the carried values those positions pick; any other operand taken in the keys'
+    order (`_taken_along`). The comparator is recognised by what it does (`_sort_order`)."""
     if not args:
         raise b.fail(ins, f"{b.where(ins)}: a sort takes at least one operand")
     operands = [_array_arg(b, ins, a) for a in args]
@@ -1219,8 +1219,8 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
                     and np.array_equal(known, first + step * along):
                 line = int(first.flat[0]), int(step.flat[0])
         if line is None:
-            raise b.fail(ins, f"{b.where(ins)}: operand {k} is not the positions along dimension {axis} (an iota, "
-                              "or one reversed): a sort carrying other operands is not supported")
+            results.append(Value(_taken_along(b, ins, carried, k, axis, order, data), keys.shape, carried.dtype))
+            continue
         _holds_positions(b, ins, carried.dtype, keys.shape[axis])
         positions = b.op(ins, "ARGSORT", [data], order, carried.dtype, step="argsort")
         start, step = line  # the carried value at each position p: start + step p
@@ -1232,6 +1232,31 @@ def _sort(b: Builder, ins: Instr, args: list) -> AnyValue:
                              step="start")
         results.append(Value(positions, keys.shape, carried.dtype))
     return results[0] if not isinstance(ins.type, tuple) else tuple(results)
+
+
+def _taken_along(b: Builder, ins: Instr, carried: Value, k: int, axis: int, order: dict[str, Any], keys: str) -> str:
+    """Operand `k` of a sort in the order that sorts `keys` along `axis` (jax.lax.sort_key_val's
+    values): a GATHER of its elements, viewed flat, at the flat positions of the ARGSORTed keys
+    (each position along the axis times its stride, plus what the element's other coordinates
+    add), computed in i32."""
+    shape = carried.shape
+    size = math.prod(shape)
+    if size >= 2**31 - 1:
+        raise b.fail(ins, f"{b.where(ins)}: its {size:,} elements do not fit in i32, which the positions are "
+                          "computed in")
+    strides = [math.prod(shape[j + 1:]) for j in range(len(shape))]
+    flat = b.op(ins, "ARGSORT", [keys], order, "i32", step="order")
+    if strides[axis] != 1:
+        flat = b.op(ins, "MUL", [flat, b.scalar(ins, strides[axis], "i32")], {}, "i32", step="stride")
+    others = sum((np.arange(d).reshape([-1 if j == i else 1 for j in range(len(shape))]) * strides[i]
+                  for i, d in enumerate(shape) if i != axis), np.zeros((), np.int64))
+    if np.any(others):
+        rows = b.constant(f"{b.own_name(ins)}.rows", np.broadcast_to(others, shape).astype(np.int32), "i32")
+        flat = b.op(ins, "ADD", [flat, rows], {}, "i32", step="flat")
+    elements = b.reshape(ins, b.full(ins, carried), (size,), f"values{k}")
+    taken = b.op(ins, "GATHER", [elements, b.reshape(ins, flat, (size,), "positions")], {"axis": 0}, carried.dtype,
+                 step=f"taken{k}")
+    return b.reshape(ins, taken, shape, f"sorted{k}")
 
 
 def _top_k(b: Builder, ins: Instr, args: list, order: dict[str, Any], k: int | None = None) -> tuple:
