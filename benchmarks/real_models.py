@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -228,7 +229,7 @@ def main() -> None:
         rows = rows[:2] + [fresh.get(name) or kept[name] for name in order if name in fresh or name in kept] \
             + rows[2 + len(runs):]
         measured = (f"{before} The rows of {', '.join(r.name for r in runs)}: measured {today()}, commit {commit} "
-                    f"(`benchmarks/real_models.py --only {' '.join(options.only)} --keep`).")
+                    f"(`benchmarks/real_models.py --only {' '.join(map(shlex.quote, options.only))} --keep`).")
     text = "\n".join([
         measured,
         f"Reproduce: `{command}`.", "",
