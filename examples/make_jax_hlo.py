@@ -412,10 +412,21 @@ def top_p() -> Workload:
     return Workload(_top_p, (3.0 * _normal("logits", (2, 1000)),), "logits [2, 1000]: sorted, softmax, cumsum, mask")
 
 
+def _order_statistics(x):
+    gates = jax.nn.softmax(jax.lax.top_k(x, 2)[0], axis=-1)  # a mixture of experts' gate: only the values
+    return jnp.median(x, axis=-1), jnp.quantile(x, 0.9, axis=-1), gates, jnp.argsort(jnp.argsort(x, axis=-1), axis=-1)
+
+
+def order_statistics() -> Workload:
+    """jnp.median and jnp.quantile (a sort, after XLA's passes a jnp.any of NaN in blocks), a top-2
+    gate whose positions go unused (XLA's TopK then compares the values alone) and ranks."""
+    return Workload(_order_statistics, (_normal("x", (4, 33)),), "x [4, 33]: median, 0.9 quantile, top-2 gate, ranks")
+
+
 WORKLOADS: dict[str, Callable[[], Workload]] = {f.__name__: f for f in (
     mlp_gelu, cnn_bn_pool, resnet_block, dw_separable, encoder_block, gpt_block, rmsnorm, bf16_attention,
     batched_einsum, logsumexp, variance, embedding, argmax, conv_transpose, scan_layers, nnx_closure, nchw_conv,
-    permuted_outputs, bf16_reductions, first_token, linear_recurrence, sort_top_k, top_p)}
+    permuted_outputs, bf16_reductions, first_token, linear_recurrence, sort_top_k, top_p, order_statistics)}
 
 
 # ---- printing --------------------------------------------------------------------------------

@@ -882,7 +882,8 @@ def _neutral(b: Builder, init: Value, kind: str, dtype: str, pred: bool = False)
 # ---- reduce-window: the pools ----------------------------------------------------------------
 
 # the reduction a window applies -> the pool; a min pool is the max pool of -x (negation is exact)
-POOLS = {"maximum": "MAXPOOL2D", "add": "SUMPOOL2D", "minimum": "MAXPOOL2D"}
+POOLS = {"maximum": "MAXPOOL2D", "add": "SUMPOOL2D", "minimum": "MAXPOOL2D",
+         "or": "MAXPOOL2D"}  # of pred, held in u8 as 0 and 1: XLA's blocks of a jnp.any
 
 
 def _reduce_window(b: Builder, ins: Instr, args: list) -> Value:
@@ -982,12 +983,15 @@ def _window_operands(b: Builder, ins: Instr, args: list) -> tuple[tuple[int, ...
     x, init = (_array_arg(b, ins, a) for a in args)
     kind = _reducer(b, ins, b.called(ins, "to_apply"))
     if kind not in POOLS:
-        raise b.fail(ins, f"{b.where(ins)}: a reduce-window by '{kind}' is not supported (add, maximum, minimum are)")
+        raise b.fail(ins, f"{b.where(ins)}: a reduce-window by '{kind}' is not supported (add, maximum, minimum "
+                          "are; or on pred)")
     if kind == "minimum" and dtypes.is_integer(x.dtype):
         raise b.fail(ins, f"{b.where(ins)}: a reduce-window by 'minimum' of integers is not supported (a max pool "
                           "of -x, which would overflow at the lowest value)")
     if kind == "add" and ins.type.element == "pred":
         raise b.fail(ins, f"{b.where(ins)}: a reduce-window by 'add' on pred is not supported")
+    if kind == "or" and ins.type.element != "pred":
+        raise b.fail(ins, f"{b.where(ins)}: a reduce-window by 'or' is supported on pred only")
     if init.shape != () or len(dims) != len(x.shape):
         raise b.fail(ins, f"{b.where(ins)}: takes an operand of the result's rank and a scalar init value, got "
                           f"{list(x.shape)} and {list(init.shape)} for {list(dims)}")
@@ -1551,7 +1555,10 @@ def _custom_call(b: Builder, ins: Instr, args: list) -> AnyValue:
         if len(comps) != 1:
             raise b.fail(ins, f"{b.where(ins)}: a TopK custom-call calls one comparator, got {len(comps)}")
         b.arity(ins, args, 1)
-        return _top_k(b, ins, args, _sort_order(b, ins, comps[0], [_array_arg(b, ins, args[0]).dtype, "i32"]))
+        # its comparator compares the values, and the positions where the top-k's positions are used
+        compared = sum(i.opcode == "parameter" for i in comps[0].instrs.values()) // 2
+        operands = [_array_arg(b, ins, args[0]).dtype, "i32"][:max(compared, 1)]
+        return _top_k(b, ins, args, _sort_order(b, ins, comps[0], operands))
     if target not in IDENTITY_TARGETS:
         raise b.fail(ins, f"{b.where(ins)}: custom_call_target \"{clip(target)}\" is not supported (supported: "
                           f"{', '.join(sorted(IDENTITY_TARGETS | {'TopK'}))})")
