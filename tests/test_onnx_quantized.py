@@ -106,11 +106,17 @@ def test_qlinear_add_broadcasts():
     assert_equal(got, want)
 
 
+def pool_model(op_type: str, x: np.ndarray, zx, zy, **attrs) -> onnx.ModelProto:
+    """A com.microsoft QLinear pool of x (scale 0.05, zero point zx) into scale 0.03, zero point zy
+    (its type the result's)."""
+    constants = {"sx": np.float32(0.05), "zx": zx, "sy": np.float32(0.03), "zy": zy}
+    return model(op_type, {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(type(zy),), domain="com.microsoft",
+                 **attrs)
+
+
 def test_qlinear_global_average_pool():
     x = int8(1, 12, 6, 6, unsigned=True)
-    constants = {"sx": np.float32(0.05), "zx": np.uint8(90), "sy": np.float32(0.03), "zy": np.uint8(60)}
-    m = model("QLinearGlobalAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.uint8,),
-              domain="com.microsoft")
+    m = pool_model("QLinearGlobalAveragePool", x, np.uint8(90), np.uint8(60))
     got, want, _ = run_both(m, {"x": x})
     assert np.abs(got[0].astype(int) - want[0]).max() <= 1  # onnxruntime sums in integers, rounds once
 
@@ -126,24 +132,17 @@ def test_qlinear_average_pool(unsigned, attrs):
     window, quantized (DenseNet-121's QOperator model after quant_pre_process has three)."""
     kind = np.uint8 if unsigned else np.int8
     x = int8(1, 6, 9, 9, unsigned=unsigned) if len(attrs["kernel_shape"]) == 2 else int8(2, 6, 11, unsigned=unsigned)
-    constants = {"sx": np.float32(0.05), "zx": kind(90 if unsigned else -9), "sy": np.float32(0.03),
-                 "zy": kind(60 if unsigned else 4)}
-    m = model("QLinearAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(kind,),
-              domain="com.microsoft", **attrs)
+    m = pool_model("QLinearAveragePool", x, kind(90 if unsigned else -9), kind(60 if unsigned else 4), **attrs)
     got, want, _ = run_both(m, {"x": x})
     assert_equal(got, want)
 
 
 def test_qlinear_average_pool_refuses_what_onnxruntime_does():
     x = int8(1, 2, 4, 4, unsigned=True)
-    constants = {"sx": np.float32(0.05), "zx": np.uint8(90), "sy": np.float32(0.03), "zy": np.int8(4)}
-    m = model("QLinearAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.int8,),
-              domain="com.microsoft", kernel_shape=[2, 2])
+    m = pool_model("QLinearAveragePool", x, np.uint8(90), np.int8(4), kernel_shape=[2, 2])
     with pytest.raises(CompileError, match="its y_zero_point is i8, its x u8: both of one type"):
         compiled(m)
-    constants["zy"] = np.uint8(4)
-    m = model("QLinearAveragePool", {"x": x}, constants, ["x", "sx", "zx", "sy", "zy"], out=(np.uint8,),
-              domain="com.microsoft", kernel_shape=[2, 2], dilations=[2, 2])
+    m = pool_model("QLinearAveragePool", x, np.uint8(90), np.uint8(4), kernel_shape=[2, 2], dilations=[2, 2])
     with pytest.raises(CompileError, match="has dilations, which QLinearAveragePool does not define"):
         compiled(m)
 
