@@ -37,7 +37,9 @@ lowering, before the homes and the barriers:
   unit's cycles one after the other (each member waits on the next band by band).
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
   on every compute tile at once, plus those the writer's next bands write on every compute tile
-  (so neither waits on the other for room); the whole tensor where that is all of them. A
+  (so neither waits on the other for room); the whole tensor where that is all of them. Where
+  the chain fits no other way, under `TIGHT_OBJECTIVES`: a band of each alone, the members'
+  compute tiles waiting on each other. A
   member's plain L3 tiles of a link kept on chip lie in its home and take no room of their own.
 - Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
   the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
@@ -86,6 +88,11 @@ WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # costs no more: with room for one band of each, each waits on the other's every band (MobileNet
 # v1's conv1 .. pw1 chained: 261,591 cycles; twice over 230,281)
 RING_DEPTH = 2
+# the objectives under which a chain that fits no other way may hold its links in rings of one
+# band of each member: its units then take turns, which `latency` never pays for; ranked by `edp`
+# (whose pJ are its moves', not its MACs') MobileNet v1's 56 x 56 block so chained ran 5.8%
+# longer for 2.9% less energy
+TIGHT_OBJECTIVES = frozenset({"energy"})
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a
 # network's end had to save ten times what one near its start did (MobileNet v1's last
@@ -350,20 +357,22 @@ def _once(rung: Rung, dim: int) -> bool:
     return k.band_passes(k.inputs[0], dim, rung.workers) == 1
 
 
-def _in_flight(rung: Rung, written: bool, dim: int) -> int:
+def _in_flight(rung: Rung, written: bool, dim: int, apart: bool = True) -> int:
     """Slices along `dim` of the rung's result (`written`) or window input its bands span at
     once: a band on each compute tile, the tiles consecutive bands apart (the loader deals them
     the steps of the band loop, or they go through the bands alike and one may get a band ahead
-    of another)."""
+    of another); or, not `apart`, one band (the compute tiles then wait on each other)."""
     extent, step, _ = rung.band(written, dim)
-    return (rung.workers - 1) * step + extent
+    return extent + ((rung.workers - 1) * step if apart else 0)
 
 
-def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS) -> int | None:
+def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS,
+                apart: bool = True) -> int | None:
     """The slices along `dim` (rows, or channels), of its `extent` there, a link's home holds
     (the writer's one result, the reader's window input): the reader's bands in flight and the
-    writer's next ones on every compute tile, `depth` times over; None where that is all of them."""
-    slices = depth * (_in_flight(reader, False, dim) + _in_flight(writer, True, dim))
+    writer's next ones on every compute tile (`apart`) or on one, `depth` times over; None where
+    that is all of them."""
+    slices = depth * (_in_flight(reader, False, dim, apart) + _in_flight(writer, True, dim, apart))
     return slices if slices < extent else None
 
 
@@ -672,33 +681,33 @@ class Planner:
                 near, l3 = near + step[0], l3 + step[1]
         return out
 
-    def plan(self, first: int, last: int, search: bool = True) -> Plan | None:
+    def plan(self, first: int, last: int, search: bool = True, tight: bool = True) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
         going by bands of rows or of channels (each member holding the whole image), the links in
         rings of `RING_DEPTH` times the slices in flight where that costs no more than the
-        objective's `TIE`, else of them once; or of channels, the links through external memory
-        (`_fitted`).
+        objective's `TIE`, else of them once, else (where `tight`) of one band of each member; or
+        of channels, the links through external memory (`_fitted`).
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
         usable shares, where `search`. Members of the signatures of ones planned before are planned
         as those were (networks repeat their blocks: their links have the same shapes), but for the
         search: a pair planned without it is searched where it recurs with `search`."""
         members = range(first, last + 1)
-        key = tuple(self.proxy[i] for i in members)
+        key = (tuple(self.proxy[i] for i in members), tight)
         rank = lambda p: _rank(p.usage, self.target.objective)  # noqa: E731
         if key not in self._plans:
-            self._plans[key] = min(self._ways(first, last, False), key=rank, default=None), False
+            self._plans[key] = min(self._ways(first, last, False, tight), key=rank, default=None), False
         plan, searched = self._plans[key]
         if search and not searched and last == first + 1:
             if self._short([plan] if plan else [], first, last):
-                plan = min(([plan] if plan else []) + self._ways(first, last, True), key=rank, default=None)
+                plan = min(([plan] if plan else []) + self._ways(first, last, True, tight), key=rank, default=None)
             self._plans[key] = plan, True
         return plan and dataclasses.replace(plan, first=first, rings={self.links[i]: n for i, n in
                                                                       zip(members, plan.rings.values())})
 
-    def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
-        """The plans by rows and by channels on chip (rings as deep as pays), and by channels through
-        external memory."""
+    def _ways(self, first: int, last: int, search: bool, tight: bool) -> list[Plan]:
+        """The plans by rows and by channels on chip (rings as deep as pays; where none fits, and
+        `tight`, of one band of each member), and by channels through external memory."""
         objective = self.target.objective
         ways = []
         for dim in (BY_ROWS, BY_CHANNELS):
@@ -706,6 +715,8 @@ class Planner:
             deep = self._fitted(first, last, dim, RING_DEPTH, search=search) if once is not None else None
             if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
                 once = deep
+            if once is None and tight:
+                once = self._fitted(first, last, dim, 1, search=search, apart=False)
             ways.append(once)
         ways.append(self._fitted(first, last, BY_CHANNELS, 1, on_chip=False, search=search))
         return [p for p in ways if p is not None]
@@ -718,14 +729,15 @@ class Planner:
         return all(figure(p.usage, objective) > bound for p in plans)
 
     def _fitted(self, first: int, last: int, dim: int, depth: int, on_chip: bool = True,
-                search: bool = False) -> Plan | None:
+                search: bool = False, apart: bool = True) -> Plan | None:
         """Kernels first .. last as one chain going by bands along `dim` of its links, rings
-        `depth` times the slices in flight, the links on chip or through external memory:
+        `depth` times the slices in flight (on every compute tile, or on one where not `apart`:
+        `ring_slices`), the links on chip or through external memory:
         their shares cut until everything fits (`_cut`: of their banks alone and, going by rows,
         of their rows too; the better of the two), or, with `search`, the best of every
         combination of usable shares that fits; then grown where that pays (`_grown`). More than
-        two members in rings of one band's slack count as their array and vector unit taking
-        turns."""
+        two members in rings of one band's slack, or any whose rings hold one band of each, count
+        as their array and vector unit taking turns."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
         objective = self.target.objective
@@ -737,7 +749,7 @@ class Planner:
         def state(shares: list[tuple[int, int, int]]) -> Fit:
             """The rings, how far the members are from fitting, what they cost running at once."""
             rungs = [self.rung(i, s) for i, s in zip(members, shares)]
-            rings = [ring_slices(a, b, self.graph.tensors[self.links[i]].shape[dim], depth, dim)
+            rings = [ring_slices(a, b, self.graph.tensors[self.links[i]].shape[dim], depth, dim, apart)
                      for i, a, b in zip(members, rungs, rungs[1:])]
             homes = sum(self._home_lines(self.links[i], n, dim) for i, n in zip(members, rings)) if on_chip else 0
             l3 = sum(self.linked(i, s, e if on_chip else (False, False))[1] for i, s, e in zip(members, shares, ends))
@@ -745,8 +757,9 @@ class Planner:
             took = self._filled(together(each), each, rungs, dim,
                                 (tuple(self.proxy[i] for i in members), tuple(shares), on_chip))
             # a middle member waits on both its rings; with one band's slack in each, the units
-            # take turns (two members, one ring: they overlapped within 4% of their rating)
-            if on_chip and depth == 1 and len(shares) > 2:
+            # take turns (two members, one ring: they overlapped within 4% of their rating), as
+            # they do with one band of each in a ring
+            if on_chip and depth == 1 and (len(shares) > 2 or not apart):
                 took = dataclasses.replace(took, cycles=max(took.cycles, took.in_turn))
             return Fit(shares, rings, self._overflow(rungs, l3 + homes), took)
 
@@ -830,10 +843,15 @@ class Planner:
                 stake = Usage(alone[j].cycles - alone[first].cycles, alone[j].pj - alone[first].pj)
                 # no chain does better than its members tiled for the whole target with the fill
                 # they cannot avoid: where even that is no better, plan none (most of the time it takes)
-                least = best[first].then(self.least(first, j - 1))
+                floor = self.least(first, j - 1)
+                least = best[first].then(floor)
                 if not least.better(best[j], objective, stake):
                     continue
-                plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED))
+                # rings of one band of each member cost the units their overlap (`_fitted`): try
+                # them only where even so the chain could pay
+                in_turn = best[first].then(dataclasses.replace(floor, cycles=max(floor.cycles, floor.in_turn)))
+                plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED),
+                                 objective in TIGHT_OBJECTIVES and in_turn.better(best[j], objective, stake))
                 if plan is None:  # these members do not fit at once (that the cut, or the search, finds)
                     break  # with one more, no more would
                 chained = best[first].then(plan.usage, plan)
