@@ -38,9 +38,9 @@ lowering, before the homes and the barriers:
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
   on every compute tile at once, plus those the writer's next bands write on every compute tile
   (so neither waits on the other for room); the whole tensor where that is all of them. Where
-  the chain fits no other way, under `TIGHT_OBJECTIVES`: a band of each alone, the members'
-  compute tiles waiting on each other. A
-  member's plain L3 tiles of a link kept on chip lie in its home and take no room of their own.
+  the chain fits no other way, under `TIGHT_OBJECTIVES`: a band of each (but a reader's bands
+  dealt to the compute tiles, as they are apart). A member's plain L3 tiles of a link kept on
+  chip lie in its home and take no room of their own.
 - Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
   the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
   bytes moved at each level), a chain's members as tiled for their shares and without their
@@ -361,9 +361,14 @@ def _in_flight(rung: Rung, written: bool, dim: int, apart: bool = True) -> int:
     """Slices along `dim` of the rung's result (`written`) or window input its bands span at
     once: a band on each compute tile, the tiles consecutive bands apart (the loader deals them
     the steps of the band loop, or they go through the bands alike and one may get a band ahead
-    of another); or, not `apart`, one band (the compute tiles then wait on each other)."""
+    of another); or, not `apart`, one band, the compute tiles waiting on each other for room. A
+    reader's bands dealt to the compute tiles are apart regardless: one that has read its last
+    band holds it to the end, while another may still need the band after (MobileNet-like
+    1x1s and depthwise ops on 112 x 112 x 48, by energy, chained in rings one step short and
+    stopped the loader)."""
     extent, step, _ = rung.band(written, dim)
-    return extent + ((rung.workers - 1) * step if apart else 0)
+    loop = rung.loop(written, dim)
+    return extent + ((rung.workers - 1) * step if apart or (not written and loop.parallel) else 0)
 
 
 def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS,
@@ -681,33 +686,33 @@ class Planner:
                 near, l3 = near + step[0], l3 + step[1]
         return out
 
-    def plan(self, first: int, last: int, search: bool = True, tight: bool = True) -> Plan | None:
+    def plan(self, first: int, last: int, search: bool = True) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
         going by bands of rows or of channels (each member holding the whole image), the links in
         rings of `RING_DEPTH` times the slices in flight where that costs no more than the
-        objective's `TIE`, else of them once, else (where `tight`) of one band of each member; or
-        of channels, the links through external memory (`_fitted`).
+        objective's `TIE`, else of them once, else (under `TIGHT_OBJECTIVES`) of one band of each
+        member; or of channels, the links through external memory (`_fitted`).
         The one of lower figure (`_rank`); for two kernels where even that falls short of them
         tiled for the whole target by more than `SHORT`, of those and of the best of every pair of
         usable shares, where `search`. Members of the signatures of ones planned before are planned
         as those were (networks repeat their blocks: their links have the same shapes), but for the
         search: a pair planned without it is searched where it recurs with `search`."""
         members = range(first, last + 1)
-        key = (tuple(self.proxy[i] for i in members), tight)
+        key = tuple(self.proxy[i] for i in members)
         rank = lambda p: _rank(p.usage, self.target.objective)  # noqa: E731
         if key not in self._plans:
-            self._plans[key] = min(self._ways(first, last, False, tight), key=rank, default=None), False
+            self._plans[key] = min(self._ways(first, last, False), key=rank, default=None), False
         plan, searched = self._plans[key]
         if search and not searched and last == first + 1:
             if self._short([plan] if plan else [], first, last):
-                plan = min(([plan] if plan else []) + self._ways(first, last, True, tight), key=rank, default=None)
+                plan = min(([plan] if plan else []) + self._ways(first, last, True), key=rank, default=None)
             self._plans[key] = plan, True
         return plan and dataclasses.replace(plan, first=first, rings={self.links[i]: n for i, n in
                                                                       zip(members, plan.rings.values())})
 
-    def _ways(self, first: int, last: int, search: bool, tight: bool) -> list[Plan]:
-        """The plans by rows and by channels on chip (rings as deep as pays; where none fits, and
-        `tight`, of one band of each member), and by channels through external memory."""
+    def _ways(self, first: int, last: int, search: bool) -> list[Plan]:
+        """The plans by rows and by channels on chip (rings as deep as pays; where none fits, under
+        `TIGHT_OBJECTIVES`, of one band of each member), and by channels through external memory."""
         objective = self.target.objective
         ways = []
         for dim in (BY_ROWS, BY_CHANNELS):
@@ -715,7 +720,7 @@ class Planner:
             deep = self._fitted(first, last, dim, RING_DEPTH, search=search) if once is not None else None
             if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
                 once = deep
-            if once is None and tight:
+            if once is None and objective in TIGHT_OBJECTIVES:
                 once = self._fitted(first, last, dim, 1, search=search, apart=False)
             ways.append(once)
         ways.append(self._fitted(first, last, BY_CHANNELS, 1, on_chip=False, search=search))
@@ -843,15 +848,10 @@ class Planner:
                 stake = Usage(alone[j].cycles - alone[first].cycles, alone[j].pj - alone[first].pj)
                 # no chain does better than its members tiled for the whole target with the fill
                 # they cannot avoid: where even that is no better, plan none (most of the time it takes)
-                floor = self.least(first, j - 1)
-                least = best[first].then(floor)
+                least = best[first].then(self.least(first, j - 1))
                 if not least.better(best[j], objective, stake):
                     continue
-                # rings of one band of each member cost the units their overlap (`_fitted`): try
-                # them only where even so the chain could pay
-                in_turn = best[first].then(dataclasses.replace(floor, cycles=max(floor.cycles, floor.in_turn)))
-                plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED),
-                                 objective in TIGHT_OBJECTIVES and in_turn.better(best[j], objective, stake))
+                plan = self.plan(first, j - 1, least.better(best[j], objective, stake, SEARCHED))
                 if plan is None:  # these members do not fit at once (that the cut, or the search, finds)
                     break  # with one more, no more would
                 chained = best[first].then(plan.usage, plan)
