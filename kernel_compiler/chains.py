@@ -38,9 +38,9 @@ lowering, before the homes and the barriers:
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
   on every compute tile at once, plus those the writer's next bands write on every compute tile
   (so neither waits on the other for room); the whole tensor where that is all of them. Where
-  the chain fits no other way, under `TIGHT_OBJECTIVES`: a band of each (but a reader's bands
-  dealt to the compute tiles, as they are apart). A member's plain L3 tiles of a link kept on
-  chip lie in its home and take no room of their own.
+  the chain fits no other way, under `TIGHT_OBJECTIVES`: a band of each (a reader's bands dealt
+  to the compute tiles still a step apart). A member's plain L3 tiles of a link kept on chip lie
+  in its home and take no room of their own.
 - Which chains: the cut of the kernels into chains and single kernels with the lowest figure of
   the target's objective (`usage`: cycles, from what each kind of engine has to do; pJ, from the
   bytes moved at each level), a chain's members as tiled for their shares and without their
@@ -89,8 +89,8 @@ WHOLE = (0, 0, 0)  # a member's share of everything: its own lowering
 # v1's conv1 .. pw1 chained: 261,591 cycles; twice over 230,281)
 RING_DEPTH = 2
 # the objectives under which a chain that fits no other way may hold its links in rings of one
-# band of each member: its units then take turns, which `latency` never took (MobileNet v1 and
-# v2 planned alike) for the time it takes to weigh (v1 compiled in 12.4 s, not 7.5)
+# band of each member, its units then taking turns: under `latency` no such chain was the faster
+# (MobileNet v1 and v2 planned alike), and weighing them took v1's compile from 7.5 to 12.4 s
 TIGHT_OBJECTIVES = frozenset({"energy", "edp"})
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a
