@@ -367,15 +367,16 @@ def _in_flight(rung: Rung, written: bool, dim: int, apart: bool = True) -> int:
     stopped the loader)."""
     extent, step, _ = rung.band(written, dim)
     loop = rung.loop(written, dim)
-    return extent + ((rung.workers - 1) * step if apart or (not written and loop.parallel) else 0)
+    return extent + ((rung.workers - 1) * step if apart or (not written and loop is not None and loop.parallel)
+                     else 0)
 
 
 def ring_slices(writer: Rung, reader: Rung, extent: int, depth: int = 1, dim: int = BY_ROWS,
                 apart: bool = True) -> int | None:
     """The slices along `dim` (rows, or channels), of its `extent` there, a link's home holds
     (the writer's one result, the reader's window input): the reader's bands in flight and the
-    writer's next ones on every compute tile (`apart`) or on one, `depth` times over; None where
-    that is all of them."""
+    writer's next ones on every compute tile (`apart`) or on one (a reader's bands dealt to the
+    compute tiles on every one regardless), `depth` times over; None where that is all of them."""
     slices = depth * (_in_flight(reader, False, dim, apart) + _in_flight(writer, True, dim, apart))
     return slices if slices < extent else None
 

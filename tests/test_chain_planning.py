@@ -156,9 +156,10 @@ def test_a_chain_that_fits_no_other_way_takes_rings_of_one_band_of_each_member(m
     flight on both compute tiles, all four chain in rings of one band of each member (as MobileNet
     v1's 56 x 56 block does): only the input, the weights and the result cross external memory,
     the loader runs it, its rating (its units taking turns) is no lower than the cycles it runs,
-    and its result is the block's. The last depthwise's bands are dealt to the compute tiles, 4
-    rows apart: its ring keeps them apart (in 6 rows, one band of each, a compute tile done with
-    its last band held it while the other needed the next, and the loader stopped)."""
+    and its result is the block's. A reader whose bands are dealt to the compute tiles keeps them
+    a step apart in its ring: the second 1x1 reads its link so, in 6 rows, not 5. (Before, the
+    last depthwise's bands were dealt, 4 rows apart, from a ring of 7: a compute tile done with
+    its last band held it while the other needed the next, and the loader stopped.)"""
     ops = [("CONV2D", ["x", "w0"], {}), ("DEPTHWISE_CONV2D", ["t0", "w1"], PAD), ("CONV2D", ["t1", "w2"], {}),
            ("DEPTHWISE_CONV2D", ["t2", "w3"], PAD)]
     shapes = {"x": ((1, 112, 112, 48), "f32"), "w0": ((48, 1, 1, 48), "f32"), "w1": ((3, 3, 48, 1), "f32"),
