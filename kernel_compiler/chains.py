@@ -21,7 +21,8 @@ lowering, before the homes and the barriers:
   shares cut member by member (the cut that frees the most room for the least cost first: the
   objective's figure, then energy; of their banks alone, and again of their rows too, the better
   of the two) until all their buffers and the links' homes fit the target together, then grown
-  back where a member's larger share still fits and ranks better (`_rank`); for two kernels
+  back where a member's larger share still fits and ranks better (`_rank`; a window op's larger
+  banks also at the rows that keep its bands as tall, `_as_tall`); for two kernels
   whose cut falls short by more than `SHORT`, every pair of usable shares is tried, where their
   least cost leaves more than `SEARCHED` to gain. A member
   must go by bands of its links: its band loop (`Kernel.band_loop`: the outermost loop of more
@@ -667,9 +668,10 @@ class Planner:
         with `rows` of its rows (the next that changes how many bands it goes by), for which kernel
         i goes by bands along `dim` of its links."""
         out = []
+        row_shares = _rows(self.kernels[i], self.graph, dim)
+        at = row_shares.index(share[2])
         if rows:
-            row_shares = _rows(self.kernels[i], self.graph, dim)
-            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share), ends[1], dim)
+            bands = self._bands(self.rung(i, share), ends[1], dim)
             for r in (row_shares[at + 1:] if way > 0 else reversed(row_shares[:at])):
                 other = (share[0], share[1], r)
                 if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other), ends[1], dim) != bands:
@@ -682,9 +684,34 @@ class Planner:
                     break  # no tiling fits: none fits a smaller share either (a larger one has one)
                 if self._usable(i, (near, l3, share[2]), ends, dim):
                     out.append((near, l3, share[2]))
+                    if (way < 0 and rows and self.kernels[i].dataflow == "vector"
+                            and self._tall(i, out[-1], ends, dim) > self._tall(i, share, ends, dim)):
+                        out += self._as_tall(i, (near, l3), row_shares[at + 1:], share, ends, dim)
                     break
                 near, l3 = near + step[0], l3 + step[1]
         return out
+
+    def _tall(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> int:
+        """The slices along `dim` of a band of kernel i's result (where it is a link) or of its
+        window input, lowered for `share`."""
+        return self.rung(i, share).band(ends[1], dim)[0]
+
+    def _as_tall(self, i: int, banks: tuple[int, int], row_shares: list[int], now: tuple[int, int, int],
+                 ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
+        """Kernel i at the shares of L1 and L2 and of L3 `banks`, with the first of `row_shares`
+        (fewer than its own) at which its bands are as tall as at its share `now`: the larger
+        banks' room in more channels a tile, not in taller bands, which would take larger rings
+        (MobileNet v1's dw2 chained by edp, a row and one channel a tile, stores its result to
+        external memory in 3,584 moves, each holding a DMA engine for the memory's latency; in
+        two channels, 1,792)."""
+        tall = self._tall(i, now, ends, dim)
+        for r in row_shares:
+            share = (*banks, r)
+            if self.rung(i, share) is not None and self._usable(i, share, ends, dim):
+                found = self._tall(i, share, ends, dim)
+                if found <= tall:
+                    return [share] if found == tall else []
+        return []
 
     def plan(self, first: int, last: int, search: bool = True) -> Plan | None:
         """Kernels first .. last as one chain, or None where they do not fit the target at once
