@@ -21,8 +21,8 @@ lowering, before the homes and the barriers:
   shares cut member by member (the cut that frees the most room for the least cost first: the
   objective's figure, then energy; of their banks alone, and again of their rows too, the better
   of the two) until all their buffers and the links' homes fit the target together, then grown
-  back where a member's larger share still fits and ranks better (`_rank`; a window op's larger
-  banks also at the rows that keep its bands as tall, `_as_tall`); for two kernels
+  back where a member's larger share still fits and ranks better (`_rank`; under `TRADING`, a
+  window op's larger banks also at the rows that keep its bands as tall, `_as_tall`); for two kernels
   whose cut falls short by more than `SHORT`, every pair of usable shares is tried, where their
   least cost leaves more than `SEARCHED` to gain. A member
   must go by bands of its links: its band loop (`Kernel.band_loop`: the outermost loop of more
@@ -93,6 +93,10 @@ RING_DEPTH = 2
 # band of each member, its units then taking turns: under `latency` no such chain was the faster
 # (MobileNet v1 and v2 planned alike), and weighing them took v1's compile from 7.5 to 12.4 s
 TIGHT_OBJECTIVES = frozenset({"energy", "edp"})
+# the objectives under which a window op growing into larger banks may take them at fewer rows
+# (`Planner._as_tall`): under `latency` its estimate took such trades 0.4 to 0.9% faster that ran
+# 0.1% slower, for 0.9% more energy (MobileNet v1); by energy and edp v1 ran 5% and 3% faster
+TRADING = frozenset({"energy", "edp"})
 # by how much of its members' figure (each on its own) a chain must pay: their estimates'
 # rounding. Of the members', not of the whole network's so far: with that, a chain near a
 # network's end had to save ten times what one near its start did (MobileNet v1's last
@@ -666,12 +670,12 @@ class Planner:
                way: int = 1, rows: bool = True) -> list[tuple[int, int, int]]:
         """The next smaller shares (`way` -1: larger), of L1 and L2, of L3, or of both alike, and
         with `rows` of its rows (the next that changes how many bands it goes by), for which kernel
-        i goes by bands along `dim` of its links."""
+        i goes by bands along `dim` of its links; growing with `rows` under `TRADING`, a window
+        op's larger banks also at fewer rows (`_as_tall`)."""
         out = []
-        row_shares = _rows(self.kernels[i], self.graph, dim)
-        at = row_shares.index(share[2])
         if rows:
-            bands = self._bands(self.rung(i, share), ends[1], dim)
+            row_shares = _rows(self.kernels[i], self.graph, dim)
+            at, bands = row_shares.index(share[2]), self._bands(self.rung(i, share), ends[1], dim)
             for r in (row_shares[at + 1:] if way > 0 else reversed(row_shares[:at])):
                 other = (share[0], share[1], r)
                 if self._usable(i, other, ends, dim) and self._bands(self.rung(i, other), ends[1], dim) != bands:
@@ -684,33 +688,32 @@ class Planner:
                     break  # no tiling fits: none fits a smaller share either (a larger one has one)
                 if self._usable(i, (near, l3, share[2]), ends, dim):
                     out.append((near, l3, share[2]))
-                    if (way < 0 and rows and self.kernels[i].dataflow == "vector"
-                            and self._tall(i, out[-1], ends, dim) > self._tall(i, share, ends, dim)):
-                        out += self._as_tall(i, (near, l3), row_shares[at + 1:], share, ends, dim)
+                    if way < 0 and rows and self.kernels[i].dataflow == "vector" and self.target.objective in TRADING:
+                        out += self._as_tall(i, share, (near, l3), ends, dim)
                     break
                 near, l3 = near + step[0], l3 + step[1]
         return out
 
-    def _tall(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> int:
+    def _band_slices(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool], dim: int) -> int:
         """The slices along `dim` of a band of kernel i's result (where it is a link) or of its
         window input, lowered for `share`."""
         return self.rung(i, share).band(ends[1], dim)[0]
 
-    def _as_tall(self, i: int, banks: tuple[int, int], row_shares: list[int], now: tuple[int, int, int],
-                 ends: tuple[bool, bool], dim: int) -> list[tuple[int, int, int]]:
-        """Kernel i at the shares of L1 and L2 and of L3 `banks`, with the first of `row_shares`
-        (fewer than its own) at which its bands are as tall as at its share `now`: the larger
-        banks' room in more channels a tile, not in taller bands, which would take larger rings
-        (MobileNet v1's dw2 chained by edp, a row and one channel a tile, stores its result to
-        external memory in 3,584 moves, each holding a DMA engine for the memory's latency; in
-        two channels, 1,792)."""
-        tall = self._tall(i, now, ends, dim)
-        for r in row_shares:
-            share = (*banks, r)
-            if self.rung(i, share) is not None and self._usable(i, share, ends, dim):
-                found = self._tall(i, share, ends, dim)
+    def _as_tall(self, i: int, share: tuple[int, int, int], banks: tuple[int, int], ends: tuple[bool, bool],
+                 dim: int) -> list[tuple[int, int, int]]:
+        """Where kernel i's larger shares of L1 and L2 and of L3, `banks`, would make its bands
+        taller than at `share` (and its links' rings larger), the same banks at the first fewer
+        rows at which they are as tall: the room in more channels a tile, fewer and larger moves
+        (docs/DESIGN.md, Chains: MobileNet v1's dw2 by edp)."""
+        tall = self._band_slices(i, share, ends, dim)
+        if self._band_slices(i, (*banks, share[2]), ends, dim) <= tall:
+            return []
+        row_shares = _rows(self.kernels[i], self.graph, dim)
+        for r in row_shares[row_shares.index(share[2]) + 1:]:
+            if self._usable(i, (*banks, r), ends, dim):
+                found = self._band_slices(i, (*banks, r), ends, dim)
                 if found <= tall:
-                    return [share] if found == tall else []
+                    return [(*banks, r)] if found == tall else []
         return []
 
     def plan(self, first: int, last: int, search: bool = True) -> Plan | None:

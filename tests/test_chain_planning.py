@@ -219,8 +219,8 @@ def first_layers(count: int = 3, model: str = "v1") -> Graph:
 def test_a_depthwise_given_larger_banks_takes_more_channels_a_tile_not_taller_bands(monkeypatch):
     """MobileNet v1's first four layers chained by edp, as in the whole network. The cut leaves the
     last depthwise a row and one channel a tile; the next larger banks would have it take bands
-    of 4 rows, whose ring does not fit. At the rows that keep its bands a row tall, they take it
-    to 2 channels a tile: its result leaves for external memory in half the DMA moves (each holds
+    of 4 rows, whose ring does not fit. At the rows that keep it a row a tile, they take it to 2
+    channels a tile: its result leaves for external memory in half the DMA moves (each holds
     an engine for the memory's latency), the chain runs 15% fewer cycles, moving the same bytes,
     and every kernel and the output pass the check."""
     graph, machine = first_layers(4), load_machine(STANDARD)
