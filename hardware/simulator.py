@@ -62,7 +62,8 @@ class PhaseSpan:
     """When a phase's tasks ran: first start, first compute task's start (array or vector), last
     end; the MACs its array tasks did and the operand elements they read (each task's A and B
     tiles), the elements its vector tasks processed by op class, and the bytes its
-    moves carried, by pair of levels as SimResult.bytes_moved."""
+    moves carried, by pair of levels as SimResult.bytes_moved; the cycles it kept each kind of
+    unit busy."""
 
     start: int
     end: int
@@ -71,6 +72,9 @@ class PhaseSpan:
     array_operand_elements: int = 0
     vector_work: dict[str, int] = field(default_factory=dict)
     bytes_moved: dict[str, int] = field(default_factory=dict)
+    # the cycles its tasks held each kind of unit (dma, block_mover, streamer, array, vector),
+    # summed over the units of that kind
+    busy: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -99,7 +103,7 @@ class _Engine:
     """One engine: the candidates among its streams' queue heads, and the running task."""
 
     __slots__ = ("name", "tid", "stats", "cands", "running", "cost", "timing", "costs", "tail",
-                 "compute", "moves", "channel", "held", "moved")
+                 "compute", "moves", "channel", "held", "moved", "busy")
 
     def __init__(self, name, tid, model, role, channel, costs):
         self.name = name
@@ -121,6 +125,7 @@ class _Engine:
         # bytes by (phase, source level, destination level): the run's totals and each phase's,
         # summed once at the end rather than twice per task
         self.moved: defaultdict[tuple[int, str, str], int] = defaultdict(int)
+        self.busy: defaultdict[int, int] = defaultdict(int)  # cycles by phase, summed likewise
 
 
 class _Resource:
@@ -310,6 +315,7 @@ class Simulator:
                 st.busy_cycles += cycles
                 st.tasks += 1
                 st.bytes += nbytes
+                eng.busy[task.phase] += cycles
                 span = phases.get(task.phase)
                 if span is None:  # tasks start in time order: the first seen starts the phase
                     span = phases[task.phase] = PhaseSpan(now, end)
@@ -389,9 +395,13 @@ class Simulator:
         bytes_moved: dict[str, int] = {}
         for r in channels:
             units[r.name] = r.stats
-        for kind in engines.values():
+        for unit, kind in engines.items():
             for eng in kind.values():
                 units[eng.name] = eng.stats
+                for phase, n in eng.busy.items():
+                    if n:  # a barrier takes no cycles
+                        per_phase = phases[phase].busy
+                        per_phase[unit] = per_phase.get(unit, 0) + n
                 for (phase, src, dst), n in eng.moved.items():
                     key = f"{src}->{dst}"
                     bytes_moved[key] = bytes_moved.get(key, 0) + n

@@ -178,6 +178,44 @@ def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dic
             for i, k in enumerate(program.kernels) if i in sim.phases}
 
 
+# the kinds of unit a stage's figures count, in the order the profile shows them
+STAGE_UNITS = ("array", "vector", "dma", "block_mover", "streamer")
+
+
+def _units_of(unit: str, machine: Machine) -> int:
+    return {"array": machine.compute.tiles, "vector": machine.compute.tiles, "dma": machine.engines.dma,
+            "block_mover": machine.engines.block_mover, "streamer": machine.engines.streamer}[unit]
+
+
+def stage_entries(sim: SimResult, program: Program, machine: Machine) -> list[dict[str, Any]]:
+    """The run by stages, in program order: the kernels of a chain together (they run at once,
+    so their own cycles overlap all but entirely), every other kernel alone. A stage's cycles go
+    from its first compute (else its first task) to its last task's end, as a kernel's do; `busy`
+    is, for each kind of unit, the cycles its tasks held the units of that kind over those
+    cycles times the machine's units of that kind (its loads that ran under the stage before
+    count too, so a share may pass 1 by a little); `bound`: the kind of the largest share."""
+    chain_of = {name: chain for chain in program.chains for name in chain}
+    position = {k.name: i for i, k in enumerate(program.kernels)}
+    stages = []
+    for k in program.kernels:
+        members = chain_of.get(k.name, [k.name])
+        spans = [sim.phases[position[n]] for n in members if position[n] in sim.phases]
+        if members[0] != k.name or not spans:
+            continue
+        computes = [s.compute_start for s in spans if s.compute_start is not None]
+        start = min(computes) if computes else min(s.start for s in spans)
+        end = max(s.end for s in spans)
+        cycles = end - start
+        busy = {unit: sum(s.busy.get(unit, 0) for s in spans) / (_units_of(unit, machine) * cycles) if cycles else 0.0
+                for unit in STAGE_UNITS}
+        dram = [dram_bytes(s) for s in spans]
+        stages.append({"kernels": members, "start_cycle": start, "end_cycle": end, "cycles": cycles,
+                       "share": cycles / sim.cycles if sim.cycles else 0.0, "busy": busy,
+                       "dram_bytes": {way: sum(d[way] for d in dram) for way in ("read", "write")},
+                       "bound": max(busy, key=busy.get) if any(busy.values()) else None})
+    return stages
+
+
 def host_transfer(program: Program, link: HostLink) -> dict[str, int]:
     """The graph's inputs (constants too) crossing the host link before the run and its outputs
     after it, one direction at a time, each paying the link's latency. Apart from `cycles`: the
@@ -208,6 +246,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
             "roofline": roofline(sim, machine, work),
             "budget": budget(sim, program.graph, machine, work),
             "kernels": kernel_entries(result, program, machine),
+            "stages": stage_entries(sim, program, machine),
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,
                              "utilization": u.busy_cycles / sim.cycles if sim.cycles else 0.0}
                       for name, u in sim.units.items()},
@@ -291,6 +330,8 @@ def print_profile(s: dict[str, Any], console: Console) -> None:
                       f"= [bold]{b['cycles_over_bound']:.2f}x[/] the bound {b['cycle_bound']:,} ("
                       + ("MACs over peak" if b["bound_by"] == "compute" else "compulsory bytes over bandwidth") + ")")
     console.print(kernel_table(s))
+    if "chains" in s:
+        console.print(stage_table(s))
     units = Table(title="units", title_justify="left",
                   caption="busy: the share of the whole run's cycles the unit was working", caption_justify="left")
     for col in ("unit", "busy cycles", "busy", "tasks", "bytes"):
@@ -339,7 +380,8 @@ def kernel_table(s: dict[str, Any]) -> Table:
     table = Table(title="kernels, by cycles", title_justify="left", caption_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, padding=0,
                   caption="cycles: first compute to last task's end (a kernel's first loads run under the one "
-                          "before); kernels overlap a little, so shares can add up to slightly more than 100%. "
+                          "before); kernels overlap a little, and a chain's all but entirely (stages, below), so "
+                          "shares can add up to more than 100%. "
                           "array, vector: utilization of the units of the kernel's compute tiles over those cycles "
                           "(-: no such work). DRAM: bytes read "
                           "and written. bound: its intensity (FLOP/B, or vector elements/B) against that "
@@ -355,6 +397,30 @@ def kernel_table(s: dict[str, Any]) -> Table:
                       f"{k['array_utilization']:.1%}" if k["macs"] else "-",
                       f"{k['vector_utilization']:.1%}" if k["vector_elements"] else "-",
                       _si(sum(k["dram_bytes"].values())) + "B", k["bound"])
+    return table
+
+
+def stage_table(s: dict[str, Any]) -> Table:
+    """One row per stage (`stage_entries`), costliest first: where a chained run's cycles went,
+    and which kind of unit held each stage up."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="stages, by cycles", title_justify="left", caption_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=0,
+                  caption="stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's. "
+                          "array .. str: the cycles its tasks held the machine's units of that kind, over its "
+                          "cycles (loads run under the stage before count too). bound: the busiest kind.")
+    table.add_column("stage", overflow="fold")
+    for col in ("cycles", "share", "array", "vector", "dma", "bm", "str", "DRAM"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    for st in sorted(s["stages"], key=lambda st: st["cycles"], reverse=True):
+        names = st["kernels"]
+        label = shown(names[0]) if len(names) == 1 else f"{shown(names[0])} .. {shown(names[-1])} ({len(names)})"
+        table.add_row(label, f"{st['cycles']:,}", f"{st['share']:.1%}",
+                      *(f"{st['busy'][unit]:.0%}" for unit in STAGE_UNITS),
+                      _si(sum(st["dram_bytes"].values())) + "B", UNIT_PREFIX.get(st["bound"], "-"))
     return table
 
 

@@ -1,6 +1,7 @@
 """The per-kernel profile: each kernel's cycles, share, array and vector utilization, DRAM bytes
 and bound, in `--json`'s `kernels` and `--profile`'s table; built in-process on small graphs
-(a ReLU, a matmul and a transpose, unfused) whose counts can be worked out by hand."""
+(a ReLU, a matmul and a transpose, unfused) whose counts can be worked out by hand. And the
+stages (`stages`): a chain's kernels together, with the share of each kind of unit they held."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from hardware import load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.target import load_target
 from loader import bind_greedy, bind_program, simulate
-from loader.report import by_cycles, kernel_table, summary
+from loader.report import STAGE_UNITS, by_cycles, kernel_table, stage_table, summary
 from loader.run import RunResult
+from test_chain_planning import BLOCK, SHAPES as BLOCK_SHAPES
 from test_vector_kernels import STANDARD, graph_of
 
 N = 256  # a 256^3 f32 matmul: 2 * N^3 FLOP over at least 3 * N^2 * 4 bytes, well above the ridge
@@ -32,9 +34,9 @@ def compiled(ops, shapes, fuse):
                                      keep=False)))
 
 
-def profile(ops, shapes, fuse=False) -> dict:
-    """The --json summary of a timing-only run of the chain, bound greedily."""
-    program, machine = compiled(ops, shapes, fuse), load_machine(STANDARD)
+def profile(ops, shapes, fuse=False, program=None) -> dict:
+    """The --json summary of a timing-only run of the chain (or of `program`), bound greedily."""
+    program, machine = program or compiled(ops, shapes, fuse), load_machine(STANDARD)
     result = RunResult(bind_program(program, machine, "test", bind_greedy))
     result.sim = simulate(program, machine, result.bindings)
     return summary(result, program, "test.kpu", machine, {})
@@ -124,3 +126,52 @@ def test_cli_profile_prints_the_kernel_table(tmp_path):
                      if t.role in ("input", "constant", "output"))
     budget = " ".join(proc.stderr.split()).split("Budget: ")[1]
     assert f"the compulsory {compulsory:,} (graph inputs, outputs, constants once)" in budget
+
+
+def _units_busy(s: dict, unit: str) -> int:
+    prefix = {"array": "array", "vector": "vec", "dma": "dma", "block_mover": "bm", "streamer": "str"}[unit]
+    return sum(u["busy_cycles"] for name, u in s["units"].items() if name.rstrip("0123456789") == prefix)
+
+
+def test_unchained_kernels_are_a_stage_each_holding_the_units_their_tasks_held(chain):
+    stages = chain["stages"]
+    assert [st["kernels"] for st in stages] == [[name] for name in chain["kernels"]]
+    for st, k in zip(stages, chain["kernels"].values()):
+        assert (st["start_cycle"], st["end_cycle"], st["cycles"]) == (k["end_cycle"] - k["cycles"], k["end_cycle"],
+                                                                       k["cycles"])
+        assert st["dram_bytes"] == k["dram_bytes"]
+    relu, matmul, transpose = stages
+    # the ReLU and the transpose wait on external memory, the matmul on its arrays
+    assert (relu["bound"], matmul["bound"], transpose["bound"]) == ("dma", "array", "dma")
+    assert relu["busy"]["array"] == transpose["busy"]["array"] == matmul["busy"]["vector"] == 0
+    # every cycle a unit worked is some stage's: the shares times units and cycles add up to the units' busy cycles
+    machine = load_machine(STANDARD)
+    count = {"array": machine.compute.tiles, "vector": machine.compute.tiles, "dma": machine.engines.dma,
+             "block_mover": machine.engines.block_mover, "streamer": machine.engines.streamer}
+    for unit in STAGE_UNITS:
+        held = sum(st["busy"][unit] * count[unit] * st["cycles"] for st in stages)
+        assert held == pytest.approx(_units_busy(chain, unit), rel=1e-9)
+
+
+def test_a_chains_kernels_are_one_stage_whose_units_worked_at_once():
+    """MobileNet's block chained by energy: its three kernels run at once, so their own cycles
+    add up to well over the run, while the one stage they make covers it, and the array and the
+    vector units were both busy within it."""
+    target = load_target(STANDARD, objective="energy")
+    program = loads(dumps(compile_graph(graph_of(BLOCK, BLOCK_SHAPES), "block.dfg", target)))
+    assert len(program.chains) == 1
+    s = profile(None, None, program=program)
+    (stage,) = s["stages"]
+    assert stage["kernels"] == program.chains[0]
+    kernels = s["kernels"].values()
+    assert sum(k["cycles"] for k in kernels) > 1.5 * stage["cycles"]
+    assert stage["start_cycle"] == min(k["end_cycle"] - k["cycles"] for k in kernels)
+    assert stage["end_cycle"] == max(k["end_cycle"] for k in kernels) == s["cycles"]
+    assert stage["busy"]["array"] > 0.2 and stage["busy"]["vector"] > 0.2
+    assert stage["dram_bytes"] == s["dram_bytes"]
+    console = Console(width=120, record=True)
+    console.print(stage_table(s))
+    lines = console.export_text().splitlines()
+    assert " ".join(lines[1].split()) == "stage cycles share array vector dma bm str DRAM bound"
+    assert any(l.split()[:3] == [program.chains[0][0], "..", program.chains[0][-1]] for l in lines)
+    assert max(len(l.rstrip()) for l in lines) <= 120
