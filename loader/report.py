@@ -408,9 +408,10 @@ def stage_table(s: dict[str, Any]) -> Table:
 
     table = Table(title="stages, by cycles", title_justify="left", caption_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, padding=0,
-                  caption="stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's. "
-                          "array .. str: the cycles its tasks held the machine's units of that kind, over its "
-                          "cycles (loads run under the stage before count too). bound: the busiest kind.")
+                  caption="stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's "
+                          "(a stage may start on what the one before has stored, so shares can add up to more than "
+                          "100%). array .. str: the cycles its tasks held the machine's units of that kind, over "
+                          "its cycles (loads run under the stage before count too). bound: the busiest kind.")
     table.add_column("stage", overflow="fold")
     for col in ("cycles", "share", "array", "vector", "dma", "bm", "str", "DRAM"):
         table.add_column(col, justify="right", no_wrap=True)
