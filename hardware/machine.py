@@ -124,6 +124,13 @@ class Machine:
         if self.vector is None:
             object.__setattr__(self, "vector", VectorUnit(self.compute.cols))  # frozen: only here
 
+    def unit_counts(self) -> dict[str, int]:
+        """How many units of each kind it has: its DMA engines, BlockMovers and Streamers, and on
+        each compute tile an array, a vector unit and a barrier (sync) unit."""
+        e, tiles = self.engines, self.compute.tiles
+        return {"dma": e.dma, "block_mover": e.block_mover, "streamer": e.streamer,
+                "array": tiles, "vector": tiles, "barrier": tiles}
+
     def view(self) -> dict[str, Any]:
         """The machine as JSON values: every level, engine and rate, in bytes and cycles of
         `clock_ghz`. An unlimited rate is "unlimited", as configs write it (JSON has no infinity)."""

@@ -180,10 +180,10 @@ class Simulator:
         """The machine's resources and engines; trace track ids follow SimResult.units order."""
         mc = self.machine
         channels = [_Resource(f"dram{c}", 1) for c in range(mc.external.channels)]
-        counts = {"dma": mc.engines.dma, "block_mover": mc.engines.block_mover, "streamer": mc.engines.streamer}
+        counts = mc.unit_counts()
         kinds = [(unit, model, counts[unit], "move") for unit, model in MOVE_MODELS.items()]
-        kinds += [(unit, model, mc.compute.tiles, "compute") for unit, model in COMPUTE_MODELS.items()]
-        kinds += [(unit, model, mc.compute.tiles, "sync") for unit, model in SYNC_MODELS.items()]
+        kinds += [(unit, model, counts[unit], "compute") for unit, model in COMPUTE_MODELS.items()]
+        kinds += [(unit, model, counts[unit], "sync") for unit, model in SYNC_MODELS.items()]
         engines: dict[str, dict[int, _Engine]] = {}
         track = len(channels)
         for unit, model_cls, count, role in kinds:
@@ -399,7 +399,7 @@ class Simulator:
             for eng in kind.values():
                 units[eng.name] = eng.stats
                 for phase, n in eng.busy.items():
-                    if n:  # a barrier takes no cycles
+                    if n:  # no entry for a kind that took no cycles (a barrier)
                         per_phase = phases[phase].busy
                         per_phase[unit] = per_phase.get(unit, 0) + n
                 for (phase, src, dst), n in eng.moved.items():

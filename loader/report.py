@@ -182,37 +182,31 @@ def kernel_entries(result: RunResult, program: Program, machine: Machine) -> dic
 STAGE_UNITS = ("array", "vector", "dma", "block_mover", "streamer")
 
 
-def _units_of(unit: str, machine: Machine) -> int:
-    return {"array": machine.compute.tiles, "vector": machine.compute.tiles, "dma": machine.engines.dma,
-            "block_mover": machine.engines.block_mover, "streamer": machine.engines.streamer}[unit]
-
-
 def stage_entries(sim: SimResult, program: Program, machine: Machine) -> list[dict[str, Any]]:
     """The run by stages, in program order: the kernels of a chain together (they run at once,
-    so their own cycles overlap all but entirely), every other kernel alone. A stage's cycles go
-    from its first compute (else its first task) to its last task's end, as a kernel's do; `busy`
-    is, for each kind of unit, the cycles its tasks held the units of that kind over those
-    cycles times the machine's units of that kind (its loads that ran under the stage before
-    count too, so a share may pass 1 by a little); `bound`: the kind of the largest share."""
-    chain_of = {name: chain for chain in program.chains for name in chain}
-    position = {k.name: i for i, k in enumerate(program.kernels)}
+    so their own cycles overlap all but entirely), every other kernel alone (`Program.spans`, as
+    the loader runs them). A stage's cycles go as a kernel's do (`kernel_cost`): from its first
+    compute to its last task's end. `busy`: for each kind of unit, the cycles its tasks held the
+    units of that kind over those cycles times the machine's units of that kind (a DMA engine
+    held for the DRAM latency too; loads that ran under the stage before count, so a short
+    stage's share may pass 1); `busiest`: the kind of the largest share (None: no unit worked)."""
+    counts = machine.unit_counts()
     stages = []
-    for k in program.kernels:
-        members = chain_of.get(k.name, [k.name])
-        spans = [sim.phases[position[n]] for n in members if position[n] in sim.phases]
-        if members[0] != k.name or not spans:
+    for first, last in sorted(set(program.spans())):
+        members = [k.name for k in program.kernels[first:last + 1]]
+        spans = [sim.phases[i] for i in range(first, last + 1) if i in sim.phases]
+        if not spans:
             continue
         computes = [s.compute_start for s in spans if s.compute_start is not None]
-        start = min(computes) if computes else min(s.start for s in spans)
         end = max(s.end for s in spans)
-        cycles = end - start
-        busy = {unit: sum(s.busy.get(unit, 0) for s in spans) / (_units_of(unit, machine) * cycles) if cycles else 0.0
+        cycles = (end - min(computes) if computes else 0) or end - min(s.start for s in spans)
+        busy = {unit: sum(s.busy.get(unit, 0) for s in spans) / (counts[unit] * cycles) if cycles else 0.0
                 for unit in STAGE_UNITS}
         dram = [dram_bytes(s) for s in spans]
-        stages.append({"kernels": members, "start_cycle": start, "end_cycle": end, "cycles": cycles,
+        stages.append({"kernels": members, "start_cycle": end - cycles, "end_cycle": end, "cycles": cycles,
                        "share": cycles / sim.cycles if sim.cycles else 0.0, "busy": busy,
                        "dram_bytes": {way: sum(d[way] for d in dram) for way in ("read", "write")},
-                       "bound": max(busy, key=busy.get) if any(busy.values()) else None})
+                       "busiest": max(busy, key=busy.get) if any(busy.values()) else None})
     return stages
 
 
@@ -411,17 +405,18 @@ def stage_table(s: dict[str, Any]) -> Table:
                   caption="stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's "
                           "(a stage may start on what the one before has stored, so shares can add up to more than "
                           "100%). array .. str: the cycles its tasks held the machine's units of that kind, over "
-                          "its cycles (loads run under the stage before count too). bound: the busiest kind.")
+                          "its cycles (a DMA engine held for the DRAM latency too; loads run under the stage "
+                          "before count too, so a short stage's may pass 100%). busiest: that kind.")
     table.add_column("stage", overflow="fold")
     for col in ("cycles", "share", "array", "vector", "dma", "bm", "str", "DRAM"):
         table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("bound", no_wrap=True)
+    table.add_column("busiest", no_wrap=True)
     for st in sorted(s["stages"], key=lambda st: st["cycles"], reverse=True):
         names = st["kernels"]
         label = shown(names[0]) if len(names) == 1 else f"{shown(names[0])} .. {shown(names[-1])} ({len(names)})"
         table.add_row(label, f"{st['cycles']:,}", f"{st['share']:.1%}",
                       *(f"{st['busy'][unit]:.0%}" for unit in STAGE_UNITS),
-                      _si(sum(st["dram_bytes"].values())) + "B", UNIT_PREFIX.get(st["bound"], "-"))
+                      _si(sum(st["dram_bytes"].values())) + "B", UNIT_PREFIX.get(st["busiest"], "-"))
     return table
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from conftest import run_cli
 from dfx import dumps, loads
-from hardware import load_machine
+from hardware import UNIT_PREFIX, load_machine
 from kernel_compiler.compile import compile_graph
 from kernel_compiler.target import load_target
 from loader import bind_greedy, bind_program, simulate
@@ -35,7 +35,7 @@ def compiled(ops, shapes, fuse):
 
 
 def profile(ops, shapes, fuse=False, program=None) -> dict:
-    """The --json summary of a timing-only run of the chain (or of `program`), bound greedily."""
+    """The --json summary of a timing-only run of the ops (or of `program`), bound greedily."""
     program, machine = program or compiled(ops, shapes, fuse), load_machine(STANDARD)
     result = RunResult(bind_program(program, machine, "test", bind_greedy))
     result.sim = simulate(program, machine, result.bindings)
@@ -43,43 +43,43 @@ def profile(ops, shapes, fuse=False, program=None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def chain() -> dict:
+def unfused() -> dict:
     return profile(CHAIN, SHAPES)
 
 
-def test_each_kernel_names_its_op_and_result(chain):
-    kernels = chain["kernels"]
+def test_each_kernel_names_its_op_and_result(unfused):
+    kernels = unfused["kernels"]
     assert list(kernels) == ["relu_0", "matmul_1", "transpose_2"]  # program order, as before
     assert [k["op"] for k in kernels.values()] == ["RELU", "MATMUL", "TRANSPOSE"]
     assert {k["shape"] for k in kernels.values()} == {f"{N}x{N}"}
 
 
-def test_cycles_are_compute_spans_and_shares_of_the_run(chain):
-    kernels = chain["kernels"].values()
+def test_cycles_are_compute_spans_and_shares_of_the_run(unfused):
+    kernels = unfused["kernels"].values()
     for k in kernels:
         start = k["compute_start_cycle"] if k["compute_start_cycle"] is not None else k["start_cycle"]
         assert k["cycles"] == k["end_cycle"] - start > 0
-        assert k["share"] == k["cycles"] / chain["cycles"]
-    assert max(k["end_cycle"] for k in kernels) == chain["cycles"]
+        assert k["share"] == k["cycles"] / unfused["cycles"]
+    assert max(k["end_cycle"] for k in kernels) == unfused["cycles"]
     # from their first computes the kernels nearly cover the run (the first kernel's first loads
     # are left out); a kernel may start on what the one before has stored before that one ends
     covered, reached = 0, 0
     for start, end in sorted((k["end_cycle"] - k["cycles"], k["end_cycle"]) for k in kernels):
         covered += max(0, end - max(start, reached))
         reached = max(reached, end)
-    assert 0.9 < covered / chain["cycles"] <= 1
+    assert 0.9 < covered / unfused["cycles"] <= 1
 
 
-def test_kernels_dram_bytes_add_up_to_the_runs(chain):
-    kernels = chain["kernels"]
+def test_kernels_dram_bytes_add_up_to_the_runs(unfused):
+    kernels = unfused["kernels"]
     for way in ("read", "write"):
-        assert sum(k["dram_bytes"][way] for k in kernels.values()) == chain["dram_bytes"][way]
+        assert sum(k["dram_bytes"][way] for k in kernels.values()) == unfused["dram_bytes"][way]
     # the ReLU reads its operand once and writes its result once
     assert kernels["relu_0"]["dram_bytes"] == {"read": N * N * 4, "write": N * N * 4}
 
 
-def test_each_kernel_is_measured_on_the_unit_doing_its_work(chain):
-    relu, matmul, transpose = chain["kernels"].values()
+def test_each_kernel_is_measured_on_the_unit_doing_its_work(unfused):
+    relu, matmul, transpose = unfused["kernels"].values()
     assert matmul["macs"] == N ** 3 and matmul["vector_elements"] == 0
     assert 0 < matmul["array_utilization"] <= 1 and matmul["vector_utilization"] == 0
     assert matmul["bound"] == "compute" and matmul["arithmetic_intensity"] > 10
@@ -100,15 +100,15 @@ def test_an_epilogue_adds_its_ops_and_vector_work_to_its_kernel():
     assert kernel["bound"] == "compute"  # the array's work decides
 
 
-def test_table_lists_every_kernel_costliest_first_within_120_columns(chain):
-    rows = by_cycles(chain["kernels"])
+def test_table_lists_every_kernel_costliest_first_within_120_columns(unfused):
+    rows = by_cycles(unfused["kernels"])
     assert [name for name, _ in rows] == ["matmul_1", "transpose_2", "relu_0"]
     assert [k["cycles"] for _, k in rows] == sorted((k["cycles"] for _, k in rows), reverse=True)
     console = Console(width=120, record=True)
-    console.print(kernel_table(chain))
+    console.print(kernel_table(unfused))
     lines = console.export_text().splitlines()
     assert " ".join(lines[1].split()) == HEADER
-    body = [l.split()[0] for l in lines if l.split() and l.split()[0] in chain["kernels"]]
+    body = [l.split()[0] for l in lines if l.split() and l.split()[0] in unfused["kernels"]]
     assert body == [name for name, _ in rows]
     assert max(len(l.rstrip()) for l in lines) <= 120
 
@@ -128,50 +128,56 @@ def test_cli_profile_prints_the_kernel_table(tmp_path):
     assert f"the compulsory {compulsory:,} (graph inputs, outputs, constants once)" in budget
 
 
-def _units_busy(s: dict, unit: str) -> int:
-    prefix = {"array": "array", "vector": "vec", "dma": "dma", "block_mover": "bm", "streamer": "str"}[unit]
-    return sum(u["busy_cycles"] for name, u in s["units"].items() if name.rstrip("0123456789") == prefix)
+def _each_busy_cycle_is_a_stages(s: dict) -> None:
+    """Every cycle a unit worked is some stage's: the stages' shares times the machine's units of
+    that kind and their cycles add up to the units' busy cycles, read off `units` by name."""
+    counts = load_machine(STANDARD).unit_counts()
+    for unit in STAGE_UNITS:
+        held = sum(st["busy"][unit] * counts[unit] * st["cycles"] for st in s["stages"])
+        worked = sum(u["busy_cycles"] for name, u in s["units"].items()
+                     if name.rstrip("0123456789") == UNIT_PREFIX[unit])
+        assert held == pytest.approx(worked, rel=1e-9)
 
 
-def test_unchained_kernels_are_a_stage_each_holding_the_units_their_tasks_held(chain):
-    stages = chain["stages"]
-    assert [st["kernels"] for st in stages] == [[name] for name in chain["kernels"]]
-    for st, k in zip(stages, chain["kernels"].values()):
+def test_unchained_kernels_are_a_stage_each_holding_the_units_their_tasks_held(unfused):
+    stages = unfused["stages"]
+    assert [st["kernels"] for st in stages] == [[name] for name in unfused["kernels"]]
+    for st, k in zip(stages, unfused["kernels"].values()):
         assert (st["start_cycle"], st["end_cycle"], st["cycles"]) == (k["end_cycle"] - k["cycles"], k["end_cycle"],
                                                                        k["cycles"])
         assert st["dram_bytes"] == k["dram_bytes"]
     relu, matmul, transpose = stages
     # the ReLU and the transpose wait on external memory, the matmul on its arrays
-    assert (relu["bound"], matmul["bound"], transpose["bound"]) == ("dma", "array", "dma")
+    assert (relu["busiest"], matmul["busiest"], transpose["busiest"]) == ("dma", "array", "dma")
     assert relu["busy"]["array"] == transpose["busy"]["array"] == matmul["busy"]["vector"] == 0
-    # every cycle a unit worked is some stage's: the shares times units and cycles add up to the units' busy cycles
-    machine = load_machine(STANDARD)
-    count = {"array": machine.compute.tiles, "vector": machine.compute.tiles, "dma": machine.engines.dma,
-             "block_mover": machine.engines.block_mover, "streamer": machine.engines.streamer}
-    for unit in STAGE_UNITS:
-        held = sum(st["busy"][unit] * count[unit] * st["cycles"] for st in stages)
-        assert held == pytest.approx(_units_busy(chain, unit), rel=1e-9)
+    _each_busy_cycle_is_a_stages(unfused)
 
 
 def test_a_chains_kernels_are_one_stage_whose_units_worked_at_once():
-    """MobileNet's block chained by energy: its three kernels run at once, so their own cycles
-    add up to well over the run, while the one stage they make covers it, and the array and the
-    vector units were both busy within it."""
+    """MobileNet's block chained by energy, then a reduction of its result on its own: the
+    block's three kernels run at once, so their own cycles add up to well over their stage's,
+    which covers them all, and its arrays and vector units were both busy within it; the
+    reduction is a stage of its own after it."""
     target = load_target(STANDARD, objective="energy")
-    program = loads(dumps(compile_graph(graph_of(BLOCK, BLOCK_SHAPES), "block.dfg", target)))
-    assert len(program.chains) == 1
+    ops = BLOCK + [("REDUCE_SUM", ["t2"], {"axes": [1, 2], "keepdims": True})]
+    program = loads(dumps(compile_graph(graph_of(ops, BLOCK_SHAPES), "block.dfg", target)))
+    (chain,) = program.chains
+    assert chain == [k.name for k in program.kernels[:3]]
     s = profile(None, None, program=program)
-    (stage,) = s["stages"]
-    assert stage["kernels"] == program.chains[0]
-    kernels = s["kernels"].values()
-    assert sum(k["cycles"] for k in kernels) > 1.5 * stage["cycles"]
-    assert stage["start_cycle"] == min(k["end_cycle"] - k["cycles"] for k in kernels)
-    assert stage["end_cycle"] == max(k["end_cycle"] for k in kernels) == s["cycles"]
-    assert stage["busy"]["array"] > 0.2 and stage["busy"]["vector"] > 0.2
-    assert stage["dram_bytes"] == s["dram_bytes"]
+    block, reduction = s["stages"]
+    assert block["kernels"] == chain and reduction["kernels"] == [program.kernels[3].name]
+    kernels = [s["kernels"][name] for name in chain]
+    assert sum(k["cycles"] for k in kernels) > 1.5 * block["cycles"]
+    assert block["start_cycle"] == min(k["end_cycle"] - k["cycles"] for k in kernels)
+    assert block["end_cycle"] == max(k["end_cycle"] for k in kernels) <= reduction["end_cycle"] == s["cycles"]
+    assert block["busy"]["array"] > 0.2 and block["busy"]["vector"] > 0.2
+    assert (block["busiest"], reduction["busiest"]) == ("vector", "vector")  # the depthwise's 9 taps, the sums
+    assert {way: block["dram_bytes"][way] + reduction["dram_bytes"][way] for way in ("read", "write")} \
+        == s["dram_bytes"]
+    _each_busy_cycle_is_a_stages(s)
     console = Console(width=120, record=True)
     console.print(stage_table(s))
     lines = console.export_text().splitlines()
-    assert " ".join(lines[1].split()) == "stage cycles share array vector dma bm str DRAM bound"
-    assert any(l.split()[:3] == [program.chains[0][0], "..", program.chains[0][-1]] for l in lines)
+    assert " ".join(lines[1].split()) == "stage cycles share array vector dma bm str DRAM busiest"
+    assert any(l.split()[:3] == [chain[0], "..", chain[-1]] for l in lines)
     assert max(len(l.rstrip()) for l in lines) <= 120
