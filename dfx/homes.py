@@ -88,7 +88,17 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
     more than it takes, so that they fit together where the first would not alone; where they
     do not, each is tried alone (a subset that fits only together is not sought: a chain's
     links, which the planner fitted together, fit all at once where the target's room is there).
-    `line`: regions start and end on whole lines."""
+    `line`: regions start and end on whole lines.
+    Packed so in `wanted`'s order and again with the longest-lived first of those starting
+    together (placed higher, they leave the room below them whole when the shorter-lived end):
+    the packing that holds more bytes, else the first."""
+    first = _pack(wanted, demands, capacity, line)
+    again = _pack(sorted(wanted, key=lambda r: (r.first, -r.last)), demands, capacity, line)
+    return again if sum(h.bytes for h in again) > sum(h.bytes for h in first) else first
+
+
+def _pack(wanted: list[Resident], demands: list[int], capacity: int, line: int) -> list[Home]:
+    """`pack_homes` in `wanted`'s order."""
     homes: list[Home] = []
     frees: dict[int, int] = {}  # kernel -> bytes the homes taken free of its demand
     live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order

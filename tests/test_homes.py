@@ -112,3 +112,16 @@ def test_homes_of_one_span_are_taken_together_where_each_frees_more_than_it_take
     # (too large for any room left) does not
     alone = [Resident("a", 128, 0, 1), Resident("b", 448, 0, 1)]
     assert pack_homes(alone, demands=[256, 256], capacity=512, line=64) == [Home("a", 384, 128, 0, 1)]
+
+
+def test_homes_pack_longest_lived_first_where_that_holds_more():
+    # a link's short ring and the chain's result start together, and the next kernel's result
+    # starts as the ring ends. In writer order the ring sits on top and the result below it, so
+    # the next result must go below both and leaves kernel 2 no room; with the longest-lived
+    # first, the next result takes the ring's place when it ends
+    wanted = [Resident("ring", 128, 0, 1), Resident("y", 192, 0, 2), Resident("p", 192, 2, 3)]
+    demands = [128, 128, 128, 64]
+    assert pack_homes(wanted[:2], demands, capacity=512, line=64) == [Home("ring", 384, 128, 0, 1),
+                                                                      Home("y", 192, 192, 0, 2)]
+    assert pack_homes(wanted, demands, capacity=512, line=64) == [
+        Home("y", 320, 192, 0, 2), Home("ring", 192, 128, 0, 1), Home("p", 128, 192, 2, 3)]
