@@ -157,6 +157,10 @@ class Plan:
     usage: Usage  # the members' (`together`)
     on_chip: bool = True
     dim: int = BY_ROWS  # what its bands and rings are of
+    # its rings once as deep as the slices in flight, in the order of `rings`, where they are
+    # `RING_DEPTH` times that, at the same shares, and the figure so is within `TIE` of its own:
+    # rings `residency.keep_on_chip` may take to make room for a home
+    shallow: tuple[int | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -749,7 +753,9 @@ class Planner:
             once = self._fitted(first, last, dim, 1, search=search)
             deep = self._fitted(first, last, dim, RING_DEPTH, search=search) if once is not None else None
             if deep is not None and figure(deep.usage, objective) <= figure(once.usage, objective) * (1 + TIE):
-                once = deep
+                offered = (once.shares == deep.shares
+                           and figure(once.usage, objective) <= figure(deep.usage, objective) * (1 + TIE))
+                once = dataclasses.replace(deep, shallow=tuple(once.rings.values()) if offered else None)
             if once is None and objective in TIGHT_OBJECTIVES:
                 once = self._fitted(first, last, dim, 1, search=search, apart=False)
             ways.append(once)
@@ -891,13 +897,14 @@ class Planner:
 
 
 def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
-                lower: Lower) -> tuple[Graph, list[list[str]], frozenset[str]]:
+                lower: Lower) -> tuple[Graph, list[list[str]], frozenset[str], dict[str, int | None]]:
     """Chain what pays: each chain's members replace their kernels in `kernels` (in place),
     lowered for their shares; its links get a home in L3 (a ring of rows or of channels where it
     holds fewer than the tensor), but those of a chain planned through external memory. The
-    graph so, the chains by kernel name, and their links."""
+    graph so, the chains by kernel name, their links, and the shallower rings links may take
+    (`Plan.shallow`) by link."""
     if target.costs is None:
-        return graph, [], frozenset()  # nothing to rank the ways to run them by
+        return graph, [], frozenset(), {}  # nothing to rank the ways to run them by
     planner = Planner(kernels, graph, target, lower)
     plans = planner.chains()
     tensors = dict(graph.tensors)
@@ -909,4 +916,6 @@ def form_chains(kernels: list[Kernel], graph: Graph, target: Target,
                                              ring_dim=plan.dim if ring is not None else BY_ROWS)
     chains = [[k.name for k in kernels[plan.first:plan.first + len(plan.shares)]] for plan in plans]
     links = frozenset(t for plan in plans for t in plan.rings)
-    return Graph(graph.name, tensors, graph.ops, graph.constants), chains, links
+    shallower = {t: ring for plan in plans if plan.on_chip and plan.shallow is not None
+                 for t, ring in zip(plan.rings, plan.shallow) if ring != plan.rings[t]}
+    return Graph(graph.name, tensors, graph.ops, graph.constants), chains, links, shallower

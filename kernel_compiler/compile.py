@@ -111,10 +111,11 @@ def compile_graph(graph: Graph, source: str, target: Target, dataflow: str = "au
         for t in kernel.outputs:
             producer[t] = kernel.name
         kernels.append(kernel)
-    chains, links = [], frozenset()
+    chains, links, shallower = [], frozenset(), {}
     if fuse and keep and chain:  # window kernels that pay run band by band at once, their links on chip or not
-        graph, chains, links = form_chains(kernels, graph, target, functools.partial(lower_group, dataflow=dataflow))
+        graph, chains, links, shallower = form_chains(kernels, graph, target,
+                                                      functools.partial(lower_group, dataflow=dataflow))
     if keep:  # intermediates that fit stay in L3
-        graph = keep_on_chip(kernels, graph, target, chains)
+        graph = keep_on_chip(kernels, graph, target, chains, shallower)
     synchronise(kernels, links)  # a chain's reads of its links wait for their bands, not for a barrier
     return Program(graph.name, Path(source).name, target.name, graph, kernels, target.objective, chains)
