@@ -91,17 +91,18 @@ def pack_homes(wanted: list[Resident], demands: list[int], capacity: int, line: 
     `line`: regions start and end on whole lines.
     Packed so in `wanted`'s order and again with the longest-lived first of those starting
     together (placed higher, they leave the room below them whole when the shorter-lived end):
-    the packing that holds more bytes, else the first."""
+    the second where it holds every tensor the first does and more (so it never leaves out a
+    chain's link the first holds), else the first."""
     first = _pack(wanted, demands, capacity, line)
     again = _pack(sorted(wanted, key=lambda r: (r.first, -r.last)), demands, capacity, line)
-    return again if sum(h.bytes for h in again) > sum(h.bytes for h in first) else first
+    return again if {h.tensor for h in again} > {h.tensor for h in first} else first
 
 
 def _pack(wanted: list[Resident], demands: list[int], capacity: int, line: int) -> list[Home]:
     """`pack_homes` in `wanted`'s order."""
     homes: list[Home] = []
     frees: dict[int, int] = {}  # kernel -> bytes the homes taken free of its demand
-    live: list[Home] = []  # those still live where the next one starts: `wanted` comes in writer order
+    live: list[Home] = []  # those still live where the next one starts: `wanted` comes by `first`
 
     def take(batch: list[Resident]) -> bool:
         placed: list[Home] = []

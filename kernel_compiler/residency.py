@@ -77,16 +77,15 @@ def _without(kernel: Kernel, tensors: dict[str, int]) -> dict:
 
 
 def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: list[list[str]] | None = None,
-                 shallower: dict[str, int | None] | None = None) -> Graph:
+                 shallower: dict[str, tuple[int | None, int]] | None = None) -> Graph:
     """The graph with a home in L3 for each intermediate that fits there across its kernels, in
     the order they are written; each kernel's DRAM hints without them. Kernels in execution order.
     A tensor with a home already (a chain's link, `chains.form_chains`) is packed in its turn
     and kept as it is: no other home is taken that would leave it out. The kernels of a chain
     run at once: a home live during one is live during all, and each needs room for all their
-    buffers. A link may take the shallower ring `shallower` offers it (`Plan.shallow`: its
-    chain's figure so within `TIE`) where that keeps more bytes of other tensors in L3
-    (MobileNet v1 by edp: [pw12, dw13]'s ring of 640 channels, 320 deep, leaves dw13's result
-    room: 0.4 MB less DRAM, 945 cycles fewer), link by link in chain order."""
+    buffers. A link may take the shallower ring (and the dim it goes by) `shallower` offers it
+    (`Plan.shallow`) where that keeps more bytes of other tensors in L3, link by link in chain
+    order."""
     span = chain_spans(kernels, chains or [])
     writer: dict[str, int] = {}
     last_reader: dict[str, int] = {}
@@ -127,12 +126,12 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
         return kept
 
     def saved(homes: list[str]) -> int:
-        return sum(graph.tensors[t].size for t in homes if t not in fixed)
+        return sum(graph.tensors[t].size * itemsize(graph.tensors[t].dtype) for t in homes if t not in fixed)
 
     tensors = dict(graph.tensors)
     homes = held(tensors)
-    for link, ring in (shallower or {}).items():
-        trial = {**tensors, link: dataclasses.replace(tensors[link], ring=ring)}
+    for link, (ring, dim) in (shallower or {}).items():
+        trial = {**tensors, link: dataclasses.replace(tensors[link], ring=ring, ring_dim=dim)}
         if saved(more := held(trial)) > saved(homes):
             tensors, homes = trial, more
     if not homes:

@@ -280,8 +280,8 @@ def test_a_link_takes_a_shallower_ring_where_that_leaves_a_result_room_in_l3(mon
         real = compile_module.form_chains
 
         def form(*args):
-            g, c, l, offer = real(*args)
-            return g, c, l, offer if offered else {}
+            g, c, links, offer = real(*args)
+            return g, c, links, offer if offered else {}
 
         with monkeypatch.context() as m:
             m.setattr(compile_module, "form_chains", form)

@@ -125,3 +125,7 @@ def test_homes_pack_longest_lived_first_where_that_holds_more():
                                                                       Home("y", 192, 192, 0, 2)]
     assert pack_homes(wanted, demands, capacity=512, line=64) == [
         Home("y", 320, 192, 0, 2), Home("ring", 192, 128, 0, 1), Home("p", 128, 192, 2, 3)]
+    # the second packing is taken only where it holds all the first does: here it would hold the
+    # long one (more bytes) for the ring, which may be a chain's link
+    wanted = [Resident("ring", 128, 0, 1), Resident("long", 320, 0, 3)]
+    assert pack_homes(wanted, [128, 128, 192, 192], capacity=512, line=64) == [Home("ring", 384, 128, 0, 1)]
