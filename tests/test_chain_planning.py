@@ -301,6 +301,19 @@ def test_a_link_takes_a_shallower_ring_where_that_leaves_a_result_room_in_l3(mon
     assert all(c.passed for c in check_outputs(after, values).values())
 
 
+def test_a_chain_by_channels_offers_its_whole_links_as_rings_of_channels():
+    """MobileNet v2's last blocks by energy go by channels, their 960-channel links whole (a ring
+    of None, which the graph records by rows) and twice the channels in flight deep: the rings
+    they offer once as deep are of channels, fewer than the link's."""
+    target = load_target(STANDARD, objective="energy")
+    graph = graph_passes(last_layers(7, "v2"), target, True, [])
+    kernels = list(lower_kernels(graph, target, "auto", True))
+    shaped, _, _, offers = chains.form_chains(kernels, graph, target, functools.partial(lower_group, dataflow="auto"))
+    whole = [t for t in offers if shaped.tensors[t].ring is None]
+    assert whole and all(offers[t][1] == 3 and offers[t][0] < shaped.tensors[t].shape[3] for t in whole)
+    assert all(offers[t][0] < shaped.tensors[t].ring for t in offers if t not in whole)
+
+
 def test_rings_twice_as_deep_keep_the_writer_and_the_reader_from_waiting_on_each_other(monkeypatch):
     graph, target, machine = first_layers(), load_target(STANDARD), load_machine(STANDARD)
     # rated as if its units overlapped with rings of one band's slack too, as they were before
