@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 from dfx import Graph, write  # noqa: E402
 from kernel_compiler import compile_graph, load_graph, load_target  # noqa: E402
+from loader.report import STAGE_UNITS  # noqa: E402
 
 SECTION = "Whole networks near the limit"
 CONFIG = REPO / "configs" / "standard.json"
@@ -50,7 +51,6 @@ VARIANTS = {"through external memory": ({"keep": False}, "latency"),
             "kept in L3, chained, --objective edp": ({}, "edp")}
 TRACED = ("corpus mobilenet_v1", "kept in L3, chained")
 BY_STAGE = ("corpus mobilenet_v1", "kept in L3, chained, --objective edp")
-STAGE_UNITS = ("array", "vector", "dma", "block_mover", "streamer")
 # what `--check` shows of the corpus MobileNets, whichever the tiling
 NOTE = ("The corpus MobileNets carry no weights: the loader draws them uniformly from [-1, 1], and with fan-ins "
         "in the hundreds each layer multiplies the difference between any tiling's sums and the reference's "

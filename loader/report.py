@@ -362,30 +362,35 @@ def by_cycles(kernels: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, A
     return sorted(kernels.items(), key=lambda item: item[1]["cycles"], reverse=True)
 
 
+def _figures_table(title: str, names: tuple[str, ...], figures: tuple[str, ...], last: str, caption: str) -> Table:
+    """A profile table: its name columns fold onto more lines on a narrower console, never its
+    figures, and nothing is cut; no borders but the header's, one space between columns."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, padding=0)
+    for col in names:
+        table.add_column(col, overflow="fold")
+    for col in figures:
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column(last, no_wrap=True)
+    return table
+
+
 def kernel_table(s: dict[str, Any]) -> Table:
     """One row per kernel, costliest first, every kernel (a network's last layers matter too).
     Short headers, no borders but the header's and one space between columns keep a network's
     rows (kernel names like depthwise_conv2d_12, fused ops, 4-d shapes) within 120 columns of a
     terminal (off one, the table is as wide as it needs: dfx.cli_console); the
     caption says what the figures mean."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title="kernels, by cycles", title_justify="left", caption_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, padding=0,
-                  caption="cycles: first compute to last task's end (a kernel's first loads run under the one "
-                          "before); kernels overlap a little, and a chain's all but entirely (stages, below), so "
-                          "shares can add up to more than 100%. "
-                          "array, vector: utilization of the units of the kernel's compute tiles over those cycles "
-                          "(-: no such work). DRAM: bytes read "
-                          "and written. bound: its intensity (FLOP/B, or vector elements/B) against that "
-                          "unit's ridge point.")
-    # on a narrower console the names fold onto more lines, never the figures, and nothing is cut
-    for col in ("kernel", "op", "shape"):
-        table.add_column(col, overflow="fold")
-    for col in ("cycles", "share", "array", "vector", "DRAM"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("bound", no_wrap=True)
+    table = _figures_table(
+        "kernels, by cycles", ("kernel", "op", "shape"), ("cycles", "share", "array", "vector", "DRAM"), "bound",
+        "cycles: first compute to last task's end (a kernel's first loads run under the one before); kernels "
+        "overlap a little, and a chain's all but entirely (stages, below), so shares can add up to more than 100%. "
+        "array, vector: utilization of the units of the kernel's compute tiles over those cycles (-: no such "
+        "work). DRAM: bytes read and written. bound: its intensity (FLOP/B, or vector elements/B) against that "
+        "unit's ridge point.")
     for name, k in by_cycles(s["kernels"]):
         table.add_row(shown(name), shown(k["op"]), k["shape"], f"{k['cycles']:,}", f"{k['share']:.1%}",
                       f"{k['array_utilization']:.1%}" if k["macs"] else "-",
@@ -397,20 +402,12 @@ def kernel_table(s: dict[str, Any]) -> Table:
 def stage_table(s: dict[str, Any]) -> Table:
     """One row per stage (`stage_entries`), costliest first: where a chained run's cycles went,
     and which kind of unit held each stage up."""
-    from rich import box
-    from rich.table import Table
-
-    table = Table(title="stages, by cycles", title_justify="left", caption_justify="left",
-                  box=box.SIMPLE_HEAD, show_edge=False, padding=0,
-                  caption="stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's "
-                          "(a stage may start on what the one before has stored, so shares can add up to more than "
-                          "100%). array .. str: the cycles its tasks held the machine's units of that kind, over "
-                          "its cycles (a DMA engine held for the DRAM latency too; loads run under the stage "
-                          "before count too, so a short stage's may pass 100%). busiest: that kind.")
-    table.add_column("stage", overflow="fold")
-    for col in ("cycles", "share", "array", "vector", "dma", "bm", "str", "DRAM"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("busiest", no_wrap=True)
+    table = _figures_table(
+        "stages, by cycles", ("stage",), ("cycles", "share", "array", "vector", "dma", "bm", "str", "DRAM"), "busiest",
+        "stage: a chain's kernels, which run at once, or a kernel alone; cycles as a kernel's (a stage may start on "
+        "what the one before has stored, so shares can add up to more than 100%). array .. str: the cycles its tasks "
+        "held the machine's units of that kind, over its cycles (a DMA engine held for the DRAM latency too; loads "
+        "run under the stage before count too, so a short stage's may pass 100%). busiest: that kind.")
     for st in sorted(s["stages"], key=lambda st: st["cycles"], reverse=True):
         names = st["kernels"]
         label = shown(names[0]) if len(names) == 1 else f"{shown(names[0])} .. {shown(names[-1])} ({len(names)})"
