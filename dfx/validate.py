@@ -195,7 +195,7 @@ def validate_program(program: Program, where: str) -> None:
                     got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
                     fail(op_place, f"computes {got}, which is none of the kernel's graph ops")
                 opdef = lookup(source.op_type)
-                if opdef.tile is None or (opdef.tile_mnk is None and opdef.vector_work is None):
+                if opdef.tile is None or not (opdef.on_array(k.dataflow) or opdef.vector_work is not None):
                     fail(op_place, f"computes {source.op_type}, which has no tile computation on the array or the "
                          f"vector unit (a compiler pass rewrites it first)")
                 computed.add(source.name)
@@ -514,7 +514,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     layout = lookup(k.op).family == "layout"
 
     # the dataflow says where the computes run: the array's stationarity, the vector unit, none
-    array = [op for op in computes if opdef[op.op_id].tile_mnk is not None]
+    array = [op for op in computes if opdef[op.op_id].on_array(k.dataflow)]
     if computes and k.dataflow == "moves":
         return f"{place} op {computes[0].op_id}", "is a COMPUTE in a kernel of dataflow 'moves', which only moves data"
     if array and k.dataflow not in ARRAY_DATAFLOWS:
@@ -673,7 +673,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
         for ref in [*op.inputs, op.output]:
             if ref.level == "L3":
                 return op_place, f"computes on {ref.tensor} at L3; a compute works on tiles in L2, L1 and registers"
-        if d.tile_mnk is not None and (op.output.level != "REGISTER"
+        if d.on_array(k.dataflow) and (op.output.level != "REGISTER"
                                        or any(r.level not in ("L1", "REGISTER") for r in op.inputs)):
             return (op_place, "runs on the array, which takes its operands from L1 (an accumulator input from its "
                     "registers) and writes its registers")

@@ -13,6 +13,7 @@ from .chains import form_chains
 from .errors import CompileError
 from .fuse import fusion_groups
 from .lower_conv import lower_conv
+from .lower_gemv import gemv_dims, lower_gemv, preferred
 from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
@@ -24,9 +25,16 @@ from .target import Target
 
 
 def lower_contraction(graph: Graph, ops: list[Op], name: str, target: Target, dataflow: str) -> Kernel:
-    """On the array: a sliding-window contraction (CONV2D) as an implicit GEMM, else a MATMUL."""
+    """On the array: a sliding-window contraction (CONV2D) as an implicit GEMM, else a MATMUL. A
+    contraction of one row (`gemv_dims`), its dataflow left to the compiler, on the vector unit
+    where the target's objective prefers that kernel (`lower_gemv.preferred`)."""
     lowering = lower_conv if lookup(ops[0].op_type).windows is not None else lower_matmul
-    return lowering(graph, ops, name, target, dataflow)
+    on_array = lowering(graph, ops, name, target, dataflow)
+    dims = gemv_dims(graph, ops[0]) if dataflow == "auto" and target.costs is not None else None
+    if dims is None:
+        return on_array
+    on_vector = lower_gemv(graph, ops, name, target, dims)
+    return on_array if on_vector is None else preferred([on_array, on_vector], graph, target)
 
 
 # the anchor's op family (the registry's) -> lowering of a group [anchor, *epilogue]; an op whose

@@ -418,8 +418,8 @@ def _plans(facts: _KernelFacts) -> list[dict[int, _Plan]]:
             if isinstance(op, DataMove):
                 cls = _ViewPlan if op.move_type == "VIEW" else _MovePlan
             elif isinstance(op, Compute):
-                # the registry says whether the array runs it, else the vector unit
-                cls = _ArrayPlan if facts.computes[op.op_id][0].tile_mnk is not None else _VectorPlan
+                # the registry and the kernel's dataflow say whether the array runs it, else the vector unit
+                cls = _ArrayPlan if facts.computes[op.op_id][0].on_array(facts.kernel.dataflow) else _VectorPlan
             else:
                 cls = _BarrierPlan
             plans[op.op_id] = cls(op, worker, facts)

@@ -298,10 +298,6 @@ def window_in_a_matmul(obj):  # the tile one column to the right, all the way in
     next(o for o in first(obj)["body"] if o["type"] == "COMPUTE")["inputs"][0]["offset"] = [0, 1]
 
 
-def vector_dataflow(obj):
-    first(obj)["dataflow"] = "vector"
-
-
 def moves_dataflow(obj):
     first(obj)["dataflow"] = "moves"
 
@@ -338,7 +334,6 @@ def one_operand_matmul(obj):  # the registry's reference would index a missing o
     (skip_a_level, ["moves EXTERNAL -> L2, which no engine does"]),
     (b_transposed, ["reads W0 at L1 transposed, but MATMUL", "takes it as laid out"]),
     (window_in_a_matmul, ["reads 'x' through a window along dim 1; only a sliding-window op's input is read so"]),
-    (vector_dataflow, ["kernel 'matmul_0' op", "runs MATMUL_TILE on the array, but the kernel's dataflow 'vector'"]),
     (moves_dataflow, ["is a COMPUTE in a kernel of dataflow 'moves'"]),
     (unknown_epilogue_op, ["graph op", "unknown op 'FOO'"]),
     (shape_disagrees, ["makes [[256, 512]], the graph declares [[256, 500]]"]),
@@ -364,23 +359,30 @@ def test_validator_refuses_a_dataflow_its_computes_do_not_have(softmax):
     refused(obj, "has dataflow 'output_stationary', but its computes make it vector")
 
 
-@pytest.mark.parametrize("flags", [[], ["--timing-only"], ["--dry-run"]], ids=["run", "timing-only", "dry-run"])
-def test_loader_refuses_an_array_kernel_marked_vector(mlp3, tmp_path, flags):
-    obj = copy.deepcopy(mlp3)
-    vector_dataflow(obj)  # used to pass check_fits and die in the simulator: exit 1, a traceback
-    path = tmp_path / "m.kpu"
-    path.write_bytes(resealed(obj))
-    assert_one_line_error(run_cli("loader", path, "--config", CONFIGS / "standard.json", *flags),
-                          str(path), "kernel 'matmul_0' op", "dataflow 'vector'")
+def test_a_matmul_kernel_of_dataflow_vector_runs_on_the_vector_unit(mlp3):
+    """The dataflow says where a contraction runs: marked "vector", mlp3's first MATMUL (with
+    its bias and activation) runs on the vector unit, a multiply-add per product, and computes
+    what it did on the array."""
+    from hardware import load_machine
+    from loader import bind_greedy, bind_program, check_outputs, execute, program_inputs, simulate
 
-
-def test_loader_refuses_every_loop_parallel(mlp3, tmp_path):
-    obj = copy.deepcopy(mlp3)
-    every_loop_parallel(obj)  # --timing-only used to exit 0 with 43% of the MACs
-    path = tmp_path / "m.kpu"
-    path.write_bytes(resealed(obj))
-    assert_one_line_error(run_cli("loader", path, "--config", CONFIGS / "standard.json", "--timing-only"),
-                          str(path), "is parallel as well as loop")
+    machine = load_machine(str(CONFIGS / "standard.json"))
+    runs = []
+    for dataflow in (None, "vector"):
+        obj = copy.deepcopy(mlp3)
+        if dataflow:
+            first(obj)["dataflow"] = dataflow
+        program = loads(resealed(obj), "m.kpu")
+        bindings = bind_program(program, machine, "m.kpu", bind_greedy)
+        values = execute(program, bindings, program_inputs(program, {}, 0))
+        assert all(c.passed for c in check_outputs(program, values).values())
+        runs.append((program, simulate(program, machine, bindings)))
+    (program, on_array), (_, on_vector) = runs
+    matmul = next(op for op in program.graph.ops if op.op_type == "MATMUL")
+    (m, k), n = program.graph.tensors[matmul.inputs[0]].shape, program.graph.tensors[matmul.outputs[0]].shape[-1]
+    assert on_array.macs - on_vector.macs == m * n * k
+    products = on_vector.phases[0].vector_work["simple"] - on_array.phases[0].vector_work.get("simple", 0)
+    assert products == m * n * k, products
 
 
 def test_loader_turns_a_simulator_fault_into_one_line(mlp3, tmp_path, monkeypatch):
@@ -396,8 +398,8 @@ def test_loader_turns_a_simulator_fault_into_one_line(mlp3, tmp_path, monkeypatc
     program = loads(resealed(copy.deepcopy(mlp3)), "m.kpu")
     machine = load_machine(str(CONFIGS / "standard.json"))
     bindings = bind_program(program, machine, "m.kpu", bind_greedy)
-    program.kernels[0].dataflow = "vector"  # past the validator: the simulator refuses it
-    with pytest.raises(ValueError, match="dataflow 'vector' is not supported"):
+    program.kernels[0].dataflow = "row_stationary"  # past the validator: the simulator refuses it
+    with pytest.raises(ValueError, match="dataflow 'row_stationary' is not supported"):
         simulate(program, machine, bindings)
 
     path = tmp_path / "m.kpu"

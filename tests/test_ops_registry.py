@@ -907,7 +907,9 @@ def test_window_vector_work_is_one_simple_op_per_tap():
     assert work("DEPTHWISE_CONV2D", [(2, 6, 6, 3), (3, 3, 3, 2)], (2, 4, 4, 6)) == {"simple": 2 * 4 * 4 * 6 * 9}
     assert work("MAXPOOL2D", [(1, 6, 5, 2)], (1, 3, 3, 2), kernel=[2, 3]) == {"simple": 18 * 6}
     assert work("AVGPOOL2D", [(1, 7, 7, 4)], (1, 1, 1, 4), kernel=[7, 7]) == {"simple": 4 * 49}
-    assert REGISTRY["CONV2D"].vector_work is None  # on the array
+    # a contraction's, where the vector unit runs it (a GEMV): a multiply-add per product
+    assert work("CONV2D", [(1, 1, 1, 64), (10, 1, 1, 64)], (1, 1, 1, 10)) == {"simple": 640}
+    assert work("CONV2D", [(1, 5, 5, 4), (6, 3, 3, 2)], (1, 3, 3, 6), groups=2) == {"simple": 9 * 6 * 3 * 3 * 2}
 
 
 # ---- errors -----------------------------------------------------------------------------------
@@ -967,7 +969,7 @@ def test_every_op_is_declared_completely():
     for op in REGISTRY.values():
         assert op.family in ("contraction", "map", "reduction", "window", "layout"), op.name
         assert (op.tile is None) == (op.family == "layout" or op.name == "LINEAR"), op.name
-        assert (op.vector_work is None) == (op.family in ("contraction", "layout")), op.name
+        assert (op.vector_work is None) == (op.family == "layout" or op.name == "LINEAR"), op.name
         assert (op.tile_mnk is not None) == (op.name in ("MATMUL", "CONV2D")), op.name
         assert (op.windows is not None) == (op.family == "window" or op.name == "CONV2D"), op.name
         # the others pad with zeros, or the pad_value the graph gives (a quantized input's zero point)
@@ -1030,7 +1032,9 @@ def test_vector_work_as_documented():
     assert work("REDUCE_SUM", [(4, 6)], (4, 1), axes=[1]) == {"reduction": 24}
     assert work("SOFTMAX", [(4, 8)], (4, 8)) == {"reduction": 64, "transcendental": 32, "simple": 64}
     assert work("LAYERNORM", [(4, 8), (8,), (8,)], (4, 8)) == {"reduction": 64, "simple": 160}
-    assert REGISTRY["TRANSPOSE"].vector_work is None and REGISTRY["MATMUL"].vector_work is None
+    assert work("MATMUL", [(1, 3, 1, 64), (64, 10)], (1, 3, 1, 10)) == {"simple": 30 * 64}
+    assert work("MATMUL", [(1, 64), (10, 64)], (1, 10), transpose_b=True) == {"simple": 640}
+    assert REGISTRY["TRANSPOSE"].vector_work is None
 
 
 def test_reductions_say_which_axes_a_tile_holds_whole():

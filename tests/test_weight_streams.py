@@ -11,6 +11,7 @@ import pytest
 
 from dfx import dumps, loads
 from hardware import load_machine
+from kernel_compiler import compile as compile_module
 from kernel_compiler import compile_graph, load_target, lower_conv, tiling
 from loader import bind_cpsat, bind_program, execute, simulate
 from test_vector_kernels import STANDARD, graph_of, random
@@ -39,11 +40,18 @@ def fresh():
     _uncached()
 
 
+@pytest.fixture
+def on_the_array(monkeypatch):
+    """A product of one row lowered on the array, the vector unit's kernel not offered
+    (test_gemv.py weighs the two)."""
+    monkeypatch.setattr(compile_module, "gemv_dims", lambda graph, op: None)
+
+
 def _dma_moves(sim) -> int:
     return sum(u.tasks for name, u in sim.units.items() if name.startswith("dma"))
 
 
-def test_a_matrix_vector_product_takes_a_panel_of_weights(fresh, monkeypatch):
+def test_a_matrix_vector_product_takes_a_panel_of_weights(fresh, on_the_array, monkeypatch):
     """1 x 1280 by 1280 x 1000 (MobileNet v2's classifier): a resident panel of B, its tiles
     smaller than TILE_SHRINK allows, moves the same bytes in fewer, larger moves: faster, with
     the BlockMovers far from the limit."""
@@ -63,7 +71,7 @@ def test_a_matrix_vector_product_takes_a_panel_of_weights(fresh, monkeypatch):
     assert sim.cycles < 0.95 * old.cycles, (sim.cycles, old.cycles)
 
 
-def test_a_convolution_of_one_position_takes_its_weights_a_tile_at_a_time(fresh, monkeypatch):
+def test_a_convolution_of_one_position_takes_its_weights_a_tile_at_a_time(fresh, on_the_array, monkeypatch):
     """1 x 1 x 1 x 1024 to 1000 channels (MobileNet v1's classifier): the weights of a tile of
     output channels come in one move, not a move per chunk of input channels."""
     graph = graph_of([("CONV2D", ["x", "w", "b"], {"layout": "NHWC"})],

@@ -57,12 +57,14 @@ class OpDef:
     # for ops a compiler pass decomposes first (LINEAR).
     tile: Callable[[list[np.ndarray], np.ndarray | None, np.dtype, dict[str, Any]], np.ndarray] | None = None
     # the array work of one tile COMPUTE: (input tile shapes) -> (m, n, k) of C[m, n] += A[m, k] B[k, n]
+    # (a contraction's: it runs there but in a kernel of dataflow "vector", `on_array`)
     tile_mnk: Callable[[list[tuple[int, ...]], dict[str, Any]], tuple[int, int, int]] | None = None
     # the vector-unit work of one COMPUTE: (input shapes, output shape, attrs) -> elements
     # processed per op class: "simple" (add, mul, compare, select, max, convert), "transcendental"
     # (exp, log, sqrt, rsqrt, tanh, erf, sigmoid, pow, divide, reciprocal), "reduction" (one step
     # of a reduction per element reduced). Scalar work once per reduced row (the reciprocal of a
-    # softmax sum, the rsqrt of a variance) is left out. None for array and layout ops.
+    # softmax sum, the rsqrt of a variance) is left out. A contraction's: one multiply-add per
+    # product, where a kernel of dataflow "vector" runs it. None for layout ops.
     vector_work: Callable[[list[Shape], Shape, dict[str, Any]], dict[str, int]] | None = None
     # reduction family only, for tiling: (first operand's shape, attrs) -> the axes a tile must
     # hold whole, and -> for each result dim, the operand dim it runs along (None: reduced, kept as 1)
@@ -109,6 +111,11 @@ class OpDef:
     # not its own (logits near 5,000 each held off by up to 0.5 at rtol 1e-4 let a softmax pass
     # 0.1 off). None: the operand's size.
     shifted: Callable[[np.ndarray, dict[str, Any]], np.ndarray] | None = None
+
+    def on_array(self, dataflow: str) -> bool:
+        """Whether a COMPUTE of this op runs on the array in a kernel of `dataflow`: a
+        contraction's does, but in a kernel of dataflow "vector" (a contraction of one row)."""
+        return self.tile_mnk is not None and dataflow != "vector"
 
     def padding_value(self, attrs: dict[str, Any], dtype: str) -> int | float:
         """What a sliding-window op's input holds in its padding, in `dtype`, by its normalized

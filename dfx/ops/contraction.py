@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import dtype_of, numpy_dtype
-from .base import OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, on_sizes, register
+from .base import OpDef, Shape, ShapeError, accumulation_dtype, broadcasts_to, elements, on_sizes, register
 
 # ---- MATMUL ----------------------------------------------------------------------------------
 
@@ -70,6 +70,11 @@ def _matmul_reference(arrays: list[np.ndarray], attrs: dict[str, Any], out_dtype
     return [_matmul_tile(arrays, None, acc, attrs).astype(numpy_dtype(out_dtypes[0]))]
 
 
+def _matmul_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+    """One multiply-add per product: K of them for each element of C."""
+    return {"simple": elements(out_shape) * in_shapes[0][-1]}
+
+
 MATMUL = register(OpDef(
     name="MATMUL",
     min_inputs=2,
@@ -84,6 +89,7 @@ MATMUL = register(OpDef(
     attrs={"transpose_b": False},
     tile=_matmul_tile,
     tile_mnk=_matmul_mnk,
+    vector_work=_matmul_work,
     operand_order=_matmul_operand_order,
     magnitude=on_sizes(_matmul_reference),
 ))

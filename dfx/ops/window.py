@@ -185,6 +185,12 @@ def _conv_mnk(shapes: list[tuple[int, ...]], attrs: dict[str, Any]) -> tuple[int
     return band[0] * hw[0].outputs(band[1]) * hw[1].outputs(band[2]), o, kh * kw * c
 
 
+def _conv_work(in_shapes: list[Shape], out_shape: Shape, attrs: dict[str, Any]) -> dict[str, int]:
+    """One multiply-add per product: kh * kw * (C / groups) of them for each output element."""
+    o, kh, kw, c = _weight_dims(in_shapes[1], attrs)
+    return {"simple": elements(out_shape) * kh * kw * c}
+
+
 def _bias_dims(shapes: list[Shape]) -> list[list[int | None]]:
     """A bias [O] runs along the result's channels; one of a single value, along none."""
     if len(shapes) < 3:
@@ -220,6 +226,7 @@ CONV2D = register(OpDef(
     tile=_conv_tile,
     magnitude=on_sizes(_conv_reference),
     tile_mnk=_conv_mnk,
+    vector_work=_conv_work,
     operand_dims=_conv_operand_dims,
     operand_order=_conv_operand_order,
     windows=lambda attrs, shapes: windows(attrs, _conv_kernel(shapes[1], attrs)),
