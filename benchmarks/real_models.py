@@ -228,7 +228,8 @@ def main() -> None:
         order = names + [name for name in kept if name not in names]
         rows = rows[:2] + [fresh.get(name) or kept[name] for name in order if name in fresh or name in kept] \
             + rows[2 + len(runs):]
-        measured = (f"{before} The rows of {', '.join(r.name for r in runs)}: measured {today()}, commit {commit} "
+        measured = (f"{before} The rows of {', '.join(r.name for r in runs)}: measured {today()} on {machine()}, "
+                    f"commit {commit} "
                     f"(`benchmarks/real_models.py --only {' '.join(map(shlex.quote, options.only))} --keep`).")
     text = "\n".join([
         measured,

@@ -486,7 +486,7 @@ def ring_bytes(tensor: str, ring: int | None, graph: Graph, dim: int = BY_ROWS) 
     return home_bytes(dataclasses.replace(graph.tensors[tensor], ring=ring, ring_dim=dim))
 
 
-def _signature(group: list[Op], graph: Graph) -> tuple:
+def group_signature(group: list[Op], graph: Graph) -> tuple:
     """What a group's lowering depends on: its ops, how they wire their tensors, and those
     tensors' shapes, dtypes and roles (networks repeat their layers: each is planned once)."""
     names = list(dict.fromkeys(t for op in group for t in op.inputs + op.outputs))
@@ -509,7 +509,7 @@ class Planner:
         ops = {op.name: op for op in graph.ops}
         self.groups = [[ops[k.graph_op]] + [ops[name] for name in k.epilogue] for k in kernels]
         first: dict[tuple, int] = {}
-        self.proxy = [first.setdefault(_signature(g, graph), i) for i, g in enumerate(self.groups)]
+        self.proxy = [first.setdefault(group_signature(g, graph), i) for i, g in enumerate(self.groups)]
         self._rungs: dict[tuple[int, int, int, int], Rung | None] = {}
         self._linked: dict[tuple, tuple[Usage, int]] = {}
         self._unfit: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (proxy, rows) -> shares no tiling fits

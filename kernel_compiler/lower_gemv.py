@@ -27,7 +27,7 @@ import math
 
 from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, itemsize, lookup
 
-from .chains import TIE, figure, usage
+from .chains import TIE, figure, group_signature, usage
 from .lower_vector import (
     LEVELS, Space, dram_hints, epilogue, epilogue_work, kernel_reads, loops_of, placement_of, store, tile_ref, traffic,
 )
@@ -141,6 +141,11 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[l
     )
 
 
+# the tiles taken for a group's problem on a target, (Tn, whole) or None: networks repeat their
+# blocks, and each problem is weighed once per process
+_TAKEN: dict[tuple, tuple[int, bool] | None] = {}
+
+
 def lower_gemv(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[list[int | None]]) -> Kernel | None:
     """The group's kernel on the vector unit, `dims` its operands' and result's (`gemv_dims`):
     of the tiles of a power of two of results (or all of them), each by the largest chunk of K
@@ -148,10 +153,16 @@ def lower_gemv(graph: Graph, ops: list[Op], name: str, target: Target, dims: lis
     where none fits (x whole in L3 beside a panel of one result: VGG-19's 25,088 -> 4,096)."""
     op = ops[0]
     n, k = graph.tensors[op.outputs[0]].shape[-1], graph.tensors[op.inputs[0]].shape[-1]
+    key = (group_signature(ops, graph), target)
+    if key in _TAKEN:
+        taken = _TAKEN[key]
+        return None if taken is None else _kernel(graph, ops, name, target, dims, n, k, *taken)
     widths = [n] + [1 << e for e in reversed(range(n.bit_length())) if 1 << e < n]
-    found = [kernel for whole in (True, False) for tn in widths
-             if (kernel := _kernel(graph, ops, name, target, dims, n, k, tn, whole)) is not None]
-    return preferred(found, graph, target) if found else None
+    found = {(tn, whole): kernel for whole in (True, False) for tn in widths
+             if (kernel := _kernel(graph, ops, name, target, dims, n, k, tn, whole)) is not None}
+    kernel = preferred(list(found.values()), graph, target) if found else None
+    _TAKEN[key] = next((tiles for tiles, each in found.items() if each is kernel), None)
+    return kernel
 
 
 def preferred(kernels: list[Kernel], graph: Graph, target: Target) -> Kernel:
