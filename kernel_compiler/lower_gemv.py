@@ -24,8 +24,9 @@ that fits, whole or by panels, the kernel `preferred` takes.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, itemsize, lookup
+from dfx import Compute, DataMove, Graph, Kernel, Op, TileLoop, itemsize, lookup, widest
 
 from .chains import TIE, figure, group_signature, usage
 from .lower_vector import (
@@ -167,11 +168,26 @@ def lower_gemv(graph: Graph, ops: list[Op], name: str, target: Target, dims: lis
 
 def preferred(kernels: list[Kernel], graph: Graph, target: Target) -> Kernel:
     """Of kernels of one group, those within `TIE` of the least figure of the target's objective
-    (`chains.usage`: its estimates' rounding), the one of fewest cycles; the first of equals.
-    Under energy, where the estimates of a GEMV's tilings and of it on the array or the vector
-    unit differ by a fraction of a percent, the least figure alone took EfficientNet-B0's
-    classifier to the vector unit untiled by results: 68,202 -> 124,800 cycles for 0.1% less energy."""
+    (`chains.usage`: its estimates' rounding, with the pJ of the computes, which differ between
+    the units), the one of fewest cycles; the first of equals. Under energy, where a GEMV's
+    tilings and it on the array or the vector unit differ by a fraction of a percent, the least
+    figure alone took EfficientNet-B0's classifier to the vector unit untiled by results:
+    68,202 -> 124,800 cycles for 0.1% less energy."""
     ranked = [(kernel, usage(kernel, graph, target)) for kernel in kernels]
+    ranked = [(kernel, replace(u, pj=u.pj + compute_pj(kernel, graph, target))) for kernel, u in ranked]
     least = min(figure(u, target.objective) for _, u in ranked)
     return min(((kernel, u) for kernel, u in ranked if figure(u, target.objective) <= least * (1 + TIE)),
                key=lambda ranked_kernel: ranked_kernel[1].cycles)[0]
+
+
+def compute_pj(kernel: Kernel, graph: Graph, target: Target) -> float:
+    """The pJ of a kernel's computes, as `hardware.energy` prices them: its vector elements, and on
+    the array each MAC and its two operands' register reads (an i8 MAC there, its reads with it,
+    under half a vector unit's multiply-add; an f32 one twice as much)."""
+    energy = target.costs.energy
+    pj = target.costs.vector_pj(kernel.hints.get("vector_elements", {}))
+    if kernel.dataflow == "vector":
+        return pj
+    dtype = widest([graph.tensors[t].dtype for t in kernel.inputs[:2]])
+    return pj + kernel.hints["macs"] * (energy.mac_pj.get(dtype, 0.0)
+                                        + 2 * itemsize(dtype) * energy.access_pj_per_byte["register"])
