@@ -195,7 +195,7 @@ def validate_program(program: Program, where: str) -> None:
                     got = f"{op.compute_type} from [{', '.join(r.tensor for r in op.inputs)}] into {op.output.tensor}"
                     fail(op_place, f"computes {got}, which is none of the kernel's graph ops")
                 opdef = lookup(source.op_type)
-                if opdef.tile is None or not (opdef.on_array(k.dataflow) or opdef.vector_work is not None):
+                if opdef.tile is None or (opdef.tile_mnk is None and opdef.vector_work is None):
                     fail(op_place, f"computes {source.op_type}, which has no tile computation on the array or the "
                          f"vector unit (a compiler pass rewrites it first)")
                 computed.add(source.name)

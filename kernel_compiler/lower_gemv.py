@@ -13,9 +13,9 @@ the array's.
 The kernel walks the space (N, K): a loop over tiles of Tn results (parallel over the compute
 tiles), and inside it, where a tile's weights do not fit L1 whole, a loop over chunks of Tk of
 the contracted dim, each step adding its products into the result tile (`accumulate`). The
-operands come to L3 whole, once, where they fit; else x does and the weights come by panels of
-Tn results, each in one move, two deep, so the DMAs move large tiles while the vector unit works
-on the panel before. Chunks go down to L1 (a B given as [N, K] transposed on its way into L2, as
+operands come to L3 whole, once; or x does and the weights come by panels of Tn results, each in
+one move, two deep, so the DMAs move large tiles while the vector unit works on the panel
+before (`preferred` weighs both where both fit). Chunks go down to L1 (a B given as [N, K] transposed on its way into L2, as
 `lower_matmul` does); the result tile, after the epilogue, leaves L1 -> L2 -> L3 -> EXTERNAL.
 Tiles: of every power of two of results (or all of them), each with the largest even chunk of K
 that fits, whole or by panels, the kernel `preferred` takes.
@@ -47,8 +47,8 @@ def gemv_dims(graph: Graph, op: Op) -> list[list[int | None]] | None:
     attrs = lookup(op.op_type).normalize_attrs(op.attrs)
     if op.op_type == "CONV2D":
         x, w, *_, out = shapes
-        one = (attrs["groups"], attrs["layout"], attrs["weight_layout"]) == (1, "NHWC", None) \
-            and x[:3] == (1, 1, 1) and w[1:3] == (1, 1) and out[:3] == (1, 1, 1)
+        plain = (attrs["groups"], attrs["layout"], attrs["weight_layout"]) == (1, "NHWC", None)
+        one = plain and attrs["padding"] == [[0, 0], [0, 0]] and x[:3] == (1, 1, 1) and w[1:3] == (1, 1)
         dims = [[None, None, None, K_DIM], [N_DIM, None, None, K_DIM]]
     elif op.op_type == "MATMUL":
         a, b, *_, out = shapes
@@ -182,12 +182,15 @@ def preferred(kernels: list[Kernel], graph: Graph, target: Target) -> Kernel:
 
 def compute_pj(kernel: Kernel, graph: Graph, target: Target) -> float:
     """The pJ of a kernel's computes, as `hardware.energy` prices them: its vector elements, and on
-    the array each MAC and its two operands' register reads (an i8 MAC there, its reads with it,
-    under half a vector unit's multiply-add; an f32 one twice as much)."""
+    the array each MAC with its operands' reads (an i8 MAC there, its reads with it, under
+    two-thirds of a vector unit's multiply-add; an f32 one three times as much)."""
     energy = target.costs.energy
     pj = target.costs.vector_pj(kernel.hints.get("vector_elements", {}))
     if kernel.dataflow == "vector":
         return pj
     dtype = widest([graph.tensors[t].dtype for t in kernel.inputs[:2]])
+    # each MAC's two register reads, and its weight's read from L1 into the array (of a product
+    # of one row's K x (1 + N) operand elements, the K x N weights)
+    access = energy.access_pj_per_byte
     return pj + kernel.hints["macs"] * (energy.mac_pj.get(dtype, 0.0)
-                                        + 2 * itemsize(dtype) * energy.access_pj_per_byte["register"])
+                                        + itemsize(dtype) * (2 * access["register"] + access["l1"]))

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from dfx import Barrier, Graph, Kernel, Op, Program, itemsize, widest
+from dfx import Barrier, Graph, Kernel, Op, Program, itemsize, lookup, widest
 from hardware import (UNIT_PREFIX, EnergyCounts, HostLink, Machine, PhaseSpan, SimResult, kernel_energy, machine_area,
                       total_energy)
 from hardware.units.bandwidth import Bandwidth
@@ -44,9 +44,27 @@ def array_work(sim: SimResult, program: Program, machine: Machine) -> float:
                for i, k in enumerate(program.kernels) if i in sim.phases)
 
 
+def mac_work(sim: SimResult, program: Program, machine: Machine) -> float:
+    """`array_work`, and the products of each contraction the vector unit ran (a product of one
+    row there, `OpDef.on_array`) at its dtype's rate likewise: the run's MACs whichever unit did
+    them, for the roofline and the budget. The arrays' utilization counts their own alone."""
+    rate = machine.compute.macs_per_pe_cycle
+    graph = program.graph
+    ops = {op.name: op for op in graph.ops}
+    work = array_work(sim, program, machine)
+    for i, k in enumerate(program.kernels):
+        op = ops[k.graph_op]
+        opdef = lookup(op.op_type)
+        if i in sim.phases and opdef.tile_mnk is not None and not opdef.on_array(k.dataflow):
+            shapes = [graph.tensors[t].shape for t in op.inputs]
+            products = opdef.vector_work(shapes, graph.tensors[op.outputs[0]].shape, opdef.normalize_attrs(op.attrs))
+            work += products["simple"] / rate.get(operand_dtype(op, graph), 1)
+    return work
+
+
 def roofline(sim: SimResult, machine: Machine, work: float) -> dict[str, Any]:
     """Arithmetic intensity of the run against the machine's ridge point; `work`: its MACs in PE
-    cycles (`array_work`)."""
+    cycles (`mac_work`)."""
     dram = sum(dram_bytes(sim).values())
     bw = dram_bytes_per_cycle(machine)
     peak_flops = 2 * machine.compute.peak_macs_per_cycle
@@ -228,7 +246,7 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     sim = result.sim
     if sim is not None:
         peak = machine.compute.peak_macs_per_cycle
-        work = array_work(sim, program, machine)
+        work, every_mac = array_work(sim, program, machine), mac_work(sim, program, machine)
         out.update({
             "cycles": sim.cycles,
             "seconds": sim.cycles / (machine.clock_ghz * 1e9),
@@ -237,8 +255,8 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
             "utilization": work / (sim.cycles * peak) if sim.cycles else 0.0,
             "dram_bytes": dram_bytes(sim),
             "bytes_moved": dict(sorted(sim.bytes_moved.items())),
-            "roofline": roofline(sim, machine, work),
-            "budget": budget(sim, program.graph, machine, work),
+            "roofline": roofline(sim, machine, every_mac),
+            "budget": budget(sim, program.graph, machine, every_mac),
             "kernels": kernel_entries(result, program, machine),
             "stages": stage_entries(sim, program, machine),
             "units": {name: {"busy_cycles": u.busy_cycles, "tasks": u.tasks, "bytes": u.bytes,

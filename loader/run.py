@@ -290,7 +290,7 @@ ROUNDING_SPREAD = 8  # standard deviations of a sum's rounding walk: far beyond 
 
 def _sum_rounding(group: list, values: dict[str, np.ndarray], expected: dict[str, np.ndarray],
                   known: dict[str, np.ndarray], g) -> dict[str, np.ndarray]:
-    """For a kernel whose anchor runs on the array, in float: how far rounding may move each
+    """For a kernel anchored on a contraction, in float: how far rounding may move each
     element of its results, the tiles adding the products in another order than the reference.
     A sum of n products rounded at every step walks about sqrt(n) steps of at most u times the
     sum of their magnitudes (u the accumulator's unit roundoff), however much they cancel: deep

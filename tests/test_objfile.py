@@ -385,6 +385,15 @@ def test_a_matmul_kernel_of_dataflow_vector_runs_on_the_vector_unit(mlp3):
     assert products == m * n * k, products
 
 
+def test_loader_refuses_every_loop_parallel(mlp3, tmp_path):
+    obj = copy.deepcopy(mlp3)
+    every_loop_parallel(obj)  # --timing-only used to exit 0 with 43% of the MACs
+    path = tmp_path / "m.kpu"
+    path.write_bytes(resealed(obj))
+    assert_one_line_error(run_cli("loader", path, "--config", CONFIGS / "standard.json", "--timing-only"),
+                          str(path), "is parallel as well as loop")
+
+
 def test_loader_turns_a_simulator_fault_into_one_line(mlp3, tmp_path, monkeypatch):
     """The last line of defence, in the CLI only: a ValueError from simulating an object the
     validator passed is exit 2 naming the object; called directly, simulate() still raises."""

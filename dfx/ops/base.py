@@ -64,7 +64,7 @@ class OpDef:
     # (exp, log, sqrt, rsqrt, tanh, erf, sigmoid, pow, divide, reciprocal), "reduction" (one step
     # of a reduction per element reduced). Scalar work once per reduced row (the reciprocal of a
     # softmax sum, the rsqrt of a variance) is left out. A contraction's: one multiply-add per
-    # product, where a kernel of dataflow "vector" runs it. None for layout ops.
+    # product, where a kernel of dataflow "vector" runs it. None for layout ops and LINEAR.
     vector_work: Callable[[list[Shape], Shape, dict[str, Any]], dict[str, int]] | None = None
     # reduction family only, for tiling: (first operand's shape, attrs) -> the axes a tile must
     # hold whole, and -> for each result dim, the operand dim it runs along (None: reduced, kept as 1)
