@@ -173,8 +173,10 @@ def preferred(kernels: list[Kernel], graph: Graph, target: Target) -> Kernel:
     tilings and it on the array or the vector unit differ by a fraction of a percent, the least
     figure alone took EfficientNet-B0's classifier to the vector unit untiled by results:
     68,202 -> 124,800 cycles for 0.1% less energy."""
-    ranked = [(kernel, usage(kernel, graph, target)) for kernel in kernels]
-    ranked = [(kernel, replace(u, pj=u.pj + compute_pj(kernel, graph, target))) for kernel, u in ranked]
+    ranked = []
+    for kernel in kernels:
+        u = usage(kernel, graph, target)
+        ranked.append((kernel, replace(u, pj=u.pj + compute_pj(kernel, graph, target))))
     least = min(figure(u, target.objective) for _, u in ranked)
     return min(((kernel, u) for kernel, u in ranked if figure(u, target.objective) <= least * (1 + TIE)),
                key=lambda ranked_kernel: ranked_kernel[1].cycles)[0]
