@@ -256,7 +256,7 @@ def conv_pj(p: ConvProblem, t: ConvTiling, costs: Costs, compute_tiles: int) -> 
     return (dram_moves(p, t)[0] * (pj["external"] + pj["l3"])
             + down * (pj["l3"] + 2 * pj["l2"] + pj["l1"]) + read * pj["l1"]
             + stream_traffic(streams["y"], order, trips) * (pj["register"] + 2 * pj["l2"] + pj["l3"])
-            + windows * p.Co * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.x_bytes * pj["register"]))
+            + costs.mac_pj(windows * p.Co, p.dtype, p.x_bytes))
 
 
 # How the operands are held, (loop order, input band in L3, weights in L3); the others are

@@ -15,8 +15,9 @@ tiles), and inside it, where a tile's weights do not fit L1 whole, a loop over c
 the contracted dim, each step adding its products into the result tile (`accumulate`). The
 operands come to L3 whole, once; or x does and the weights come by panels of Tn results, each in
 one move, two deep, so the DMAs move large tiles while the vector unit works on the panel
-before (`preferred` weighs both where both fit). Chunks go down to L1 (a B given as [N, K] transposed on its way into L2, as
-`lower_matmul` does); the result tile, after the epilogue, leaves L1 -> L2 -> L3 -> EXTERNAL.
+before (`preferred` weighs both where both fit). Chunks go down to L1 (a B given as [N, K]
+transposed on its way into L2, as `lower_matmul` does); the result tile, after the epilogue,
+leaves L1 -> L2 -> L3 -> EXTERNAL.
 Tiles: of every power of two of results (or all of them), each with the largest even chunk of K
 that fits, whole or by panels, the kernel `preferred` takes.
 """
@@ -186,13 +187,13 @@ def compute_pj(kernel: Kernel, graph: Graph, target: Target) -> float:
     """The pJ of a kernel's computes, as `hardware.energy` prices them: its vector elements, and on
     the array each MAC with its operands' reads (an i8 MAC there, its reads with it, under
     two-thirds of a vector unit's multiply-add; an f32 one three times as much)."""
-    energy = target.costs.energy
-    pj = target.costs.vector_pj(kernel.hints.get("vector_elements", {}))
+    costs = target.costs
+    pj = costs.vector_pj(kernel.hints.get("vector_elements", {}))
     if kernel.dataflow == "vector":
         return pj
     dtype = widest([graph.tensors[t].dtype for t in kernel.inputs[:2]])
-    # each MAC's two register reads, and its weight's read from L1 into the array (of a product
-    # of one row's K x (1 + N) operand elements, the K x N weights)
-    access = energy.access_pj_per_byte
-    return pj + kernel.hints["macs"] * (energy.mac_pj.get(dtype, 0.0)
-                                        + itemsize(dtype) * (2 * access["register"] + access["l1"]))
+    macs = kernel.hints["macs"]
+    # and each weight's read from L1 into the array (of a product of one row's K x (1 + N)
+    # operand elements, the K x N weights)
+    l1 = costs.energy.access_pj_per_byte["l1"]
+    return pj + costs.mac_pj(macs, dtype, itemsize(dtype)) + macs * itemsize(dtype) * l1

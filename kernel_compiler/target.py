@@ -46,6 +46,12 @@ class Costs:
         """One vector unit's cycles for `work`, elements by op class, on all its lanes."""
         return sum(n * self.vector.cycles_per_element[kind] for kind, n in work.items()) / self.vector.lanes
 
+    def mac_pj(self, macs: int, dtype: str, operand_bytes: int) -> float:
+        """The pJ of `macs` MACs on the array in `dtype` (none without a figure for it), each with
+        its two operands' register reads of `operand_bytes` each (as `hardware.energy` prices them)."""
+        register = self.energy.access_pj_per_byte["register"]
+        return macs * (self.energy.mac_pj.get(dtype, 0.0) + 2 * operand_bytes * register)
+
     def vector_pj(self, work: dict[str, int]) -> float:
         """The pJ of `work`, elements by op class, on the vector unit (as `hardware.energy` prices it)."""
         return sum(n * self.energy.vector_pj_per_element[kind] for kind, n in work.items())

@@ -688,9 +688,8 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
             moved[hop] += n
     macs = math.prod(p.batch_trips) * p.M * p.N * p.K
     # the same for every tiling: without a figure for the dtype, energy x cycles counts the moves alone
-    mac_pj = costs.energy.mac_pj.get(p.dtype, 0.0)
     energy = (sum(n * (pj[src.lower()] + pj[dst.lower()]) for (src, dst), n in moved.items())
-              + moved["L2", "L1"] * pj["l1"] + macs * (mac_pj + 2 * p.elem_a * pj["register"]))
+              + moved["L2", "L1"] * pj["l1"] + costs.mac_pj(macs, p.dtype, p.elem_a))
     steps = trips[t.parallel.loop] if t.parallel.loop else 1
     busiest = -(-steps // t.parallel.workers)
     k_block = None
@@ -788,7 +787,7 @@ def _split_floor(p: MatmulProblem, Ti: int, Tj: int, Tk: int, target: Target) ->
     once = sum(s.bytes for s in tiles)
     macs = math.prod(p.batch_trips) * p.M * p.N * p.K
     c = tiles[-1].bytes
-    energy = (macs * (costs.energy.mac_pj.get(p.dtype, 0.0) + 2 * p.elem_a * pj["register"])
+    energy = (costs.mac_pj(macs, p.dtype, p.elem_a)
               + once * (pj["external"] + pj["l3"]) + l2 * (pj["l3"] + 2 * pj["l2"] + 2 * pj["l1"])
               + c * (3 * (pj["register"] + pj["l2"]) + pj["l2"] + pj["l3"]))
     if target.objective == "edp":

@@ -44,14 +44,14 @@ def array_work(sim: SimResult, program: Program, machine: Machine) -> float:
                for i, k in enumerate(program.kernels) if i in sim.phases)
 
 
-def mac_work(sim: SimResult, program: Program, machine: Machine) -> float:
-    """`array_work`, and the products of each contraction the vector unit ran (a product of one
-    row there, `OpDef.on_array`) at its dtype's rate likewise: the run's MACs whichever unit did
-    them, for the roofline and the budget. The arrays' utilization counts their own alone."""
+def mac_work(sim: SimResult, program: Program, machine: Machine, work: float) -> float:
+    """The arrays' `work` (`array_work`), and the products of each contraction the vector unit
+    ran (a product of one row there, `OpDef.on_array`) at its dtype's rate likewise: the run's
+    MACs whichever unit did them, for the roofline and the budget. The arrays' utilization counts
+    their own alone."""
     rate = machine.compute.macs_per_pe_cycle
     graph = program.graph
     ops = {op.name: op for op in graph.ops}
-    work = array_work(sim, program, machine)
     for i, k in enumerate(program.kernels):
         op = ops[k.graph_op]
         opdef = lookup(op.op_type)
@@ -246,7 +246,8 @@ def summary(result: RunResult, program: Program, program_path: str, machine: Mac
     sim = result.sim
     if sim is not None:
         peak = machine.compute.peak_macs_per_cycle
-        work, every_mac = array_work(sim, program, machine), mac_work(sim, program, machine)
+        work = array_work(sim, program, machine)
+        every_mac = mac_work(sim, program, machine, work)
         out.update({
             "cycles": sim.cycles,
             "seconds": sim.cycles / (machine.clock_ghz * 1e9),

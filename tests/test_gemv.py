@@ -168,6 +168,6 @@ def test_the_roofline_and_the_budget_count_a_product_on_the_vector_unit():
     machine = load_machine(STANDARD)
     sim = simulate(program, machine, bind_program(program, machine, "test", bind_cpsat))
     assert sim.macs == 0 and array_work(sim, program, machine) == 0
-    assert mac_work(sim, program, machine) == 48 * 1152
-    intensity = roofline(sim, machine, mac_work(sim, program, machine))["arithmetic_intensity"]
+    assert mac_work(sim, program, machine, array_work(sim, program, machine)) == 48 * 1152
+    intensity = roofline(sim, machine, mac_work(sim, program, machine, array_work(sim, program, machine)))["arithmetic_intensity"]
     assert intensity == 2 * 48 * 1152 / sum(dram_bytes(sim).values())
