@@ -32,7 +32,8 @@ def small(tmp_path_factory) -> str:
 def gemm(M: int, N: int, K: int, batch: tuple[int, ...] = ()) -> Graph:
     g = Graph("gemm")
     g.tensors["A"] = Tensor("A", (*batch, M, K), "f32", "input")
-    g.tensors["B"] = Tensor("B", (K, N), "f32", "input")
+    # a batch of products (B of its own for each: one B shared by the batch is one product of more rows)
+    g.tensors["B"] = Tensor("B", (*batch, K, N), "f32", "input")
     g.tensors["C"] = Tensor("C", (*batch, M, N), "f32", "output")
     g.ops.append(Op("mm", "MATMUL", ["A", "B"], ["C"], {}, "test"))
     return g

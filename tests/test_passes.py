@@ -144,7 +144,7 @@ def test_a_constant_only_the_chain_used_goes_with_it():
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_becomes_matmul_with_transposed_weight(bias):
     b = Builder()
-    x, w = b.input("x", (2, 3, 5)), b.input("w", (4, 5))
+    x, w = b.input("x", (6, 5)), b.input("w", (4, 5))
     operands = [x, w] + ([b.input("b", (4,))] if bias else [])
     graph = b.output(b.op("LINEAR", *operands))
     after = canonicalise(graph, [])
@@ -154,6 +154,24 @@ def test_linear_becomes_matmul_with_transposed_weight(bias):
     expected = feeds["x"].astype(np.float64) @ feeds["w"].T.astype(np.float64)
     if bias:
         expected = expected + feeds["b"]
+    [y] = evaluate(after, feeds).values()
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cin", [None, (4,), (1, 1, 4), (2, 3, 4)])
+def test_a_product_by_one_b_for_a_whole_batch_is_one_of_more_rows(cin):
+    """A [2, 3, 5] @ B^T for a B [4, 5] shared by the batch: A viewed as [6, 5], the result viewed
+    back; a Cin along N (a bias) read as it is, one of the result's shape viewed as rows too."""
+    b = Builder()
+    operands = [b.input("x", (2, 3, 5)), b.input("w", (4, 5))] + ([b.input("c", cin)] if cin else [])
+    graph = b.output(b.op("MATMUL", *operands, transpose_b=True))
+    after = canonicalise(graph, [])
+    viewed_cin = {None: [], (4,): [], (1, 1, 4): [(4,)], (2, 3, 4): [(6, 4)]}[cin]
+    assert types(after) == ["RESHAPE"] * (1 + len(viewed_cin)) + ["MATMUL", "RESHAPE"]
+    matmul = after.ops[-2]
+    assert [after.tensors[t].shape for t in matmul.inputs[::2]] == [(6, 5), *(viewed_cin or [cin] if cin else [])]
+    feeds = feeds_for(graph)
+    expected = feeds["x"].astype(np.float64) @ feeds["w"].T.astype(np.float64) + (feeds["c"] if cin else 0)
     [y] = evaluate(after, feeds).values()
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 

@@ -40,7 +40,8 @@ def small(tmp_path_factory) -> str:
 def gemm(M: int, N: int, K: int, batch: tuple[int, ...] = (), transpose_b: bool = False) -> Graph:
     g = Graph("gemm")
     g.tensors["A"] = Tensor("A", (*batch, M, K), "f32", "input")
-    g.tensors["B"] = Tensor("B", (N, K) if transpose_b else (K, N), "f32", "input")
+    # a batch of products (B of its own for each: one B shared by the batch is one product of more rows)
+    g.tensors["B"] = Tensor("B", (*batch, *((N, K) if transpose_b else (K, N))), "f32", "input")
     g.tensors["C"] = Tensor("C", (*batch, M, N), "f32", "output")
     g.ops.append(Op("mm", "MATMUL", ["A", "B"], ["C"], {"transpose_b": True} if transpose_b else {}, "test"))
     return g
@@ -101,7 +102,7 @@ def run_against_numpy(program, config, transpose_b: bool, seed: int):
     a = rng.uniform(-1, 1, program.graph.tensors["A"].shape).astype(np.float32)
     b = rng.uniform(-1, 1, program.graph.tensors["B"].shape).astype(np.float32)
     c = execute(program, bindings, {"A": a, "B": b})["C"]
-    want = a.astype(np.float64) @ (b.T if transpose_b else b).astype(np.float64)
+    want = a.astype(np.float64) @ (np.swapaxes(b, -1, -2) if transpose_b else b).astype(np.float64)
     np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
     return bindings, simulate(program, machine, bindings)
 

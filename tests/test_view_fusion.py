@@ -7,6 +7,8 @@ check, and the outputs match numpy computed here."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import orjson
 import pytest
@@ -19,8 +21,9 @@ from kernel_compiler.compile import compile_graph
 from kernel_compiler.frontends.hlo import parse_hlo
 from kernel_compiler.shape_inference import infer_shapes
 from kernel_compiler.target import load_target
-from loader import bind_greedy, bind_program, execute
+from loader import bind_greedy, bind_program, execute, simulate
 from loader.inputs import program_inputs
+from loader.report import dram_bytes
 from loader.run import check_kernels, check_outputs
 from test_vector_kernels import graph_of
 
@@ -198,6 +201,54 @@ def test_a_reshape_that_moves_the_bias_off_its_dim_is_not_read_through():
     assert computing(program) == [("MATMUL",), ("ADD",)]
     x, w, b = feeds.values()
     np.testing.assert_allclose(values["y"], (x.astype(np.float64) @ w).reshape(4, 6) + b, rtol=1e-5, atol=1e-6)
+
+
+# ---- one weight matrix for every image position: a product of more rows ------------------------
+
+# a Swin / ConvNeXt MLP as torch exports it: Linear layers on a [1, H, W, C] image, a GELU
+# between, the block's input added back
+IMAGE_MLP = [("MATMUL", ["x", "w1"], {}), ("ADD", ["t0", "b1"], {}), ("GELU", ["t1"], {}),
+             ("MATMUL", ["t2", "w2"], {}), ("ADD", ["t3", "b2"], {}), ("ADD", ["t4", "x"], {})]
+
+
+def image_mlp_feeds(hw: int, c: int, hidden: int) -> dict[str, np.ndarray]:
+    shapes = {"x": (1, hw, hw, c), "w1": (c, hidden), "b1": (hidden,), "w2": (hidden, c), "b2": (c,)}
+    return {name: rand(*shape, seed=i) for i, (name, shape) in enumerate(shapes.items())}
+
+
+def erf_gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("hw, config", [(7, STANDARD), (5, MINIMAL)])
+def test_linear_layers_on_an_image_read_their_weights_once_and_keep_their_epilogues(hw, config):
+    """Tiled by image row, each row a product of its own, the weights crossed external memory once
+    a row (7 times on the 7 x 7 image); as one product of hw * hw rows, once."""
+    feeds = image_mlp_feeds(hw, 64, 256)
+    graph = graph_of(IMAGE_MLP, {n: (v.shape, "f32") for n, v in feeds.items()})
+    program, values = run(graph, feeds, config)
+    assert computing(program) == [("MATMUL", "ADD", "GELU"), ("MATMUL", "ADD", "ADD")]
+    machine = load_machine(config)
+    sim = simulate(program, machine, bind_program(program, machine, "test", bind_greedy))
+    # every tensor crosses at most once each way: the inputs, the hidden layer out and back, the result
+    once = sum(v.nbytes for v in feeds.values()) + 2 * hw * hw * 256 * 4 + hw * hw * 64 * 4
+    assert sum(dram_bytes(sim).values()) <= once
+    x, w1, b1, w2, b2 = (v.astype(np.float64) for v in feeds.values())
+    want = erf_gelu(x @ w1 + b1) @ w2 + b2 + x
+    np.testing.assert_allclose(values["t5"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("b_shape, rows", [((2, 16, 8), None), ((16, 8), 6)])
+def test_a_batch_of_products_stays_one_and_a_shared_b_makes_one_of_more_rows(b_shape, rows):
+    """B with a batch of its own: each element's product its own. One B for the whole batch: A
+    viewed as [6, 16] (the batch's rows), the result viewed back as [2, 3, 8]."""
+    feeds = {"a": rand(2, 3, 16, seed=1), "b": rand(*b_shape, seed=2)}
+    graph = graph_of([("MATMUL", ["a", "b"], {})], {n: (v.shape, "f32") for n, v in feeds.items()})
+    program, values = run(graph, feeds)
+    [matmul] = [op for op in program.graph.ops if op.op_type == "MATMUL"]
+    a_seen = program.graph.tensors[matmul.inputs[0]].shape
+    assert a_seen == ((2, 3, 16) if rows is None else (rows, 16))
+    np.testing.assert_allclose(values["t0"], feeds["a"].astype(np.float64) @ feeds["b"], rtol=1e-5, atol=1e-5)
 
 
 # ---- weights read in the order they come in ---------------------------------------------------
