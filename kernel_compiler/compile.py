@@ -18,7 +18,7 @@ from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
 from .lower_window import lower_window
-from .passes import canonicalise, split_long_rows
+from .passes import canonicalise, products_by_rows, split_long_rows
 from .residency import keep_on_chip
 from .synchronise import synchronise
 from .target import Target
@@ -85,9 +85,24 @@ def _check_counts(kernel: Kernel, where: str) -> None:
 def graph_passes(graph: Graph, target: Target, fuse: bool, warnings: list[str]) -> Graph:
     """The graph after the passes, in order; why a chain stays as ops goes to `warnings`."""
     graph = canonicalise(graph, warnings, fuse)  # frontend spellings -> primitives; chains -> one op
+    # a batch of products by one B -> one product of the batch's rows, where its kernel costs less
+    graph = products_by_rows(graph, functools.partial(_rows_pay, target), warnings)
     # rows too long for a tile of the target -> chains that lower (after RECOGNISE, which would
     # fold them back; before fusion, which fuses them)
     return split_long_rows(graph, target, fuse)
+
+
+def _rows_pay(target: Target, graph: Graph, batched: Op, rows: Op) -> bool:
+    """Whether the MATMUL of the batch's rows, as its own kernel, is the one of the two the
+    target's objective prefers (`lower_gemv.preferred`), or without the costs to weigh by, the one
+    of fewer estimated cycles."""
+    try:
+        kernels = [lower_matmul(graph, [op], op.name, target, "auto") for op in (batched, rows)]
+    except CompileError:  # one of them fits no tiling: the batch stays as it was given
+        return False
+    if target.costs is None:
+        return kernels[1].hints["estimated_compute_cycles"] < kernels[0].hints["estimated_compute_cycles"]
+    return preferred(kernels, graph, target) is kernels[1]
 
 
 def lower_kernels(graph: Graph, target: Target, dataflow: str, fuse: bool) -> Iterator[Kernel | CompileError]:

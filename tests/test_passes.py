@@ -12,7 +12,7 @@ import pytest
 
 from dfx import Graph, Op, Tensor, lookup, numpy_dtype
 from kernel_compiler.frontends import load_graph
-from kernel_compiler.passes import DECOMPOSE, RECOGNISE, Pat, canonicalise, rewrite
+from kernel_compiler.passes import DECOMPOSE, RECOGNISE, Pat, canonicalise, products_by_rows, rewrite
 
 from conftest import DATA
 
@@ -158,22 +158,42 @@ def test_linear_becomes_matmul_with_transposed_weight(bias):
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cin", [None, (4,), (1, 1, 4), (2, 3, 4)])
+@pytest.mark.parametrize("cin", [None, (4,), (1, 1, 4), (2, 3, 4), (), (1,)])
 def test_a_product_by_one_b_for_a_whole_batch_is_one_of_more_rows(cin):
-    """A [2, 3, 5] @ B^T for a B [4, 5] shared by the batch: A viewed as [6, 5], the result viewed
-    back; a Cin along N (a bias) read as it is, one of the result's shape viewed as rows too."""
+    """A [2, 3, 5] @ B^T for a B [4, 5] shared by the batch, where that pays: A viewed as [6, 5],
+    the result viewed back; a Cin along N (a bias) or of one value read as it is, one of the
+    result's shape viewed as rows too."""
     b = Builder()
-    operands = [b.input("x", (2, 3, 5)), b.input("w", (4, 5))] + ([b.input("c", cin)] if cin else [])
+    operands = [b.input("x", (2, 3, 5)), b.input("w", (4, 5))] + ([b.input("c", cin)] if cin is not None else [])
     graph = b.output(b.op("MATMUL", *operands, transpose_b=True))
-    after = canonicalise(graph, [])
-    viewed_cin = {None: [], (4,): [], (1, 1, 4): [(4,)], (2, 3, 4): [(6, 4)]}[cin]
+    after = products_by_rows(canonicalise(graph, []), lambda *_: True, [])
+    viewed_cin = {None: [], (): [], (1,): [], (4,): [], (1, 1, 4): [(4,)], (2, 3, 4): [(6, 4)]}[cin]
     assert types(after) == ["RESHAPE"] * (1 + len(viewed_cin)) + ["MATMUL", "RESHAPE"]
     matmul = after.ops[-2]
-    assert [after.tensors[t].shape for t in matmul.inputs[::2]] == [(6, 5), *(viewed_cin or [cin] if cin else [])]
+    assert [after.tensors[t].shape for t in matmul.inputs[::2]] == \
+        [(6, 5), *(viewed_cin or ([cin] if cin is not None else []))]
     feeds = feeds_for(graph)
-    expected = feeds["x"].astype(np.float64) @ feeds["w"].T.astype(np.float64) + (feeds["c"] if cin else 0)
+    expected = feeds["x"].astype(np.float64) @ feeds["w"].T.astype(np.float64) + (feeds["c"] if cin is not None else 0)
     [y] = evaluate(after, feeds).values()
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cin, b_shape, added, pays", [
+    ((3, 4), (5, 4), None, True),  # a Cin along M: no view of it runs along the rows
+    ((2, 1, 4), (5, 4), None, True),  # along the batch but not M
+    (None, (2, 5, 4), None, True),  # a B for each element of the batch
+    (None, (5, 4), (1, 3, 4), True),  # an epilogue's ADD along M alone (a position embedding)
+    (None, (5, 4), (2, 3, 4), True),  # one of the whole result that is no residual: computed apart
+    (None, (5, 4), None, False),  # the target's objective prefers the batch
+])
+def test_a_batch_of_products_stays_one_where_its_rows_do_not_make_one_product(cin, b_shape, added, pays):
+    b = Builder()
+    operands = [b.input("x", (2, 3, 5)), b.input("w", b_shape)] + ([b.input("c", cin)] if cin else [])
+    y = b.op("MATMUL", *operands)
+    graph = canonicalise(b.output(b.op("ADD", y, b.input("p", added)) if added else y), [])
+    after = products_by_rows(graph, lambda *_: pays, [])
+    assert types(after) == ["MATMUL", *(["ADD"] if added else [])]
+    assert after.tensors[after.ops[0].inputs[0]].shape == (2, 3, 5)
 
 
 def test_linear_of_a_vector_stays_linear():

@@ -151,7 +151,7 @@ def test_whole_operand_beside_k_tiles_computes_the_product(small, M, N, K, batch
     # the resident panel, loaded outside the parallel loop, serves both compute tiles
     assert kernel.shared_moves() and kernel.hints["compute_tiles"] == 2
     _, sim = run_against_numpy(program, small, transpose_b, seed=11)
-    # every operand crosses once per batch step (B too: it streams past each step's A)
+    # every operand crosses once per batch step (each step its own A and B)
     assert sum(dram_bytes(sim).values()) == kernel.hints["estimated_dram_bytes"] == \
         int(np.prod(batch)) * (M * K + K * N + M * N) * 4
 

@@ -238,17 +238,40 @@ def test_linear_layers_on_an_image_read_their_weights_once_and_keep_their_epilog
     np.testing.assert_allclose(values["t5"], want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("b_shape, rows", [((2, 16, 8), None), ((16, 8), 6)])
+@pytest.mark.parametrize("b_shape, rows", [((2, 16, 8), None), ((16, 8), 6), ((1, 16, 8), 6)])
 def test_a_batch_of_products_stays_one_and_a_shared_b_makes_one_of_more_rows(b_shape, rows):
-    """B with a batch of its own: each element's product its own. One B for the whole batch: A
-    viewed as [6, 16] (the batch's rows), the result viewed back as [2, 3, 8]."""
+    """B with a batch of its own: each element's product its own. One B for the whole batch (a
+    batch dim of 1 too): A viewed as [6, 16] (the batch's rows), the result viewed back as [2, 3, 8]."""
     feeds = {"a": rand(2, 3, 16, seed=1), "b": rand(*b_shape, seed=2)}
     graph = graph_of([("MATMUL", ["a", "b"], {})], {n: (v.shape, "f32") for n, v in feeds.items()})
     program, values = run(graph, feeds)
     [matmul] = [op for op in program.graph.ops if op.op_type == "MATMUL"]
-    a_seen = program.graph.tensors[matmul.inputs[0]].shape
-    assert a_seen == ((2, 3, 16) if rows is None else (rows, 16))
+    seen = [program.graph.tensors[t].shape for t in matmul.inputs]
+    assert seen == ([(2, 3, 16), b_shape] if rows is None else [(rows, 16), (16, 8)])
     np.testing.assert_allclose(values["t0"], feeds["a"].astype(np.float64) @ feeds["b"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_batch_of_small_products_stays_a_batch_where_one_product_would_be_one_tile():
+    """[2, 64, 64] @ [64, 128]: the two elements on the two compute tiles at once; as one product
+    of 128 rows, one tile on one compute tile (6,108 simulated cycles against 10,080)."""
+    feeds = {"a": rand(2, 64, 64, seed=1), "b": rand(64, 128, seed=2)}
+    program, values = run(graph_of([("MATMUL", ["a", "b"], {})], {n: (v.shape, "f32") for n, v in feeds.items()}),
+                          feeds)
+    [matmul] = [op for op in program.graph.ops if op.op_type == "MATMUL"]
+    assert program.graph.tensors[matmul.inputs[0]].shape == (2, 64, 64)
+    np.testing.assert_allclose(values["t0"], feeds["a"].astype(np.float64) @ feeds["b"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_position_embedding_keeps_the_batch_and_its_add_in_the_matmul_kernel():
+    """An operand along the batch's positions but not its elements ([1, 49, 64] beside a [4, 49, 64]
+    result) has no view along the rows of one product: the product stays a batch, the ADD its epilogue."""
+    feeds = {"x": rand(4, 49, 256, seed=1), "w": rand(256, 64, seed=2), "p": rand(1, 49, 64, seed=3)}
+    graph = graph_of([("MATMUL", ["x", "w"], {}), ("ADD", ["t0", "p"], {})],
+                     {n: (v.shape, "f32") for n, v in feeds.items()})
+    program, values = run(graph, feeds)
+    assert computing(program) == [("MATMUL", "ADD")]
+    x, w, p = (v.astype(np.float64) for v in feeds.values())
+    np.testing.assert_allclose(values["t1"], x @ w + p, rtol=1e-5, atol=1e-5)
 
 
 # ---- weights read in the order they come in ---------------------------------------------------

@@ -14,9 +14,10 @@ lowering does not take into primitives, then RECOGNISE turns chains of primitive
 ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
 loads it, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
 read it (its epilogue reads through the view), and OPERANDS gives a MATMUL that reads one tensor
-as two operands a view of it as the second. `split_long_rows` runs after them
-(`compile.graph_passes`), since it needs the target: it takes apart the row ops whose rows do
-not fit a tile of it.
+as two operands a view of it as the second. `products_by_rows` and `split_long_rows` run after
+them (`compile.graph_passes`), since they need the target: the first makes a batch of products
+by one B one product of more rows where that costs less, the second takes apart the row ops
+whose rows do not fit a tile of it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dfx import Graph
 
 from .batchnorm import BATCHNORM
-from .contraction import CONTRACTION, OPERANDS
+from .contraction import CONTRACTION, OPERANDS, products_by_rows
 from .convolution import CONVOLUTION
 from .decompose import DECOMPOSE
 from .layout import EPILOGUE_VIEWS, LAYOUT, VIEWS
@@ -66,4 +67,4 @@ def canonicalise(graph: Graph, warnings: list[str], fuse: bool = True) -> Graph:
 
 
 __all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "EPILOGUE_VIEWS", "LAYOUT", "OPERANDS", "PASSES", "RECOGNISE", "VIEWS", "Match",
-           "Pat", "Rule", "canonicalise", "rewrite", "split_long_rows"]
+           "Pat", "Rule", "canonicalise", "products_by_rows", "rewrite", "split_long_rows"]

@@ -11,12 +11,18 @@ folds into it: the weights JAX passes as parameters (HWIO, transposed to OHWI by
 an ONNX model's OIHW ones given as inputs. Those of constants were folded at compile time by
 LAYOUT before this stage, into the order the array reads without a permutation.
 
-A MATMUL of A [..., M, K] with batch dims by one B [K, N] (a layer's weights, shared by all of
-them: a Linear on a [1, H, W, C] image, as Swin's and ConvNeXt's MLPs are exported) becomes one
-product of A viewed as [.. * M, K]: its kernel tiled by batch element would read all of B once
-per element (Swin-T's last stage, 49 tokens in 7 batches of 7: each 9.4 MB weight matrix read
-7 times). The views of A and of the result are RESHAPEs (no data moves); EPILOGUE_VIEWS then
-sinks the result's below the epilogue, so the bias, the activation and the residual still fuse.
+BATCH ROWS (`products_by_rows`, which needs the target: `compile.graph_passes` runs it after
+`canonicalise`): a MATMUL of A [..., M, K] with batch dims by one B [K, N] for all of them (or
+[1, .., K, N]: a layer's weights; a Linear on a [1, H, W, C] image, as Swin's MLPs export)
+becomes one product of A viewed as [.. * M, K] where that kernel costs less by the target's
+objective (`pays`): tiled by batch element, all of a B larger than L3 crosses external memory
+once per element (Swin-T's last stage, 49 tokens in 7 batches of 7: each 9.4 MB weight matrix
+read 7 times), and each element's few rows use few of the array's; a small B stays on chip and
+the batch's elements go to the compute tiles in parallel, where one product of as many rows
+might be a single tile. The views are RESHAPEs (no data moves); EPILOGUE_VIEWS then sinks the
+result's below the epilogue, so a bias and a residual of the whole result still fuse. One that
+runs along the batch dims but not every row (a position embedding [1, S, C]) would not: such a
+product stays a batch.
 
 OPERANDS, the last stage: a MATMUL reading one tensor as two of its operands (x @ x, or x @ x^T
 once the TRANSPOSE folded) reads the second through a RESHAPE to its own shape, a view: its
@@ -26,13 +32,16 @@ one tile at a level. Last, since RESHAPES would take the view back out.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
-from dfx import Op, lookup
+from dfx import Graph, Op, lookup
 from dfx.ops.layout import transpose_perms
 from dfx.ops.window import weight_layout
 
-from .rewrite import Match, Pat, Rule
+from .layout import EPILOGUE_VIEWS, MAPS, _ancestor
+from .rewrite import Match, Pat, Rule, rewrite
 
 
 def _transposed_b(m: Match) -> Op | None:
@@ -45,22 +54,52 @@ def _transposed_b(m: Match) -> Op | None:
     return m.replace("MATMUL", m["a"], m["b"], *rest, transpose_b=True)
 
 
-def _batch_by_rows(m: Match) -> Op | None:
-    a, b, out = m.shape("a"), m.shape("b"), m.graph.tensors[m.root.outputs[0]].shape
-    if len(b) != 2 or len(a) < 3 or math.prod(a[:-2]) == 1:
+def _batch_by_rows(pays: Callable[[Graph, Op, Op], bool], m: Match) -> Op | None:
+    a, b = m.shape("a"), m.shape("b")
+    out = m.graph.tensors[m.root.outputs[0]]
+    if math.prod(b[:-2]) != 1 or len(a) < 3 or math.prod(a[:-2]) == 1 or not _regroups(m, m.root.outputs[0]):
         return None
-    rows = [math.prod(a[:-1]), out[-1]]
+    flat = [math.prod(a[:-1]), out.shape[-1]]  # the result's shape as one product
     cin = m.shape("cin") if "cin" in m else None
-    if cin is not None and cin != out and math.prod(cin[:-1]) != 1:
-        return None  # a Cin along some of the batch dims alone: no view of it runs along the rows
-    product = [m.op("rows", "RESHAPE", m["a"], new_shape=[rows[0], a[-1]]), m["b"]]
-    if cin == out:  # the partial sums of each element
-        product.append(m.op("rows", "RESHAPE", m["cin"], new_shape=rows))
+    if cin is not None and cin != out.shape and math.prod(cin[:-1]) != 1:
+        return None  # a Cin that runs along some of the dims of the rows but not all: no view of it does
+    product = [m.op("rows", "RESHAPE", m["a"], new_shape=[flat[0], a[-1]]),
+               m["b"] if len(b) == 2 else m.op("matrix", "RESHAPE", m["b"], new_shape=list(b[-2:]))]
+    if cin == out.shape:  # the partial sums of each element
+        product.append(m.op("cin_rows", "RESHAPE", m["cin"], new_shape=flat))
     elif cin is not None:  # one along N (a bias) or a single value, for every row alike
-        product.append(m["cin"] if len(cin) <= 2 else m.op("rows", "RESHAPE", m["cin"], new_shape=[cin[-1]]))
-    flat = m.op("product", "MATMUL", *product, result_dtype=m.graph.tensors[m.root.outputs[0]].dtype,
-                **m.root.attrs)
-    return m.replace("RESHAPE", flat, new_shape=list(out))
+        product.append(m["cin"] if len(cin) <= 2 else m.op("cin_rows", "RESHAPE", m["cin"], new_shape=[cin[-1]]))
+    m.op("product", "MATMUL", *product, result_dtype=out.dtype, **m.root.attrs)
+    if not pays(m.graph, m.root, m.added[-1]):
+        return None
+    return m.replace("RESHAPE", m.added[-1].outputs[0], new_shape=list(out.shape))
+
+
+def _regroups(m: Match, result: str) -> bool:
+    """Whether the map ops an epilogue would take after `result` (each the one reader of the one
+    before) read, beside it, only operands EPILOGUE_VIEWS regroups onto the product's rows: one
+    along the last dim alone (a bias), or one of the whole result computed before it (a residual)."""
+    shape = m.graph.tensors[result].shape
+    while len(readers := m.readers(result)) == 1 and readers[0].op_type in MAPS:
+        for t in readers[0].inputs:
+            other = m.graph.tensors[t].shape
+            if t != result and math.prod(other[:-1]) != 1 and (other != shape or not _ancestor(m, t, result)):
+                return False
+        result = readers[0].outputs[0]
+        shape = m.graph.tensors[result].shape
+    return True
+
+
+def products_by_rows(graph: Graph, pays: Callable[[Graph, Op, Op], bool], warnings: list[str]) -> Graph:
+    """BATCH ROWS, then where it made a product of rows, EPILOGUE_VIEWS and OPERANDS again (whose
+    views of a MATMUL's second operand EPILOGUE_VIEWS takes back out): `pays(graph, batched, flat)`
+    says whether the one product costs less than the batch (both MATMULs in `graph`)."""
+    rule = functools.partial(_batch_by_rows, pays)
+    rows = rewrite(graph, [(Pat("MATMUL", _a, Pat(name="b")), rule),
+                           (Pat("MATMUL", _a, Pat(name="b"), Pat(name="cin")), rule)], warnings)
+    if rows.ops == graph.ops:
+        return graph
+    return rewrite(rewrite(rows, EPILOGUE_VIEWS, warnings), OPERANDS, warnings)
 
 
 def _weights_as_given(m: Match) -> Op:
@@ -88,8 +127,6 @@ _x, _wt = Pat(name="x"), Pat("TRANSPOSE", Pat(name="w"), name="wt")
 CONTRACTION: list[Rule] = [
     (Pat("MATMUL", _a, _bt), _transposed_b),  # A @ transpose(B) -> MATMUL(A, B){transpose_b}
     (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
-    (Pat("MATMUL", _a, Pat(name="b")), _batch_by_rows),  # A[.., M, K] @ B[K, N] -> (A as [.. * M, K]) @ B
-    (Pat("MATMUL", _a, Pat(name="b"), Pat(name="cin")), _batch_by_rows),  # the same with Cin
     (Pat("CONV2D", _x, _wt, name="conv"), _weights_as_given),  # conv(x, transpose(w)) -> CONV2D(x, w){weight_layout}
     (Pat("CONV2D", _x, _wt, Pat(name="bias"), name="conv"), _weights_as_given),  # the same with a bias
 ]
