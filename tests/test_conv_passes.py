@@ -212,6 +212,65 @@ def test_results_keep_their_names_and_new_ones_are_fresh():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+# ---- a gate on the input channels goes into the weights -----------------------------------------
+
+# x [1, H, W, 16] scaled by a gate [1, 1, 1, 16] (squeeze-and-excitation's), then a convolution
+# with OHWI weights: conv(x * s, w) -> conv(x, w * s) where the image outnumbers the weights
+GATED = {
+    "1x1": ((1, 12, 12, 16), (8, 1, 1, 16), {}),
+    "3x3 padded": ((1, 12, 12, 16), (8, 3, 3, 16), {"padding": [[1, 1], [1, 1]]}),
+    "HWIO weights": ((1, 12, 12, 16), (3, 3, 16, 8), {"padding": [[1, 1], [1, 1]], "weight_layout": "HWIO"}),
+}
+
+
+def gated_graph(x_shape, w_shape, attrs, gate_shape=None, groups=1, dtype="f32"):
+    channels = x_shape[-1]
+    gate_shape = gate_shape or (1, 1, 1, channels)
+    inputs = {"x": (x_shape, dtype), "s": (gate_shape, dtype), "w": (w_shape, dtype), "b": ((w_shape[0],), dtype)}
+    if attrs.get("weight_layout") == "HWIO":
+        inputs["b"] = ((w_shape[-1],), dtype)
+    ops = [("MUL", ["x", "s"], {}), ("CONV2D", ["t0", "w", "b"], {**attrs, "groups": groups})]
+    return graph_of(ops, inputs, dtype)
+
+
+def conv_nhwc_by_loops(x, w_ohwi, bias, padding):
+    """As conv_by_loops, for NHWC x and OHWI w."""
+    y = conv_by_loops(x.transpose(0, 3, 1, 2), w_ohwi.transpose(0, 3, 1, 2), bias, (1, 1), padding, (1, 1), 1)
+    return y.transpose(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("case", GATED)
+def test_a_gate_on_the_input_channels_scales_the_weights_instead(case):
+    x_shape, w_shape, attrs = GATED[case]
+    graph = gated_graph(x_shape, w_shape, attrs)
+    after = canonicalise(graph, [])
+    # the MUL now scales the weights: its result has their shape, and the convolution reads x
+    mul = next(op for op in after.ops if op.op_type == "MUL")
+    conv = next(op for op in after.ops if op.op_type == "CONV2D")
+    assert after.tensors[mul.outputs[0]].shape == w_shape and conv.inputs[:2] == ["x", mul.outputs[0]]
+    feeds = {n: random(t.shape, seed=i) for i, (n, t) in enumerate(graph.tensors.items()) if t.role == "input"}
+    w = feeds["w"].transpose(3, 0, 1, 2) if attrs.get("weight_layout") == "HWIO" else feeds["w"]
+    want = conv_nhwc_by_loops(feeds["x"].astype(np.float64) * feeds["s"], w.astype(np.float64), feeds["b"],
+                              attrs.get("padding", [[0, 0], [0, 0]]))
+    (got,) = evaluate(after, feeds).values()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    values = run_with_constants(graph, feeds)
+    np.testing.assert_allclose(values["t1"], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape, w_shape, gate_shape, groups, dtype", [
+    ((1, 2, 2, 16), (8, 1, 1, 16), None, 1, "f32"),  # an image of fewer elements than the weights
+    ((1, 12, 12, 16), (8, 1, 1, 16), (1, 12, 1, 16), 1, "f32"),  # a gate along the rows too
+    ((1, 12, 12, 16), (8, 1, 1, 8), None, 2, "f32"),  # grouped: a weight's input channels are its group's
+    ((1, 12, 12, 16), (8, 1, 1, 16), None, 1, "i32"),  # integers: no other order of the products
+])
+def test_a_gate_stays_on_the_image_where_the_weights_would_not_take_it(x_shape, w_shape, gate_shape, groups, dtype):
+    graph = gated_graph(x_shape, w_shape, {}, gate_shape, groups, dtype)
+    after = canonicalise(graph, [])
+    mul = next(op for op in after.ops if op.op_type == "MUL")
+    assert after.tensors[mul.outputs[0]].shape == x_shape
+
+
 # ---- end to end --------------------------------------------------------------------------------
 
 

@@ -11,6 +11,12 @@ folds into it: the weights JAX passes as parameters (HWIO, transposed to OHWI by
 an ONNX model's OIHW ones given as inputs. Those of constants were folded at compile time by
 LAYOUT before this stage, into the order the array reads without a permutation.
 
+A convolution of an image scaled per channel (`conv(x * s, w)`, s one value per input channel:
+squeeze-and-excitation's gate before the block's projection in EfficientNet and MobileNet v3)
+scales its weights instead (`conv(x, w * s)`): where the image holds more elements than the
+weights, its scaling is a kernel that reads and writes the whole image, that of the weights a
+few; the products are the same, summed in another order (as BATCHNORM's folding does).
+
 BATCH ROWS (`products_by_rows`, which needs the target: `compile.graph_passes` runs it after
 `canonicalise`): a MATMUL of A [..., M, K] with batch dims by one B [K, N] for all of them (or
 [1, .., K, N]: a layer's weights; a Linear on a [1, H, W, C] image, as Swin's MLPs export)
@@ -36,7 +42,7 @@ import functools
 import math
 from typing import Callable
 
-from dfx import Graph, Op, lookup
+from dfx import Graph, Op, is_integer, lookup
 from dfx.ops.layout import transpose_perms
 from dfx.ops.window import weight_layout
 
@@ -102,6 +108,22 @@ def products_by_rows(graph: Graph, pays: Callable[[Graph, Op, Op], bool], warnin
     return rewrite(rewrite(rows, EPILOGUE_VIEWS, warnings), OPERANDS, warnings)
 
 
+def _scaled_weights(m: Match) -> Op | None:
+    attrs = m.attrs("conv")
+    y = m.graph.tensors[m.root.inputs[0]]  # the scaled image
+    x, s = (m["p"], m["q"]) if m.shape("p") == y.shape else (m["q"], m["p"])
+    w, gate = m.graph.tensors[m["w"]], m.graph.tensors[s]
+    channels = y.shape[-1]
+    if attrs["groups"] != 1 or attrs["layout"] != "NHWC" or is_integer(y.dtype) or \
+            len({y.dtype, w.dtype, gate.dtype}) != 1 or math.prod(gate.shape[:-1]) != 1 or \
+            gate.shape[-1] != channels or y.size <= w.size:
+        return None
+    along = [1] * 4  # the gate along the weights' input channels
+    along[weight_layout(attrs).index("I")] = channels
+    scaled = m.op("scaled", "MUL", m["w"], m.op("per_input", "RESHAPE", s, new_shape=along))
+    return m.replace("CONV2D", x, scaled, *m.root.inputs[2:], **m.root.attrs)
+
+
 def _weights_as_given(m: Match) -> Op:
     # dim j of the weights the convolution reads is w's dim perms[j]: it names that dim of w so
     layout = weight_layout(m.attrs("conv"))
@@ -123,10 +145,13 @@ def _operand_viewed(m: Match) -> Op | None:
 
 _a, _bt = Pat(name="a"), Pat("TRANSPOSE", Pat(name="b"), name="bt")
 _x, _wt = Pat(name="x"), Pat("TRANSPOSE", Pat(name="w"), name="wt")
+_gated = Pat("MUL", Pat(name="p"), Pat(name="q"))
 
 CONTRACTION: list[Rule] = [
     (Pat("MATMUL", _a, _bt), _transposed_b),  # A @ transpose(B) -> MATMUL(A, B){transpose_b}
     (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
+    (Pat("CONV2D", _gated, Pat(name="w"), name="conv"), _scaled_weights),  # conv(x * s, w) -> conv(x, w * s)
+    (Pat("CONV2D", _gated, Pat(name="w"), Pat(name="bias"), name="conv"), _scaled_weights),  # the same with a bias
     (Pat("CONV2D", _x, _wt, name="conv"), _weights_as_given),  # conv(x, transpose(w)) -> CONV2D(x, w){weight_layout}
     (Pat("CONV2D", _x, _wt, Pat(name="bias"), name="conv"), _weights_as_given),  # the same with a bias
 ]
