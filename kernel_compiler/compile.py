@@ -94,14 +94,14 @@ def graph_passes(graph: Graph, target: Target, fuse: bool, warnings: list[str]) 
 
 def _rows_pay(target: Target, graph: Graph, batched: Op, rows: Op) -> bool:
     """Whether the MATMUL of the batch's rows, as its own kernel, is the one of the two the
-    target's objective prefers (`lower_gemv.preferred`), or without the costs to weigh by, the one
-    of fewer estimated cycles."""
+    target's objective prefers (`lower_gemv.preferred`); without the costs to weigh them by, or
+    where one of them fits no tiling, the batch stays as it was given."""
+    if target.costs is None:
+        return False
     try:
         kernels = [lower_matmul(graph, [op], op.name, target, "auto") for op in (batched, rows)]
-    except CompileError:  # one of them fits no tiling: the batch stays as it was given
+    except CompileError:
         return False
-    if target.costs is None:
-        return kernels[1].hints["estimated_compute_cycles"] < kernels[0].hints["estimated_compute_cycles"]
     return preferred(kernels, graph, target) is kernels[1]
 
 
