@@ -114,7 +114,8 @@ def _scaled_weights(m: Match) -> Op | None:
     x, s = (m["p"], m["q"]) if m.shape("p") == y.shape else (m["q"], m["p"])
     w, gate = m.graph.tensors[m["w"]], m.graph.tensors[s]
     channels = y.shape[-1]
-    if attrs["groups"] != 1 or attrs["layout"] != "NHWC" or is_integer(y.dtype) or \
+    # (a padding of pad_value would be scaled by the gate too: only zeros are the same scaled)
+    if attrs["groups"] != 1 or attrs["layout"] != "NHWC" or attrs["pad_value"] != 0 or is_integer(y.dtype) or \
             len({y.dtype, w.dtype, gate.dtype}) != 1 or math.prod(gate.shape[:-1]) != 1 or \
             gate.shape[-1] != channels or y.size <= w.size:
         return None
