@@ -264,13 +264,14 @@ def test_a_gate_on_the_input_channels_scales_the_weights_instead(case):
     ((1, 12, 12, 16), (8, 1, 1, 8), None, 2, "f32"),  # grouped: a weight's input channels are its group's
     ((1, 12, 12, 16), (8, 1, 1, 16), None, 1, "i32"),  # integers: no other order of the products
     ((1, 12, 12, 16), (8, 3, 3, 16), None, 1, "f32"),  # a padding of 0.5, which the gate would scale
+    ((1, 1, 1, 16), (8, 1, 1, 16), (1, 12, 12, 1), 1, "f32"),  # neither operand the image: both broadcast
 ])
 def test_a_gate_stays_on_the_image_where_the_weights_would_not_take_it(x_shape, w_shape, gate_shape, groups, dtype):
     padded = {"padding": [[1, 1], [1, 1]], "pad_value": 0.5} if w_shape[1] == 3 else {}
     graph = gated_graph(x_shape, w_shape, padded, gate_shape, groups, dtype)
     after = canonicalise(graph, [])
     mul = next(op for op in after.ops if op.op_type == "MUL")
-    assert after.tensors[mul.outputs[0]].shape == x_shape
+    assert after.tensors[mul.outputs[0]].shape == graph.tensors["t0"].shape
 
 
 # ---- end to end --------------------------------------------------------------------------------

@@ -116,8 +116,8 @@ def _scaled_weights(m: Match) -> Op | None:
     channels = y.shape[-1]
     # (a padding of pad_value would be scaled by the gate too: only zeros are the same scaled)
     if attrs["groups"] != 1 or attrs["layout"] != "NHWC" or attrs["pad_value"] != 0 or is_integer(y.dtype) or \
-            len({y.dtype, w.dtype, gate.dtype}) != 1 or math.prod(gate.shape[:-1]) != 1 or \
-            gate.shape[-1] != channels or y.size <= w.size:
+            len({y.dtype, w.dtype, gate.dtype}) != 1 or \
+            math.prod(gate.shape[:-1]) != 1 or gate.shape[-1] != channels or y.size <= w.size:
         return None
     along = [1] * 4  # the gate along the weights' input channels
     along[weight_layout(attrs).index("I")] = channels
