@@ -217,32 +217,35 @@ def test_results_keep_their_names_and_new_ones_are_fresh():
 # x [1, H, W, 16] scaled by a gate [1, 1, 1, 16] (squeeze-and-excitation's), then a convolution
 # with OHWI weights: conv(x * s, w) -> conv(x, w * s) where the image outnumbers the weights
 GATED = {
-    "1x1": ((1, 12, 12, 16), (8, 1, 1, 16), {}),
-    "3x3 padded": ((1, 12, 12, 16), (8, 3, 3, 16), {"padding": [[1, 1], [1, 1]]}),
-    "HWIO weights": ((1, 12, 12, 16), (3, 3, 16, 8), {"padding": [[1, 1], [1, 1]], "weight_layout": "HWIO"}),
+    "1x1": ((1, 12, 12, 16), (8, 1, 1, 16), {}, None),
+    "3x3 padded": ((1, 12, 12, 16), (8, 3, 3, 16), {"padding": [[1, 1], [1, 1]]}, None),
+    "HWIO weights": ((1, 12, 12, 16), (3, 3, 16, 8), {"padding": [[1, 1], [1, 1]], "weight_layout": "HWIO"}, None),
+    "strided, dilated, gate [C]": ((1, 13, 13, 16), (8, 3, 3, 16), {"stride": [2, 2], "dilation": [2, 2]}, (16,)),
 }
 
 
-def gated_graph(x_shape, w_shape, attrs, gate_shape=None, groups=1, dtype="f32"):
+def gated_graph(x_shape, w_shape, attrs, gate_shape=None, groups=1, dtype="f32", ops_before=()):
     channels = x_shape[-1]
-    gate_shape = gate_shape or (1, 1, 1, channels)
+    gate_shape = (1, 1, 1, channels) if gate_shape is None else gate_shape
     inputs = {"x": (x_shape, dtype), "s": (gate_shape, dtype), "w": (w_shape, dtype), "b": ((w_shape[0],), dtype)}
     if attrs.get("weight_layout") == "HWIO":
         inputs["b"] = ((w_shape[-1],), dtype)
-    ops = [("MUL", ["x", "s"], {}), ("CONV2D", ["t0", "w", "b"], {**attrs, "groups": groups})]
+    image = f"t{len(ops_before) - 1}" if ops_before else "x"
+    ops = [*ops_before, ("MUL", [image, "s"], {}), ("CONV2D", [f"t{len(ops_before)}", "w", "b"], {**attrs, "groups": groups})]
     return graph_of(ops, inputs, dtype)
 
 
-def conv_nhwc_by_loops(x, w_ohwi, bias, padding):
+def conv_nhwc_by_loops(x, w_ohwi, bias, attrs):
     """As conv_by_loops, for NHWC x and OHWI w."""
-    y = conv_by_loops(x.transpose(0, 3, 1, 2), w_ohwi.transpose(0, 3, 1, 2), bias, (1, 1), padding, (1, 1), 1)
+    y = conv_by_loops(x.transpose(0, 3, 1, 2), w_ohwi.transpose(0, 3, 1, 2), bias, attrs.get("stride", (1, 1)),
+                      attrs.get("padding", [[0, 0], [0, 0]]), attrs.get("dilation", (1, 1)), 1)
     return y.transpose(0, 2, 3, 1)
 
 
 @pytest.mark.parametrize("case", GATED)
 def test_a_gate_on_the_input_channels_scales_the_weights_instead(case):
-    x_shape, w_shape, attrs = GATED[case]
-    graph = gated_graph(x_shape, w_shape, attrs)
+    x_shape, w_shape, attrs, gate_shape = GATED[case]
+    graph = gated_graph(x_shape, w_shape, attrs, gate_shape)
     after = canonicalise(graph, [])
     # the MUL now scales the weights: its result has their shape, and the convolution reads x
     mul = next(op for op in after.ops if op.op_type == "MUL")
@@ -250,8 +253,7 @@ def test_a_gate_on_the_input_channels_scales_the_weights_instead(case):
     assert after.tensors[mul.outputs[0]].shape == w_shape and conv.inputs[:2] == ["x", mul.outputs[0]]
     feeds = {n: random(t.shape, seed=i) for i, (n, t) in enumerate(graph.tensors.items()) if t.role == "input"}
     w = feeds["w"].transpose(3, 0, 1, 2) if attrs.get("weight_layout") == "HWIO" else feeds["w"]
-    want = conv_nhwc_by_loops(feeds["x"].astype(np.float64) * feeds["s"], w.astype(np.float64), feeds["b"],
-                              attrs.get("padding", [[0, 0], [0, 0]]))
+    want = conv_nhwc_by_loops(feeds["x"].astype(np.float64) * feeds["s"], w.astype(np.float64), feeds["b"], attrs)
     (got,) = evaluate(after, feeds).values()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     values = run_with_constants(graph, feeds)
@@ -265,6 +267,7 @@ def test_a_gate_on_the_input_channels_scales_the_weights_instead(case):
     ((1, 12, 12, 16), (8, 1, 1, 16), None, 1, "i32"),  # integers: no other order of the products
     ((1, 12, 12, 16), (8, 3, 3, 16), None, 1, "f32"),  # a padding of 0.5, which the gate would scale
     ((1, 1, 1, 16), (8, 1, 1, 16), (1, 12, 12, 1), 1, "f32"),  # neither operand the image: both broadcast
+    ((1, 12, 12, 16), (8, 1, 1, 16), (), 1, "f32"),  # one value for all: no channels to scale
 ])
 def test_a_gate_stays_on_the_image_where_the_weights_would_not_take_it(x_shape, w_shape, gate_shape, groups, dtype):
     padded = {"padding": [[1, 1], [1, 1]], "pad_value": 0.5} if w_shape[1] == 3 else {}
@@ -272,6 +275,15 @@ def test_a_gate_stays_on_the_image_where_the_weights_would_not_take_it(x_shape, 
     after = canonicalise(graph, [])
     mul = next(op for op in after.ops if op.op_type == "MUL")
     assert after.tensors[mul.outputs[0]].shape == graph.tensors["t0"].shape
+
+
+def test_a_gate_stays_where_it_is_free_in_the_epilogue_of_the_image_s_producer():
+    """RELU(x) read by the MUL alone: fusion gives the MUL to the RELU's kernel (or to a chain's
+    depthwise), where it costs no pass over the image; a MUL of the weights would be a kernel more."""
+    graph = gated_graph((1, 12, 12, 16), (8, 1, 1, 16), {}, ops_before=[("RELU", ["x"], {})])
+    after = canonicalise(graph, [])
+    mul = next(op for op in after.ops if op.op_type == "MUL")
+    assert after.tensors[mul.outputs[0]].shape == (1, 12, 12, 16)
 
 
 # ---- end to end --------------------------------------------------------------------------------

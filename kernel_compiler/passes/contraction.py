@@ -110,19 +110,23 @@ def products_by_rows(graph: Graph, pays: Callable[[Graph, Op, Op], bool], warnin
 
 def _scaled_weights(m: Match) -> Op | None:
     attrs = m.attrs("conv")
-    y = m.graph.tensors[m.root.inputs[0]]  # the scaled image
-    x, s = (m["p"], m["q"]) if m.shape("p") == y.shape else (m["q"], m["p"])
-    w, gate = m.graph.tensors[m["w"]], m.graph.tensors[s]
+    y, w, gate = (m.graph.tensors[t] for t in (m.root.inputs[0], m["w"], m["s"]))
     channels = y.shape[-1]
-    # (a padding of pad_value would be scaled by the gate too: only zeros are the same scaled)
-    if attrs["groups"] != 1 or attrs["layout"] != "NHWC" or attrs["pad_value"] != 0 or is_integer(y.dtype) or \
-            len({y.dtype, w.dtype, gate.dtype}) != 1 or \
-            math.prod(gate.shape[:-1]) != 1 or gate.shape[-1] != channels or y.size <= w.size:
-        return None
+    if (m.shape("x") != y.shape or gate.shape[-1:] != (channels,) or math.prod(gate.shape[:-1]) != 1
+            or attrs["groups"] != 1 or attrs["layout"] != "NHWC"):
+        return None  # no gate on the input channels, or weights that do not each take all of them
+    if attrs["pad_value"] != 0 or is_integer(y.dtype) or len({y.dtype, w.dtype, gate.dtype}) != 1:
+        return None  # a padding the gate would scale too; integers or mixed dtypes: no other order of the products
+    if y.size <= w.size or (len(m.readers(m["x"])) == 1 and m.computing(m["x"]) is not None):
+        return None  # the weights are the larger, or the MUL is free in the epilogue of the image's producer
     along = [1] * 4  # the gate along the weights' input channels
     along[weight_layout(attrs).index("I")] = channels
-    scaled = m.op("scaled", "MUL", m["w"], m.op("per_input", "RESHAPE", s, new_shape=along))
-    return m.replace("CONV2D", x, scaled, *m.root.inputs[2:], **m.root.attrs)
+    if along[len(along) - len(gate.shape):] != list(gate.shape):
+        s = m.op("per_input", "RESHAPE", m["s"], new_shape=along)
+    else:
+        s = m["s"]
+    scaled = m.op("scaled", "MUL", m["w"], s)
+    return m.replace("CONV2D", m["x"], scaled, *m.root.inputs[2:], **m.root.attrs)
 
 
 def _weights_as_given(m: Match) -> Op:
@@ -146,15 +150,16 @@ def _operand_viewed(m: Match) -> Op | None:
 
 _a, _bt = Pat(name="a"), Pat("TRANSPOSE", Pat(name="b"), name="bt")
 _x, _wt = Pat(name="x"), Pat("TRANSPOSE", Pat(name="w"), name="wt")
-_gated = Pat("MUL", Pat(name="p"), Pat(name="q"))
+_gated = Pat("MUL", Pat(name="x"), Pat(name="s"))  # either way round: MUL is commutative
 
 CONTRACTION: list[Rule] = [
     (Pat("MATMUL", _a, _bt), _transposed_b),  # A @ transpose(B) -> MATMUL(A, B){transpose_b}
     (Pat("MATMUL", _a, _bt, Pat(name="cin")), _transposed_b),  # A @ transpose(B) + Cin -> the same with Cin
-    (Pat("CONV2D", _gated, Pat(name="w"), name="conv"), _scaled_weights),  # conv(x * s, w) -> conv(x, w * s)
-    (Pat("CONV2D", _gated, Pat(name="w"), Pat(name="bias"), name="conv"), _scaled_weights),  # the same with a bias
     (Pat("CONV2D", _x, _wt, name="conv"), _weights_as_given),  # conv(x, transpose(w)) -> CONV2D(x, w){weight_layout}
     (Pat("CONV2D", _x, _wt, Pat(name="bias"), name="conv"), _weights_as_given),  # the same with a bias
+    # after those, so weights given transposed are read so before the gate scales them
+    (Pat("CONV2D", _gated, Pat(name="w"), name="conv"), _scaled_weights),  # conv(x * s, w) -> conv(x, w * s)
+    (Pat("CONV2D", _gated, Pat(name="w"), Pat(name="bias"), name="conv"), _scaled_weights),  # the same with a bias
 ]
 
 OPERANDS: list[Rule] = [
