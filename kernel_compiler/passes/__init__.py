@@ -12,7 +12,7 @@ meets its convolution), so fusion sees each convolution followed by its activati
 makes a RESHAPE of each TRANSPOSE left that moves dims of 1 alone. DECOMPOSE turns the ops the
 lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
 ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
-loads it, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
+loads it and a per-channel gate on a convolution's input into its weights, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
 read it (its epilogue reads through the view), and OPERANDS gives a MATMUL that reads one tensor
 as two operands a view of it as the second. `products_by_rows` and `split_long_rows` run after
 them (`compile.graph_passes`), since they need the target: the first makes a batch of products
@@ -47,7 +47,8 @@ PASSES: list[tuple[str, list[Rule]]] = [
     ("views", VIEWS),  # a TRANSPOSE left moving dims of 1 alone -> a RESHAPE (no data moves); RESHAPEs merged
     ("decompose", DECOMPOSE),  # ops the lowering does not take -> primitives
     ("recognise", RECOGNISE),  # chains of primitives -> the row ops and activations they spell
-    # a TRANSPOSE feeding a MATMUL's B -> its transposed load; one of a CONV2D's weights -> their weight_layout
+    # a TRANSPOSE feeding a MATMUL's B -> its transposed load; one of a CONV2D's weights -> their
+    # weight_layout; conv(x * gate, w) -> conv(x, w * gate)
     ("contraction", CONTRACTION),
     # map(RESHAPE(a contraction's result), c) -> RESHAPE(map(the result, c regrouped))
     ("epilogue views", EPILOGUE_VIEWS),

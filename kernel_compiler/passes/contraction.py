@@ -63,7 +63,7 @@ def _transposed_b(m: Match) -> Op | None:
 def _batch_by_rows(pays: Callable[[Graph, Op, Op], bool], m: Match) -> Op | None:
     a, b = m.shape("a"), m.shape("b")
     out = m.graph.tensors[m.root.outputs[0]]
-    if math.prod(b[:-2]) != 1 or len(a) < 3 or math.prod(a[:-2]) == 1 or not _regroups(m, m.root.outputs[0]):
+    if math.prod(b[:-2]) != 1 or math.prod(a[:-2]) == 1 or not _regroups(m, m.root.outputs[0]):
         return None
     flat = [math.prod(a[:-1]), out.shape[-1]]  # the result's shape as one product
     cin = m.shape("cin") if "cin" in m else None
@@ -121,10 +121,8 @@ def _scaled_weights(m: Match) -> Op | None:
         return None  # the weights are the larger, or the MUL is free in the epilogue of the image's producer
     along = [1] * 4  # the gate along the weights' input channels
     along[weight_layout(attrs).index("I")] = channels
-    if along[len(along) - len(gate.shape):] != list(gate.shape):
-        s = m.op("per_input", "RESHAPE", m["s"], new_shape=along)
-    else:
-        s = m["s"]
+    broadcasts = along[len(along) - len(gate.shape):] == list(gate.shape)
+    s = m["s"] if broadcasts else m.op("per_input", "RESHAPE", m["s"], new_shape=along)
     scaled = m.op("scaled", "MUL", m["w"], s)
     return m.replace("CONV2D", m["x"], scaled, *m.root.inputs[2:], **m.root.attrs)
 
