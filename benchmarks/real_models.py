@@ -43,7 +43,7 @@ LIGHT = ("resnet50", "inception_v1", "shufflenet", "squeezenet", "densenet121", 
          "vgg19", "zfnet512")
 CORPUS_MOBILENET_V2 = REPO.parent / "shared" / "corpus" / "dfg" / "dfg__mobilenet_v2.dfg"
 JAX = REPO / "examples" / "jax"
-ZOO_FULL = ("resnet18", "mobilenet_v2", "efficientnet_b0", "efficientnet_v2", "swin", "gpt2", "llama")
+ZOO_FULL = ("resnet18", "mobilenet_v2", "efficientnet_b0", "efficientnet_v2", "swin", "convnext", "gpt2", "llama")
 AGREEMENT = 1e-4
 # model -> the budgets on 2 cores, seconds: compile, timing only (first run), --check
 BUDGETS = {"light resnet50": (5, 20, 120), "gpt2.dynamo": (10, 60, 600), "gpt2.legacy": (10, 60, 600)}

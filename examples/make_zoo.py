@@ -159,6 +159,17 @@ def swin(full: bool) -> Model:
     return Model(model, _image(64), "64x64, embed 32, depths [2, 2], window 7, 10 classes")
 
 
+def convnext(full: bool) -> Model:
+    """Its blocks' MLPs are Linear layers on the channels-last [1, H, W, C] image, and a layer
+    scale multiplies each block's result before the residual."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    if full:
+        return Model(torchvision.models.convnext_tiny(weights=None), _image(224), "ConvNeXt-T, 224x224, 1000 classes")
+    setting = [CNBlockConfig(32, 64, 2), CNBlockConfig(64, None, 2)]
+    return Model(ConvNeXt(setting, num_classes=10), _image(64), "64x64, widths 32 and 64, depths [2, 2], 10 classes")
+
+
 def shufflenet(full: bool) -> Model:
     if full:
         return Model(torchvision.models.shufflenet_v2_x1_0(weights=None), _image(224), "x1.0, 224x224, 1000 classes")
@@ -242,7 +253,8 @@ def mlp(full: bool) -> Model:
 
 
 MODELS: dict[str, Callable[[bool], Model]] = {f.__name__: f for f in (
-    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, efficientnet_v2, shufflenet, swin, vit,
+    resnet18, resnet18_96, mobilenet_v2, mobilenet_v3_small, efficientnet_b0, efficientnet_v2, shufflenet, swin,
+    convnext, vit,
     bert, gpt2, llama, ffn, mlp)}
 FULL_ONLY = {"resnet18_96"}  # no smaller form: its 47 MB of weights stay out of the repository
 
