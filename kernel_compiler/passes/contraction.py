@@ -19,16 +19,16 @@ few; the products are the same, summed in another order (as BATCHNORM's folding 
 
 BATCH ROWS (`products_by_rows`, which needs the target: `compile.graph_passes` runs it after
 `canonicalise`): a MATMUL of A [..., M, K] with batch dims by one B [K, N] for all of them (or
-[1, .., K, N]: a layer's weights; a Linear on a [1, H, W, C] image, as Swin's MLPs export)
-becomes one product of A viewed as [.. * M, K] where that kernel costs less by the target's
-objective (`pays`): tiled by batch element, all of a B larger than L3 crosses external memory
-once per element (Swin-T's last stage, 49 tokens in 7 batches of 7: each 9.4 MB weight matrix
-read 7 times), and each element's few rows use few of the array's; a small B stays on chip and
-the batch's elements go to the compute tiles in parallel, where one product of as many rows
-might be a single tile. The views are RESHAPEs (no data moves); EPILOGUE_VIEWS then sinks the
-result's below the epilogue, so a bias and a residual of the whole result still fuse. One that
-runs along the batch dims but not every row (a position embedding [1, S, C]) would not: such a
-product stays a batch.
+[1, .., K, N]: a layer's weights; a Linear on a [1, H, W, C] image, as Swin's and ConvNeXt's
+MLPs export) becomes one product of A viewed as [.. * M, K] where that kernel costs less by the
+target's objective (`pays`): tiled by batch element, all of a B larger than L3 crosses external
+memory once per element (Swin-T's last stage, 49 tokens in 7 batches of 7: each 9.4 MB weight
+matrix read 7 times), and each element's few rows use few of the array's; a small B stays on
+chip and the batch's elements go to the compute tiles in parallel, where one product of as many
+rows might be a single tile. The views are RESHAPEs (no data moves); EPILOGUE_VIEWS then sinks
+the result's below the epilogue, so a bias and a residual of the whole result still fuse. One
+that runs along the batch dims but not every row (a position embedding [1, S, C]) would not:
+such a product stays a batch.
 
 OPERANDS, the last stage: a MATMUL reading one tensor as two of its operands (x @ x, or x @ x^T
 once the TRANSPOSE folded) reads the second through a RESHAPE to its own shape, a view: its
