@@ -15,6 +15,7 @@ runs at once, band by band, whose links need no barrier."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from .dtypes import DTYPES, itemsize
@@ -22,6 +23,7 @@ from .errors import ObjectFileError
 from .graph import Graph, Op, shape_problem, slices_along
 from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef, condition
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
+from .ops.layout import one_run
 from .ops.reduction import ACCUMULATING
 from .program import Program
 
@@ -1002,10 +1004,15 @@ def _move_problem(op: DataMove, g: Graph) -> str | None:
     if op.move_type == "VIEW":
         whole = all(r.tile_shape == [max(d, 1) for d in t.shape] and r.offset is None and r.table is None
                     for r, t in ((src, ts), (dst, td)))
-        if (src.level, dst.level) != ("EXTERNAL", "EXTERNAL") or ts.size != td.size or not whole \
+        # or the box at the source's offset, one run of its bytes (a SLICE's, a GATHER's)
+        run = (src.offset is not None and src.table is None and src.step is None and src.padding is None
+               and len(src.tile_shape) == len(ts.shape) == len(src.offset)
+               and one_run(ts.shape, src.offset, src.tile_shape) and math.prod(src.tile_shape) == td.size
+               and dst.tile_shape == [max(d, 1) for d in td.shape] and dst.offset is None and dst.table is None)
+        if (src.level, dst.level) != ("EXTERNAL", "EXTERNAL") or not (whole and ts.size == td.size or run) \
                 or op.transpose or op.permutation is not None or op.fill is not None:
-            return (f"a VIEW names all of '{src.tensor}' in external memory as '{dst.tensor}', which must hold "
-                    f"as many elements, with no window, table, permutation or fill")
+            return (f"a VIEW names all of '{src.tensor}' in external memory, or one run of its bytes, as "
+                    f"'{dst.tensor}', which must hold as many elements, with no table, permutation or fill")
         return None
     perm = op.permutation
     if perm is not None:

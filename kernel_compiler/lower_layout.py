@@ -12,7 +12,10 @@ move whose tile lies wholly outside its tensor moves nothing (the loader runs no
   operand's. The kernel is one VIEW move, EXTERNAL -> EXTERNAL: the loader makes the result name
   the operand's bytes, the simulator runs no task for it, and a later kernel reading the result
   waits for whatever wrote the operand. No bytes, no cycles. A TRANSPOSE that keeps the order of
-  the dims longer than 1 is the same view.
+  the dims longer than 1 is the same view. So is a SLICE, or a GATHER of consecutive indices
+  known when compiling, whose result is one run of the operand's bytes (one element deep along
+  every dim before the last it cuts, whole along every dim after): its VIEW names that run,
+  the box at its start (`TileRef.offset`).
 - TRANSPOSE: the operand's tile (the result tile's dims, permuted back) goes EXTERNAL -> L3; the
   BlockMover permutes it into the result's tile on its way L3 -> L2 (`permutation`); the result
   tile leaves L2 -> L3 -> EXTERNAL.
@@ -42,7 +45,7 @@ from dataclasses import replace
 from dfx import DataMove, Graph, Kernel, Op, Tensor, TileLoop, TileRef, itemsize, lookup
 from dfx.kernel import IndexTable, IndexTensor
 from dfx.ops.base import normalize_axis
-from dfx.ops.layout import keeps_order, transpose_perms
+from dfx.ops.layout import gather_indices, keeps_order, one_run, transpose_perms
 
 from .errors import CompileError
 from .lower_vector import Space, SpaceBuffers, choose_space, dram_hints, tile_ref, traffic
@@ -64,6 +67,8 @@ def lower_layout(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     if op.op_type == "RESHAPE" or (op.op_type == "TRANSPOSE" and
                                    keeps_order(ins[0].shape, transpose_perms(len(ins[0].shape), attrs["perms"]))):
         return _view(op, name, ins[0], out, target)
+    if out.size and (start := _run_start(op, attrs, ins[0], out)) is not None:
+        return _view(op, name, ins[0], out, target, start)
     if 0 in out.shape:
         raise CompileError(f"{where}: {op.op_type} of shape {list(out.shape)} has an empty dimension; "
                            f"there is nothing to tile")
@@ -109,11 +114,32 @@ def _moved(op: Op, ins: list[Tensor]) -> list[Tensor]:
     return ins[:1] if op.op_type == "GATHER" else ins
 
 
-def _view(op: Op, name: str, x: Tensor, out: Tensor, target: Target) -> Kernel:
+def _run_start(op: Op, attrs: dict, x: Tensor, out: Tensor) -> list[int] | None:
+    """Where in its operand a SLICE, or a GATHER of consecutive indices known when compiling,
+    takes its result, where that is one run of the operand's bytes (`one_run`: the q, k and v
+    a transformer picks from its stacked projection, the rows a shifted window slices off);
+    else None."""
+    if op.op_type == "SLICE":
+        start = list(attrs["start"])
+    elif op.op_type == "GATHER" and attrs["indices"] is not None:
+        axis = normalize_axis(attrs["axis"], len(x.shape))
+        picked = gather_indices([], attrs, x.shape[axis], axis).tolist()
+        if picked != list(range(picked[0], picked[0] + len(picked))):
+            return None
+        start = [picked[0] if j == axis else 0 for j in range(len(x.shape))]
+    else:
+        return None
+    return start if one_run(x.shape, start, list(out.shape)) else None
+
+
+def _view(op: Op, name: str, x: Tensor, out: Tensor, target: Target, start: list[int] | None = None) -> Kernel:
+    """A kernel naming the bytes of `x` (from `start`, a box of the result's extents) as `out`."""
     def whole(t: Tensor) -> TileRef:
         return TileRef(t.name, "EXTERNAL", ["0"] * len(t.shape), [max(d, 1) for d in t.shape])
 
-    body = [DataMove(0, "VIEW", whole(x), whole(out))]
+    source = whole(x) if start is None else TileRef(x.name, "EXTERNAL", ["0"] * len(x.shape),
+                                                    [max(d, 1) for d in out.shape], offset=start)
+    body = [DataMove(0, "VIEW", source, whole(out))]
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="moves", tiling={}, tile_loops=[], body=body,
         requirements=requirements([]),

@@ -125,8 +125,11 @@ def _move(op: DataMove, env: dict, worker: int, tiles: dict, regions: dict, memo
     `table` where it has one. An on-chip tile is held whole: what the source does not cover
     there is the move's fill."""
     src, dst = op.source, op.destination
-    if op.move_type == "VIEW":  # the destination names the source's bytes
-        memory[dst.tensor] = memory[src.tensor].reshape(g.tensors[dst.tensor].shape)
+    if op.move_type == "VIEW":  # the destination names the source's bytes (from its offset: one run of them)
+        named = memory[src.tensor]
+        if src.offset is not None:
+            named = named[tuple(slice(o, o + e) for o, e in zip(src.offset, src.tile_shape))]
+        memory[dst.tensor] = named.reshape(g.tensors[dst.tensor].shape)
         return
     src_shape, dst_shape = g.tensors[src.tensor].shape, g.tensors[dst.tensor].shape
     src_part, dst_part = move_slices(op, src_shape, dst_shape, env, table)

@@ -138,11 +138,12 @@ def table_values(ref: TileRef, g: Graph) -> list[int] | None:
     return next(op.attrs[ref.table.attr] for op in g.ops if op.name == ref.table.op)
 
 
-def viewed(tensor: str, program: Program) -> str:
-    """The tensor whose bytes `tensor` names through views (itself if none): the one a user gave,
-    its elements in the same row-major order."""
+def viewed(tensor: str, program: Program, runs: bool = False) -> str:
+    """The tensor whose bytes `tensor` names through views of all of them (itself if none): the
+    one a user gave, its elements in the same row-major order; with `runs`, through views of one
+    run of them too, its elements some of that tensor's."""
     source = {m.destination.tensor: m.source.tensor for k in program.kernels for m in k.body
-              if isinstance(m, DataMove) and m.move_type == "VIEW"}
+              if isinstance(m, DataMove) and m.move_type == "VIEW" and (runs or m.source.offset is None)}
     while tensor in source:
         tensor = source[tensor]
     return tensor
@@ -155,7 +156,7 @@ def index_sizes(program: Program) -> dict[str, int]:
     for k in program.kernels:
         for m in k.body:
             if isinstance(m, DataMove) and isinstance(m.source.table, IndexTensor):
-                name = viewed(m.source.table.tensor, program)
+                name = viewed(m.source.table.tensor, program, runs=True)
                 size = program.graph.tensors[m.source.tensor].shape[m.source.table.dim]
                 sizes[name] = min(size, sizes.get(name, size))
     return sizes

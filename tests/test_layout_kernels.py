@@ -1,5 +1,6 @@
 """Layout kernels end to end in-process: compile, bind, simulate, execute tile by tile; values
-against numpy, DRAM bytes against the compiler's exact count; the view that moves nothing; a
+against numpy, DRAM bytes against the compiler's exact count; the views that move nothing (a
+RESHAPE, a SLICE or GATHER of one run of bytes); a
 bounded body for a long GATHER; the validator on windows, tables and permutations."""
 
 from __future__ import annotations
@@ -42,7 +43,17 @@ CASES = {
                       lambda x: np.pad(x, [[300, 17], [0, 250]], constant_values=-np.inf)),
     "gather": ([("GATHER", ["x"], {"indices": INDICES, "axis": 1})], {"x": (43, 13, 301)},
                lambda x: np.take(x, INDICES, axis=1)),
+    # one run of the operand's bytes: views (`VIEWS`), no bytes move
+    "slice_rows": ([("SLICE", ["x"], {"start": [0, 3, 0, 0], "size": [-1, 53, -1, -1]})], {"x": (1, 56, 9, 7)},
+                   lambda x: x[:, 3:]),
+    "slice_one_deep": ([("SLICE", ["x"], {"start": [2, 4, 0], "size": [1, 5, -1]})], {"x": (6, 13, 17)},
+                       lambda x: x[2:3, 4:9]),
+    "gather_stacked": ([("GATHER", ["x"], {"indices": [1], "axis": 0})], {"x": (3, 8, 5, 11)},
+                       lambda x: x[1:2]),
+    "gather_consecutive": ([("GATHER", ["x"], {"indices": [-3, -2, -1], "axis": 1})], {"x": (1, 13, 7)},
+                           lambda x: x[:, 10:]),
 }
+VIEWS = {"reshape", "slice_rows", "slice_one_deep", "gather_stacked", "gather_consecutive"}
 
 
 def run_case(case: str, config: str, dtype: str = "f32"):
@@ -59,7 +70,9 @@ def test_layout_op_against_numpy_with_edge_tiles(case, config):
     program, got, want, sim = run_case(case, config)
     assert got.shape == want.shape and np.array_equal(got, want)  # moved, never rounded
     kernel = program.kernels[0]
-    if case != "reshape":
+    if case in VIEWS:
+        assert [m.move_type for m in kernel.body] == ["VIEW"] and kernel.hints["estimated_dram_bytes"] == 0
+    else:
         extents = [kernel.tiling[f"T{j}"] for j in range(len(want.shape))]
         assert kernel.tiling["num_tiles"] > 1 and any(d % e for d, e in zip(want.shape, extents)), kernel.tiling
     assert kernel.hints["estimated_dram_bytes"] == sum(dram_bytes(sim).values())
@@ -90,6 +103,50 @@ def test_a_view_moves_no_bytes_and_its_reader_waits_for_the_writer(op):
     assert sim.phases[2].start >= sim.phases[0].end
     s = (a + b).reshape(values["t1"].shape)
     np.testing.assert_array_equal(values["t2"], s.T)
+
+
+@pytest.mark.parametrize("op, shape", [
+    (("SLICE", {"start": [0, 0, 3, 0], "size": [-1, -1, 53, -1]}), (1, 56, 56, 7)),  # columns: rows apart
+    (("SLICE", {"start": [1, 4, 0], "size": [2, 5, -1]}), (6, 13, 17)),  # two deep before the cut dim
+    (("GATHER", {"indices": [1, 0], "axis": 0}), (3, 8, 5)),  # descending
+    (("GATHER", {"indices": [0, 2], "axis": 0}), (3, 8, 5)),  # apart
+    (("GATHER", {"indices": [0], "axis": 1}), (3, 8, 5)),  # one deep, but after a dim of 3
+])
+def test_a_slice_or_gather_that_is_no_run_of_bytes_moves_them(op, shape):
+    x = random(shape)
+    g = graph_of([(op[0], ["x"], op[1])], {"x": (shape, "f32")})
+    program, values, sim = run(g, {"x": x})
+    kernel = program.kernels[0]
+    assert "VIEW" not in [m.move_type for m in kernel.body]
+    assert kernel.hints["estimated_dram_bytes"] == sum(dram_bytes(sim).values()) == 2 * values["t0"].nbytes
+    want = np.take(x, op[1]["indices"], axis=op[1]["axis"]) if op[0] == "GATHER" else \
+        x[tuple(slice(s, s + (d - s if n == -1 else n)) for s, n, d in zip(op[1]["start"], op[1]["size"], shape))]
+    np.testing.assert_array_equal(values["t0"], want)
+
+
+def test_q_k_and_v_picked_from_a_stacked_projection_are_views_read_by_their_products():
+    """A transformer's attention stacks q, k and v along a leading dim of 3 and picks each with a
+    GATHER (torch's `qkv[0]`): each pick is one run of the stack's bytes, so a view, and the
+    products read q, k and v where the TRANSPOSE wrote them."""
+    x, w = random((2, 16, 24), seed=1), random((24, 3 * 2 * 8), seed=2)
+    g = graph_of([("MATMUL", ["x", "w"], {}), ("RESHAPE", ["t0"], {"new_shape": [2, 16, 3, 2, 8]}),
+                  ("TRANSPOSE", ["t1"], {"perms": [2, 0, 3, 1, 4]}),
+                  *[("GATHER", ["t2"], {"indices": [i], "axis": 0}) for i in range(3)],
+                  ("RESHAPE", ["t3"], {"new_shape": [4, 16, 8]}), ("RESHAPE", ["t4"], {"new_shape": [4, 16, 8]}),
+                  ("RESHAPE", ["t5"], {"new_shape": [4, 16, 8]}),
+                  ("TRANSPOSE", ["t7"], {"perms": [0, 2, 1]}), ("MATMUL", ["t6", "t9"], {}),
+                  ("MATMUL", ["t10", "t8"], {})],
+                 {"x": ((2, 16, 24), "f32"), "w": ((24, 48), "f32")})
+    program, values, sim = run(g, {"x": x, "w": w})
+    picks = [k for k in program.kernels if k.op == "GATHER"]
+    views = [[m for m in k.body if isinstance(m, DataMove)] for k in picks]
+    assert len(picks) == 3 and all([m.move_type for m in moves] == ["VIEW"] for moves in views)
+    assert [moves[0].source.offset[0] for moves in views] == [0, 1, 2]
+    assert sum(k.hints["estimated_dram_bytes"] for k in program.kernels) == sum(dram_bytes(sim).values())
+    qkv = np.transpose((x @ w).reshape(2, 16, 3, 2, 8), (2, 0, 3, 1, 4)).reshape(3, 4, 16, 8)
+    q, k, v = qkv
+    np.testing.assert_allclose(values[program.graph.outputs[0].name], (q @ np.swapaxes(k, 1, 2)) @ v,
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_gather_of_4096_rows_is_a_loop_over_the_indices_attribute():
@@ -158,7 +215,12 @@ def set_field(op: int, path: tuple, value):
     ("gather", set_field(0, ("source", "table", "attr"), "start"),
      r"op 0: table 'start' of graph op 'op0' is not the index table of GATHER \(which has 'indices'\)"),
     ("reshape", set_field(0, ("destination", "level"), "L3"),
-     r"op 0: a VIEW names all of 'x' in external memory as 't0', which must hold as many elements"),
+     r"op 0: a VIEW names all of 'x' in external memory, or one run of its bytes, as 't0', which must hold"),
+    # rows 3 .. 56 of 56 moved down a column: past the operand's end, and no run of its bytes
+    ("slice_rows", set_field(0, ("source", "offset"), [0, 3, 1, 0]),
+     r"op 0: a VIEW names all of 'x' in external memory, or one run of its bytes, as 't0'"),
+    ("gather_stacked", set_field(0, ("source", "tile_shape"), [1, 8, 5, 10]),
+     r"op 0: a VIEW names all of 'x' in external memory, or one run of its bytes, as 't0'"),
     ("pad", set_field(1, ("fill",), 0),
      r"op 1: fills a tile in external memory; a fill writes only on-chip tiles"),
 ])

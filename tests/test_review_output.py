@@ -88,10 +88,11 @@ def test_a_pad_whose_move_fills_the_wrong_value_fails_the_check():
 
 
 def test_a_gather_whose_table_names_another_ops_list_fails_the_check():
-    """GATHER of rows [0, 1, 2] of x, its index table pointed at the TRANSPOSE's perms [0, 2, 1]:
-    rows 1 and 2 swapped, each element off by about its own size, and x[0, 0] huge."""
+    """GATHER of rows [0, 3, 2] of x (no run of its bytes, so moved), its index table pointed at
+    the TRANSPOSE's perms [0, 2, 1]: rows 1 and 2 others, each element off by about its own
+    size, and x[0, 0] huge."""
     shapes = {"x": (4, 8), "z": (2, 3, 4)}
-    g = graph([("GATHER", "rows", ["x"], {"indices": [0, 1, 2], "axis": 0}),
+    g = graph([("GATHER", "rows", ["x"], {"indices": [0, 3, 2], "axis": 0}),
                ("TRANSPOSE", "zt", ["z"], {"perms": [0, 2, 1]})], shapes)
     transpose = g.ops[1].name
     program = loads(dumps(compile_graph(g, "gather.dfg", load_target(STANDARD))))

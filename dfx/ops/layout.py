@@ -70,6 +70,15 @@ def keeps_order(shape: tuple[int, ...], perms: list[int]) -> bool:
     return moved == sorted(moved)
 
 
+def one_run(shape: tuple[int, ...], start: list[int], extents: list[int]) -> bool:
+    """Whether the box of `extents` at `start` in a row-major tensor of `shape` is one run of its
+    elements: whole along every dim after the last it cuts short, one element deep along every
+    dim before. A SLICE or a GATHER taking such a box is a view of those bytes."""
+    cut = [j for j, (d, e) in enumerate(zip(shape, extents)) if e != d]
+    return (all(0 <= s and s + e <= d for s, e, d in zip(start, extents, shape))
+            and (not cut or all(e == 1 for e in extents[:cut[-1]])))
+
+
 def transpose_perms(rank: int, perms: list[int] | None) -> list[int]:
     """TRANSPOSE's `perms` attribute with its default filled: output dim i is input dim perms[i]."""
     return list(reversed(range(rank))) if perms is None else perms
