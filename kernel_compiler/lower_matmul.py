@@ -25,7 +25,8 @@ from .errors import CompileError
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import MatmulProblem, MatmulTiling, Stream, choose_tiling, first_fit, streams, tiled_cycles, tiling_trips
+from .tiling import (MatmulProblem, MatmulTiling, Stream, busiest_share, choose_tiling, first_fit, streams, tiled_cycles,
+                     tiling_trips)
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -245,7 +246,8 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             "l3_resident": _resident_hint(tiling, Bi, Bj, K, k_block, problem.depth),
             **({"partial_sums": f"{split.level}, a ring of {split.ring} result tile(s) per compute tile, over "
                                 f"{trips['kb']} K blocks"} if split else {}),
-            "estimated_compute_cycles": -(-compute_cycles // tiling.parallel.workers),
+            "estimated_compute_cycles": math.ceil(compute_cycles * busiest_share(problem, tiling, trips, target, k_block,
+                                                                                 dataflow)),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
             **dram_hints(per_stream, sum(s.bytes for s in [*dram_streams, *extra]), target,

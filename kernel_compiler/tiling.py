@@ -493,6 +493,10 @@ def waited_bytes(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int]) -> in
 # (unless the estimate finds it faster all the same: a product of one row, whose weights pass
 # L3 once whatever the tiles, comes in fewer, larger moves, each holding a DMA for the latency)
 TILE_SHRINK = 2
+# by how much of the fewest bytes' cycles the latency objective's quickest tiling by the estimate
+# must be quicker to be taken over it: the estimate's rounding (and within it of the quickest,
+# tilings count as quick as it)
+FASTER = 0.01
 
 
 def first_fit(attempts: Iterable[P], choose: Callable[[P], T]) -> tuple[P, T] | None:
@@ -512,7 +516,8 @@ def choose_tiling(p: MatmulProblem, target: Target) -> MatmulTiling:
     area they have without one; ties go to fewer, larger tiles, then to a double-buffered
     resident panel, then to larger panels. The whole operand resident beside the other's K tiles
     (`streamed_tiles`) is taken over that only where it moves fewer bytes, on the same terms.
-    ValueError when no tiling fits."""
+    Under latency, a tiling `estimate` finds more than FASTER quicker (its tiles dealt more
+    evenly to the compute tiles) is taken over the fewest bytes. ValueError when no tiling fits."""
     found = _best_tiling(p, target)
     if found is None:
         raise ValueError("no tile of the array size fits the target's memories")
@@ -527,6 +532,7 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
         return _cheapest(p, target)
     best: dict[bool, tuple[tuple, MatmulTiling, dict[str, int]]] = {}  # with a resident panel or not -> the best
     whole: list[tuple[tuple, MatmulTiling, dict[str, int]]] = []  # the tilings with `streamed_tiles`
+    every: list[tuple[tuple, MatmulTiling, dict[str, int]]] = []
     for Ti in _candidates(p.M, target.rows):
         for Tj in _candidates(p.N, target.cols):
             for Tk in reversed(_candidates(p.K, min(target.rows, target.cols))):
@@ -538,6 +544,7 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
                     # blocks of tiles dealt evenly to the compute tiles before larger blocks
                     key = (dram, tiles, -Ti * Tj, -t.panel_depth, _uneven(t), -t.per_block, t.loop_order)
                     panel = t.resident is not None
+                    every.append((key, t, trips))
                     if t.streamed_tiles:
                         whole.append((key, t, trips))
                     elif panel not in best or key < best[panel][0]:
@@ -567,6 +574,17 @@ def _best_tiling(p: MatmulProblem, target: Target) -> MatmulTiling | None:
                   and estimate(p, c[1], c[2], target).cycles < cycles]
         if faster:
             choice = min(faster, key=lambda c: c[0])
+    # the fewest bytes keep the array fed only where the tiles deal evenly to the compute tiles:
+    # where the estimate finds tiles at most TILE_SHRINK smaller more than FASTER quicker, the
+    # quickest (within FASTER of it, the fewest bytes). Swin-T's 196 x 1536 x 384: 128 x 128
+    # tiles, 3 along N for 2 compute tiles, 331,964 cycles; 128 x 96, 4 along N, 249,519
+    if choice is not None and target.costs is not None:
+        area = choice[1].Ti * choice[1].Tj
+        every = [c for c in every if TILE_SHRINK * c[1].Ti * c[1].Tj >= area] + [choice]
+        cycles = {id(c[1]): estimate(p, c[1], c[2], target).cycles for c in every}
+        quickest = min(cycles.values())
+        if quickest < (1 - FASTER) * cycles[id(choice[1])]:
+            choice = min((c for c in every if cycles[id(c[1])] <= (1 + FASTER) * quickest), key=lambda c: c[0])
     return None if choice is None else choice[1]
 
 
@@ -700,7 +718,7 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
         if per is not None:
             busiest = sum(count * -(-size // t.parallel.workers) for size, count in tile_sizes(steps, per))
     array = math.prod(p.batch_trips) * _fewest_array_cycles(p.M, p.N, p.K, t.Ti, t.Tj, t.Tk, target, k_block) \
-        * busiest / steps
+        * busiest_share(p, t, trips, target, k_block)
     if t.split is not None:
         # every K block but the first takes each result tile into the accumulators anew: the array
         # waits for the last tile's drain, or this one's reload, through a Streamer
@@ -714,6 +732,36 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
                         moved["L2", "L1"] + moved["REGISTER", "L2"] + moved["L2", "REGISTER"])
     waits = waited_bytes(p, t, trips) / costs.dram_bytes_per_cycle
     return Estimate(math.ceil(max(array, links) + waits), energy, dram)
+
+
+def busiest_share(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: Target,
+                  k_block: int | None, dataflow: str | None = None) -> float:
+    """The busiest compute tile's share of the array's cycles: the parallel loop's steps dealt
+    round-robin, each block's from the first compute tile (as the loader deals them), a step
+    along M or N costing what its tiles do in `dataflow` (None: the one `auto` takes) (an edge
+    tile of a few rows less than a whole one: Swin-T's 196 rows in tiles of 64 gave one compute
+    tile 128 rows, the other 68)."""
+    loop, workers = t.parallel.loop, t.parallel.workers
+    steps = trips[loop] if loop else 1
+    per = t.blocks.get(loop, steps) if loop else 1
+    if loop not in ("ti", "tj"):
+        return sum(count * -(-size // workers) for size, count in tile_sizes(steps, per)) / steps
+    dim, tile = (p.M, t.Ti) if loop == "ti" else (p.N, t.Tj)
+    rows, cols = tile_sizes(p.M, t.Ti), tile_sizes(p.N, t.Tj)
+    depths = tile_sizes(p.K, t.Tk) if k_block is None else tile_sizes(k_block, t.Tk)
+    dataflow = dataflow or min(target.dataflows,
+                               key=lambda d: tiled_cycles(p.M, p.N, p.K, t.Ti, t.Tj, t.Tk, target, d, k_block))
+
+    @functools.cache
+    def cost(extent: int) -> int:
+        own = [(extent, 1)]
+        return array_cycles(own if loop == "ti" else rows, own if loop == "tj" else cols, depths, target.rows,
+                            target.cols, dataflow)
+
+    load = [0] * workers
+    for step in range(steps):
+        load[step % per % workers] += cost(min(tile, dim - step * tile))
+    return max(load) / sum(load)
 
 
 def link_busy(costs: Costs, dram: int, dma_moves: int, l3_l2: int, l2_l1: int) -> tuple[float, float, float]:

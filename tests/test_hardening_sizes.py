@@ -26,7 +26,7 @@ from loader.budget import LONG_RUN_SECONDS, TILE_OPS_PER_SECOND, Budget, advise,
 STANDARD = load_target(str(CONFIGS / "standard.json"))
 
 
-def compiled(tmp_path, M=64, N=48, K=80):
+def compiled(tmp_path, M=32, N=48, K=160):
     src = tmp_path / "g.dfg"
     src.write_text(gemm_dfg(M, N, K))
     graph, _ = load_graph(str(src))
@@ -264,9 +264,9 @@ def test_reader_refuses_degenerate_programs(tmp_path, edit, fragments):
 
 
 def test_budget_counts_tensors_tiles_and_tile_ops(tmp_path):
-    program = compiled(tmp_path)
+    program = compiled(tmp_path, 16, 48, 80)
     budget = estimate(program)
-    tensors = 4 * (64 * 80 + 80 * 48 + 64 * 48)
+    tensors = 4 * (16 * 80 + 80 * 48 + 16 * 48)
     assert tensors < budget.host_bytes <= 2 * tensors  # the tiles of a small GEMM are the whole tensors
     assert budget.tile_ops == sum(k.runs(op) for k in program.kernels for op in k.body)
     assert advise(budget, "m.kpu", available=2**30) is None

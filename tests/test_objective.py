@@ -29,20 +29,24 @@ from test_vector_kernels import STANDARD, graph_of
 GEMM_384 = ([("MATMUL", ["a", "b"], {})], {"a": ((384, 384), "f32"), "b": ((384, 384), "f32")})
 
 # Each kernel's tiling, DRAM bytes and array cycles as the compiler chose them before there was an
-# objective (the objects were byte-identical to these programs' then); the convolution's cycles are
-# its busiest compute tile's (the estimate took an even share before) and its wait for its one
-# buffer of result tiles to drain: counting that wait, the tiler takes tiles of 16 output channels
-# with all 24 input ones, not 32 with chunks of 8 (4,128 simulated cycles, not 4,500)
+# objective (the objects were byte-identical to these programs' then), but the 384^3 GEMM's: its
+# tiles of 128 x 128, the fewest bytes, came 9 to 2 compute tiles (168,268 simulated cycles), and
+# the estimate, counting the busiest compute tile's, takes 12 tiles of 96 x 128 (126,978 cycles,
+# 14% more bytes). The cycles are the busiest compute tile's (an even share before: 1.5 of the
+# batched product's 3 elements, the 200-row product's 60 columns as many as its 80); the
+# convolution's with its wait for its one buffer of result tiles to drain: counting that wait,
+# the tiler takes tiles of 16 output channels with all 24 input ones, not 32 with chunks of 8
+# (4,128 simulated cycles, not 4,500)
 BEFORE = [
-    (GEMM_384, [({"Ti": 128, "Tj": 128, "Tk": 32, "L1_Ki": 32, "num_tiles_m": 3, "num_tiles_n": 3,
-                  "num_tiles_k": 12}, 4128768, 119232)]),
+    (GEMM_384, [({"Ti": 96, "Tj": 128, "Tk": 32, "L1_Ki": 32, "num_tiles_m": 4, "num_tiles_n": 3,
+                  "num_tiles_k": 12}, 4718592, 119232)]),
     (([("MATMUL", ["a", "b"], {}), ("ADD", ["t0", "c"], {})],
       {"a": ((200, 500), "f32"), "b": ((500, 300), "f32"), "c": ((300,), "f32")}),
      [({"Ti": 200, "Tj": 80, "Tk": 16, "L1_Ki": 16, "num_tiles_m": 1, "num_tiles_n": 4, "num_tiles_k": 32},
-       2441200, 65455)]),
+       2441200, 68900)]),
     (([("MATMUL", ["a", "b"], {})], {"a": ((3, 96, 160), "f32"), "b": ((3, 160, 80), "f32")}),
      [({"Ti": 96, "Tj": 80, "Tk": 32, "L1_Ki": 32, "num_tiles_m": 1, "num_tiles_n": 1, "num_tiles_k": 5},
-       430080, 8550)]),
+       430080, 11400)]),
     (([("CONV2D", ["x", "w", "b"], {"stride": [2, 2], "padding": [[1, 1], [1, 1]]}), ("ADD", ["t0", "c"], {})],
       {"x": ((1, 17, 13, 24), "f32"), "w": ((40, 3, 3, 24), "f32"), "b": ((40,), "f32"), "c": ((40,), "f32")}),
      [({"R": 9, "C": 7, "Tn": 16, "Tc": 24, "band_rows": 19, "band_cols": 15, "num_tiles_b0": 1, "num_tiles_th": 1,
@@ -86,9 +90,9 @@ def gemm_runs():
 def test_energy_moves_fewer_bytes_for_less_energy(gemm_runs):
     _, cycles, dram, pj = gemm_runs["latency"]
     program, e_cycles, e_dram, e_pj = gemm_runs["energy"]
-    assert e_dram < 0.6 * dram  # 2,359,296 bytes against 4,128,768
+    assert e_dram < 0.6 * dram  # 2,359,296 bytes against 4,718,592
     assert e_pj < 0.8 * pj
-    assert e_cycles < 1.1 * cycles
+    assert e_cycles < 1.25 * cycles  # 150,118 against 126,978
     # the tiler priced it as the loader does
     assert program.kernels[0].hints["estimated_dram_bytes"] == e_dram
 

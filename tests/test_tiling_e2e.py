@@ -141,7 +141,7 @@ def test_a_whole_operand_beside_k_tiles_moves_every_operand_once():
 @pytest.mark.parametrize("M, N, K, batch, transpose_b, resident", [
     (16, 300, 200, (), False, "A"),
     (20, 300, 120, (), True, "A"),
-    (20, 412, 100, (2,), False, "A"),
+    (16, 412, 100, (2,), False, "A"),
     (300, 16, 120, (), False, "B"),
 ])
 def test_whole_operand_beside_k_tiles_computes_the_product(small, M, N, K, batch, transpose_b, resident):
@@ -188,11 +188,13 @@ def test_the_chain_planner_counts_a_move_once_per_step_over_all_blocks(small):
 
 
 def test_the_binder_counts_each_move_as_often_as_the_simulator_runs_it():
-    """A move outside the parallel loop (an A tile at `ti`, each compute tile loading its own copy
-    for the B columns it takes) runs on every compute tile, a move inside it on one at a time:
-    the loads the binder balances are the tasks the simulator runs, move by move."""
-    program = compiled(gemm(200, 412, 40), STANDARD)
-    machine = load_machine(STANDARD)
+    """A move outside the parallel loop (on datacenter, the whole of A before the loop over column
+    tiles, each compute tile loading its own copy for the columns it takes) runs on every compute
+    tile, a move inside it on one at a time: the loads the binder balances are the tasks the
+    simulator runs, move by move (each tile under 64 KiB: larger ones go in parts, SPLIT_BYTES)."""
+    datacenter = str(CONFIGS / "datacenter.json")
+    program = compiled(gemm(200, 64, 40), datacenter)
+    machine = load_machine(datacenter)
     bindings = bind_program(program, machine, "gemm.kpu", bind_greedy)
     kernel = program.kernels[0]
     _, streams = kernel_demands(kernel, program, bindings[0].workers, frozenset(), machine.line_bytes)
@@ -202,5 +204,5 @@ def test_the_binder_counts_each_move_as_often_as_the_simulator_runs_it():
     ran = Counter(t.stream for t in program_tasks(program, bindings, machine) if t.unit in MOVE_UNITS)
     outside = [op for op in kernel.body if op.op_id in counted and not kernel.in_parallel_loop(op)
                and op.op_id not in kernel.shared_moves()]
-    assert outside and bindings[0].workers == 2
+    assert outside and bindings[0].workers > 1
     assert counted == ran
