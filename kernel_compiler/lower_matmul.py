@@ -25,8 +25,8 @@ from .errors import CompileError
 from .lower_vector import Space, dram_hints, epilogue, epilogue_work, kernel_reads, store, traffic
 from .requirements import body_buffers, requirements
 from .target import Target
-from .tiling import (MatmulProblem, MatmulTiling, Stream, busiest_share, choose_tiling, first_fit, streams, tiled_cycles,
-                     tiling_trips)
+from .tiling import (MatmulProblem, MatmulTiling, Stream, busiest_array_share, choose_tiling, first_fit, streams,
+                     tiled_cycles, tiling_trips)
 
 DATAFLOW_NAMES = {"os": "output_stationary", "ws": "weight_stationary", "is": "input_stationary"}
 
@@ -232,6 +232,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
     per_stream = traffic([*dram_streams, *extra], order, trips, within)
     dram = sum(per_stream.values())
     compute_cycles = math.prod(out_batch) * tiled_cycles(M, N, K, Ti, Tj, Tk, target, dataflow, k_block)
+    busiest = busiest_array_share(problem, tiling, trips, target, k_block, dataflow)  # of compute_cycles
     blocks = {"L3_Bi": Bi, "L3_Bj": Bj, "K_block": k_block} if split else \
         {"L3_Bi": Bi} if tiling.resident == "A" else {"L3_Bj": Bj} if tiling.resident == "B" else {}
     return Kernel(
@@ -246,8 +247,7 @@ def lower_matmul(graph: Graph, ops: list[Op], name: str, target: Target, dataflo
             "l3_resident": _resident_hint(tiling, Bi, Bj, K, k_block, problem.depth),
             **({"partial_sums": f"{split.level}, a ring of {split.ring} result tile(s) per compute tile, over "
                                 f"{trips['kb']} K blocks"} if split else {}),
-            "estimated_compute_cycles": math.ceil(compute_cycles * busiest_share(problem, tiling, trips, target, k_block,
-                                                                                 dataflow)),
+            "estimated_compute_cycles": math.ceil(compute_cycles * busiest),
             "arithmetic_intensity": round(2 * macs / dram, 3),
             **({"vector_elements": dict(sorted(epilogue_work(graph, epi).items()))} if epi else {}),
             **dram_hints(per_stream, sum(s.bytes for s in [*dram_streams, *extra]), target,
