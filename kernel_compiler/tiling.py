@@ -728,7 +728,7 @@ def estimate(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: T
 
 
 def busiest_array_share(p: MatmulProblem, t: MatmulTiling, trips: dict[str, int], target: Target,
-                  k_block: int | None, dataflow: str | None = None) -> float:
+                        k_block: int | None, dataflow: str | None = None) -> float:
     """The busiest compute tile's share of the array's cycles: the parallel loop's steps dealt
     round-robin, each block's from the first compute tile (as the loader deals them), a step
     along M or N costing what its tiles do in `dataflow` (None: the one `auto` takes) (an edge
