@@ -14,7 +14,7 @@ from conftest import assert_one_line_error, run_cli
 from kernel_compiler.frontends.onnx import parse_onnx
 from kernel_compiler.passes import canonicalise
 from kernel_compiler.shape_inference import infer_shapes
-from test_frontend_onnx import IR_VERSION, assert_matches_onnxruntime, model, rand, refusal
+from test_frontend_onnx import assert_matches_onnxruntime, model, rand, refusal
 
 
 def upgraded(opset: int, name: str = "test.onnx") -> str:
