@@ -496,7 +496,7 @@ TILE_SHRINK = 2
 # by how much of the fewest bytes' cycles the latency objective's quickest tiling by the estimate
 # must be quicker to be taken over it (and within it of the quickest, tilings count as quick as
 # it): the estimate's error between tilings of one product. At 1%, Swin-T's 3136 x 96 x 384 took
-# tiles of 224 x 64, rated 4% quicker, that ran 2.3% slower for twice the DRAM bytes
+# tiles of 224 x 64, rated 1 to 5% quicker, that ran 2.3% slower for twice the DRAM bytes
 FASTER = 0.05
 
 
