@@ -12,9 +12,10 @@ meets its convolution), so fusion sees each convolution followed by its activati
 makes a RESHAPE of each TRANSPOSE left that moves dims of 1 alone. DECOMPOSE turns the ops the
 lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
 ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
-loads it and a per-channel gate on a convolution's input into its weights, and EPILOGUE_VIEWS sinks a RESHAPE of a contraction's result below the map ops that
-read it (its epilogue reads through the view), and OPERANDS gives a MATMUL that reads one tensor
-as two operands a view of it as the second. `products_by_rows` and `split_long_rows` run after
+loads it and a per-channel gate on a convolution's input into its weights, EPILOGUE_VIEWS
+sinks a RESHAPE of a contraction's result below the map ops that read it (its epilogue reads
+through the view), and OPERANDS gives a MATMUL that reads one tensor as two operands a view of
+it as the second. `products_by_rows` and `split_long_rows` run after
 them (`compile.graph_passes`), since they need the target: the first makes a batch of products
 by one B one product of more rows where that costs less, the second takes apart the row ops
 whose rows do not fit a tile of it.
