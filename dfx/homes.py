@@ -23,7 +23,8 @@ from .graph import Tensor
 class Home:
     """A tensor's region of L3: `bytes` at `address`, held from kernel `first` (its writer) to
     kernel `last` (its last reader), both positions in the program's kernel list (widened to the
-    whole chain of either, whose kernels run at once)."""
+    whole chain of either, whose kernels run at once). Of a tensor kept in L2, `bytes` at
+    `address` of every L2 bank (`l2_piece`)."""
 
     tensor: str
     address: int
@@ -62,6 +63,12 @@ def home_bytes(t: Tensor) -> int:
         return whole
     extent = t.shape[t.ring_dim]
     return whole // max(extent, 1) * min(t.ring, extent)
+
+
+def l2_piece(size: int, banks: int, line: int) -> int:
+    """The bytes a home in L2 of `size` takes at the top of each of the `banks` (of every compute
+    tile): an equal piece of it, in whole lines, so every bank keeps the same room below."""
+    return in_lines(-(-size // banks), line)
 
 
 def l3_limit(homes: list[Home], kernel: int, capacity: int) -> int:

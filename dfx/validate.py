@@ -306,6 +306,8 @@ def _chain_links(program: Program, fail) -> dict[str, set[str]]:
             if len(tensor.shape) < 2 or tensor.shape[0] != 1:
                 fail(place, f"link '{t}' has shape {list(tensor.shape)}; a link holds one image (dim 0 of 1) "
                      f"whose rows (dim 1) the kernels go by")
+            if tensor.home == "L2":
+                fail(place, f"link '{t}' has its home in L2; a link is kept in L3, or in external memory")
             links[t] = set(chain)
     for t in program.graph.tensors.values():
         if t.ring is not None and t.name not in links:
@@ -1001,6 +1003,12 @@ def _move_problem(op: DataMove, g: Graph) -> str | None:
     if kept and (op.move_type == "VIEW" or src.table is not None):
         return (f"{'views' if op.move_type == 'VIEW' else 'reads through a table'} '{kept[0]}', whose home is in "
                 f"{g.tensors[kept[0]].home}; only a tensor in external memory may be")
+    # a tensor kept in L2 is read and written there, and in L3, in place: as regions of its home
+    padded = [r for r in (src, dst) if r.level in ("L3", "L2") and g.tensors[r.tensor].home == "L2"
+              and r.padding is not None]
+    if padded:
+        return (f"moves a padded tile of '{padded[0].tensor}' at {padded[0].level}, whose home is in L2; its "
+                f"tiles in L3 and L2 are regions of that home, without padding")
     if op.move_type == "VIEW":
         whole = all(r.tile_shape == [max(d, 1) for d in t.shape] and r.offset is None and r.table is None
                     for r, t in ((src, ts), (dst, td)))

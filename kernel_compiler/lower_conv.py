@@ -55,6 +55,8 @@ class ConvProblem(Layer):
     # epilogue); their result is a buffer in L2 of its own
     epilogue_work: tuple[tuple[tuple[str, int], ...], ...]
     dtype: str  # its operands': what a MAC costs in pJ
+    # where its input is kept on chip (`Target.in_l3`, `in_l2`): its tiles there and above take no room
+    x_home: str | None = None
 
     @property
     def KH(self) -> int:
@@ -103,7 +105,8 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
     out_tile = t.R * t.C * t.Tn * result_depth(p, t, runs)
     x = band_h * band_w * t.Tc * p.x_bytes * load_depth(p.depth, runs, POSITIONS + ("tk",))
     w = t.Tn * p.KH * p.KW * t.Tc * p.w_bytes * load_depth(p.depth, runs, ("tj", "tk"))
-    buffers: list[Buffer] = [("L2", out_tile * p.c_bytes), ("L2", x), ("L1", x), ("L2", w), ("L1", w)]
+    buffers: list[Buffer] = [("L2", out_tile * p.c_bytes), ("L2", 0 if p.x_home == "L2" else x), ("L1", x), ("L2", w),
+                             ("L1", w)]
     if p.bias_bytes:
         buffers.append(("L2", (t.Tn if p.bias_along else 1) * p.bias_bytes))
     buffers += epilogue_buffers(p, t, runs, "L2", t.R * t.C * t.Tn, t.Tn)
@@ -115,7 +118,7 @@ def tile_buffers(p: ConvProblem, t: ConvTiling) -> tuple[Buffer, ...]:
 def _l3_tiles(p: ConvProblem, t: ConvTiling) -> dict[str, int]:
     """The bytes of one L3 tile of the input band and of the weights, as the holding takes them."""
     band_h, band_w = p.band(t.R, t.C)
-    return {"x": band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
+    return {"x": 0 if p.x_home is not None else band_h * band_w * (p.Ci if t.band_channels == "all" else t.Tc) * p.x_bytes,
             "w": {"all": p.Co * p.Ci, "tile": t.Tn * p.Ci, "chunk": t.Tn * t.Tc}[t.weights] * p.KH * p.KW * p.w_bytes}
 
 
@@ -465,7 +468,8 @@ def lower_conv(graph: Graph, ops: list[Op], name: str, target: Target, dataflow:
     dataflows = (choose_dataflow(dataflow, None, target, where),) if dataflow != "auto" else target.dataflows
 
     epilogue_ops = tuple(tuple(sorted(epilogue_work(graph, [o]).items())) for o in ops[1:])
-    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue_work=epilogue_ops, dtype=x.dtype)
+    p = layer(ConvProblem, graph, ops, 2, c_bytes=itemsize(c.dtype), epilogue_work=epilogue_ops, dtype=x.dtype,
+              x_home="L2" if x.name in target.in_l2 else "L3" if x.name in target.in_l3 else None)
     # double-buffered loads where they fit, and channel tiles of at least the array's columns and
     # MIN_CHUNK input channels; narrower ones only where no such tiling fits (a small L1)
     found = first_fit(((replace(p, depth=depth), narrowest)

@@ -25,8 +25,9 @@ ON_CHIP = ("L3", "L2", "L1")
 Buffer = tuple[str, int]  # (level, bytes)
 
 
-def body_buffers(body: list, graph: Graph) -> list[Buffer]:
-    """The on-chip buffers of a kernel body, one compute tile's."""
+def body_buffers(body: list, graph: Graph, in_l2: frozenset[str] = frozenset()) -> list[Buffer]:
+    """The on-chip buffers of a kernel body, one compute tile's; a plain L2 or L3 tile of a tensor
+    kept in L2 (`in_l2`) is none: it is that region of its home."""
     out: list[Buffer] = []
     for op in body:
         if isinstance(op, DataMove):
@@ -34,6 +35,8 @@ def body_buffers(body: list, graph: Graph) -> list[Buffer]:
         elif isinstance(op, Compute):
             ref, depth = op.output, op.depth
         else:  # a barrier holds nothing
+            continue
+        if ref.tensor in in_l2 and ref.level in ("L3", "L2") and ref.padding is None:
             continue
         if ref.level in ON_CHIP:
             out.append((ref.level, math.prod(ref.tile_shape) * itemsize(graph.tensors[ref.tensor].dtype) * depth))

@@ -96,12 +96,13 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
             writer[t] = i
     movable = _movable(kernels)
     fixed = [t for t in writer if graph.tensors[t].home == "L3"]
-    wanted = [t for t in writer if t in movable and t not in fixed
+    in_l2 = frozenset(t for t in writer if graph.tensors[t].home == "L2")  # their L3 tiles hold nothing
+    wanted = [t for t in writer if t in movable and t not in fixed and t not in in_l2
               and graph.tensors[t].role == "intermediate" and last_reader.get(t, -1) > writer[t]]
-    own = [l3_demand(k, graph, target) for k in kernels]
+    own = [l3_demand(k, graph, target, in_l2) for k in kernels]
     demands = [sum(own[first:last + 1]) for first, last in span]
     # what each home frees: its plain tiles in the kernels writing and reading it
-    frees = {t: freed({j: own[j] - l3_demand(k, graph, target, frozenset({t})) for j, k in enumerate(kernels)
+    frees = {t: freed({j: own[j] - l3_demand(k, graph, target, in_l2 | {t}) for j, k in enumerate(kernels)
                        if t in k.inputs or t in k.outputs}, span) for t in fixed + wanted}
 
     # as the loader packs them: every tensor with a home, in the order of the kernels writing them
@@ -134,12 +135,12 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
         trial = {**tensors, link: dataclasses.replace(tensors[link], ring=ring, ring_dim=dim)}
         if saved(more := held(trial)) > saved(homes):
             tensors, homes = trial, more
-    if not homes:
+    if not homes and not in_l2:
         return graph
-    kept = {t: graph.tensors[t].size * itemsize(graph.tensors[t].dtype) for t in homes}
+    kept = {t: graph.tensors[t].size * itemsize(graph.tensors[t].dtype) for t in [*homes, *in_l2]}
     for k in kernels:
         mine = {t: b for t, b in kept.items() if t in k.inputs or t in k.outputs}
         if mine:
             k.hints = _without(k, mine)
-    tensors = {name: dataclasses.replace(t, home="L3") if name in kept else t for name, t in tensors.items()}
+    tensors = {name: dataclasses.replace(t, home="L3") if name in homes else t for name, t in tensors.items()}
     return Graph(graph.name, tensors, graph.ops, graph.constants)

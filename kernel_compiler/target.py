@@ -77,6 +77,11 @@ class Target:
     # a chain's member that reads its window input by bands of channels: its input band in L3
     # holds a chunk of them, never all (which it could not start on before the whole is written)
     reads_by_channels: bool = False
+    # intermediates kept on chip (`Tensor.home`) while the kernels lowered for this target run,
+    # the room of their homes already taken off the levels above: their plain tiles in L3 (and
+    # those in L2, of one kept in L2) are regions of their homes, no buffers
+    in_l3: frozenset[str] = frozenset()
+    in_l2: frozenset[str] = frozenset()
 
 
 def load_target(config: str, accelerator: str | None = None, objective: str = "latency") -> Target:

@@ -44,6 +44,8 @@ class Binding:
     # the tensors kept in L3 while the kernel runs (`buffers.home_layout`): its L3 buffers lie
     # below all of them
     homes: list[Home] = field(default_factory=list)
+    # those kept in L2 (`buffers.l2_home_layout`): its L2 buffers lie below them in every bank
+    l2_homes: list[Home] = field(default_factory=list)
 
 
 # one bank of each level, and several; L3's tiles are one address space (buffers.level_banks)

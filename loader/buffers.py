@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import Barrier, DataMove, Home, Kernel, Program, Resident, freed, home_bytes, in_lines, itemsize, pack_homes
+from dfx import (Barrier, DataMove, Home, Kernel, Program, Resident, freed, home_bytes, in_lines, itemsize, l2_piece,
+                 pack_homes)
 from hardware import Machine
 
 from .schedule import workers_for
@@ -32,12 +33,16 @@ def engine_kind(src: str, dst: str) -> str:
 IN_PLACE, COPY = "in place", "copy"
 
 
-def home_move(op: DataMove, homes: frozenset[str]) -> str | None:
+def home_move(op: DataMove, homes: frozenset[str], in_l2: frozenset[str] = frozenset()) -> str | None:
     """How a move between external memory and L3 of a tensor kept in L3 (`homes`) runs: IN_PLACE
     where its L3 tile is plain, that region of the home (no task, no buffer of its own); COPY
-    where it is a padded band, which a BlockMover fills from the home, writing the padding.
-    None for any other move."""
+    where it is a padded band, which a BlockMover fills from the home, writing the padding. Of a
+    tensor kept in L2 (`in_l2`), a move between external memory and L3 or between L3 and L2 runs
+    IN_PLACE: its L2 tile is that region of the home (the validator has made its tiles plain),
+    and nothing of it lies in L3 or external memory. None for any other move."""
     src, dst = op.source, op.destination
+    if op.move_type != "VIEW" and dst.tensor in in_l2 and {src.level, dst.level} <= {"EXTERNAL", "L3", "L2"}:
+        return IN_PLACE
     if op.move_type == "VIEW" or not ((src.level == "EXTERNAL" and src.tensor in homes)
                                       or (dst.level == "EXTERNAL" and dst.tensor in homes)):
         return None
@@ -53,8 +58,11 @@ def move_levels(op: DataMove, homes: frozenset[str]) -> tuple[str, str]:
     return src, dst
 
 
-def in_home(ref, homes: frozenset[str]) -> bool:
-    """Whether an L3 tile of a tensor kept in L3 is its home's region rather than a buffer."""
+def in_home(ref, homes: frozenset[str], in_l2: frozenset[str] = frozenset()) -> bool:
+    """Whether an L3 tile of a tensor kept in L3 (`homes`) is its home's region rather than a
+    buffer; an L2 tile of one kept in L2 (`in_l2`) is, and an L3 tile of it is nothing."""
+    if ref.tensor in in_l2 and ref.level in ("L3", "L2"):
+        return True
     return ref.level == "L3" and ref.tensor in homes and ref.padding is None
 
 
@@ -109,8 +117,9 @@ def level_banks(machine: Machine, level: str) -> tuple[int, int]:
 
 
 def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozenset[str] = frozenset(),
-                   line: int | None = None) -> tuple[list[Buffer], list[StreamReq]]:
-    """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3. With
+                   line: int | None = None, in_l2: frozenset[str] = frozenset()) -> tuple[list[Buffer], list[StreamReq]]:
+    """Its buffers and streams on `workers` compute tiles, the tensors `homes` kept in L3 and
+    `in_l2` in L2. With
     the machine's `line`, a load more than one deep into L2 whose tile is whole lines (so its
     slots take the lines the compiler counted for all of them) is a buffer per slot, but in a
     chain, whose members are bound one by one and run at once (MobileNet v1's first chain took
@@ -125,7 +134,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
         if isinstance(op, Barrier) or (isinstance(op, DataMove) and op.move_type == "VIEW"):
             continue
         # a move in place between a home and its region holds nothing and runs on no engine
-        if isinstance(op, DataMove) and home_move(op, homes) == IN_PLACE:
+        if isinstance(op, DataMove) and home_move(op, homes, in_l2) == IN_PLACE:
             continue
         # a move fills its destination; a compute whose result stays on chip (the vector unit's
         # result tile in L1) fills that buffer; the array's accumulators (REGISTER) are no buffer
@@ -144,7 +153,7 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
                 # one draining the other then go through two banks' ports
                 buffers += [Buffer(op.op_id, w, dst.tensor, "L2", tile_bytes, 1, 0, len(kernel.body), slot)
                             for slot in range(op.depth)]
-            elif dst.level in ON_CHIP and not in_home(dst, homes):
+            elif dst.level in ON_CHIP and not in_home(dst, homes, in_l2):
                 buffers.append(Buffer(op.op_id, w, dst.tensor, dst.level, tile_bytes, op.depth, 0, len(kernel.body)))
             if isinstance(op, DataMove):
                 src_level, dst_level = move_levels(op, homes)
@@ -153,14 +162,73 @@ def kernel_demands(kernel: Kernel, program: Program, workers: int, homes: frozen
     return buffers, streams
 
 
-def home_layout(program: Program, machine: Machine) -> list[Home]:
+def l2_home_layout(program: Program, machine: Machine) -> list[Home]:
+    """Where in L2 the tensors the object keeps there live: each in an equal piece at the top of
+    every bank (`dfx.l2_piece`), below the pieces of those live beside it (`dfx.pack_homes`, each
+    bank standing for all), while the L2 buffers of every kernel of its span, on all the compute
+    tiles each can use, still pack into the banks below (first fit, largest first); a tensor
+    the machine has no room for is left out and goes through L3 and external memory. Its tiles
+    in the kernels that write and read it are regions of its home, no buffers: the room each
+    kernel needs is counted with the tensors taken so far in their homes, again until the taken
+    ones are those counted."""
+    kept = [t for t in program.graph.tensors.values() if t.home == "L2"]
+    if not kept:
+        return []
+    kernels, spans = program.kernels, program.spans()
+    banks, capacity = level_banks(machine, "L2")
+    line = machine.line_bytes
+    wanted = []
+    for t in kept:
+        first = next(i for i, k in enumerate(kernels) if t.name in k.outputs)
+        last = max(i for i, k in enumerate(kernels) if t.name in k.inputs)
+        wanted.append((first, Resident(t.name, l2_piece(home_bytes(t), banks, line), spans[first][0], spans[last][1])))
+    wanted = [r for _, r in sorted(wanted, key=lambda w: w[0])]
+    counted = frozenset(t.name for t in kept)
+    while True:
+        sizes = [[in_lines(b.bytes, line) for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles),
+                                                                  line=line, in_l2=counted)[0] if b.level == "L2"]
+                 for k in kernels]
+        demands = [_bank_room([s for j in range(first, last + 1) for s in sizes[j]], banks, capacity, line)
+                   for first, last in spans]
+        homes = pack_homes(wanted, demands, capacity, line)
+        taken = frozenset(h.tensor for h in homes)
+        if taken == counted:
+            return homes
+        counted = taken
+
+
+def _bank_room(sizes: list[int], banks: int, capacity: int, line: int) -> int:
+    """The fewest bytes (whole lines) a bank must have for `sizes` to pack into `banks` of them,
+    first fit, largest first; past `capacity` where even that does not hold them."""
+    def packs(room: int) -> bool:
+        free = [room] * banks
+        for size in sorted(sizes, reverse=True):
+            for i, left in enumerate(free):
+                if size <= left:
+                    free[i] -= size
+                    break
+            else:
+                return False
+        return True
+
+    low, high = max(sizes, default=0) // line, capacity // line
+    if not packs(high * line):
+        return capacity + line
+    while low < high:  # the fewest lines that pack
+        mid = (low + high) // 2
+        low, high = (low, mid) if packs(mid * line) else (mid + 1, high)
+    return low * line
+
+
+def home_layout(program: Program, machine: Machine, in_l2: frozenset[str] = frozenset()) -> list[Home]:
     """Where in L3 the tensors the object keeps there live (`dfx.pack_homes`), each kernel
     needing the L3 bytes of its buffers on all the compute tiles it can use; a tensor the
     machine has no room for is left out: it stays in external memory, the moves naming its home
     running as the DMA's. A ring takes its slices' bytes (`dfx.home_bytes`); a kernel's plain L3
     tiles of a kept tensor lie in its home (`Resident.frees`). The kernels of a chain
     run at once: a home is held across the whole chain of its writer and of its last reader, and
-    each of them needs room for the buffers of all."""
+    each of them needs room for the buffers of all. The tensors `in_l2` kept in L2
+    (`l2_home_layout`) have no L3 tiles."""
     kernels = program.kernels
     spans = program.spans()
     kept = [t for t in program.graph.tensors.values() if t.home == "L3"]
@@ -171,7 +239,7 @@ def home_layout(program: Program, machine: Machine) -> list[Home]:
 
     def l3(k: Kernel, homes: frozenset[str] = frozenset()) -> int:
         return sum(in_lines(b.bytes, line) for b in kernel_demands(k, program, workers_for(k, machine.compute.tiles),
-                                                                   homes)[0] if b.level == "L3")
+                                                                   homes, in_l2=in_l2)[0] if b.level == "L3")
 
     own = [l3(k) for k in kernels]
     demands = [sum(own[first:last + 1]) for first, last in spans]

@@ -51,7 +51,7 @@ from dfx.objfile import MAX_OBJECT_BYTES
 from hardware import Machine
 
 from .binding import Binding, engine_count
-from .buffers import home_layout, kernel_demands, level_banks
+from .buffers import home_layout, kernel_demands, l2_home_layout, level_banks
 from .chains import chains_overlap
 from .schedule import workers_for
 
@@ -278,7 +278,9 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
     stream."""
     if len(bindings) != len(program.kernels):
         raise EntryError(f"{len(bindings)} bindings for {len(program.kernels)} kernels")
-    homes = home_layout(program, machine)
+    l2_homes = l2_home_layout(program, machine)
+    in_l2 = frozenset(h.tensor for h in l2_homes)
+    homes = home_layout(program, machine, in_l2)
     kept = frozenset(h.tensor for h in homes)
     for i, (kernel, b) in enumerate(zip(program.kernels, bindings)):
         where = f"kernel '{kernel.name}'"
@@ -286,12 +288,14 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
             raise EntryError(f"{where}: the binding is of '{b.kernel}'")
         if not 1 <= b.workers <= workers_for(kernel, machine.compute.tiles):
             raise EntryError(f"{where}: {b.workers} compute tiles")
-        if b.homes != [h for h in homes if h.live(i)]:
-            raise EntryError(f"{where}: the homes in L3 are not the program's")
-        limit = l3_limit(homes, i, level_banks(machine, "L3")[1])
-        if any(bb.buffer.level == "L3" and bb.end > limit for bb in b.buffers):
-            raise EntryError(f"{where}: an L3 buffer reaches into a home")
-        buffers, streams = kernel_demands(kernel, program, b.workers, kept, machine.line_bytes)
+        if b.homes != [h for h in homes if h.live(i)] or b.l2_homes != [h for h in l2_homes if h.live(i)]:
+            raise EntryError(f"{where}: the homes in L3 or L2 are not the program's")
+        for level, level_homes in (("L3", homes), ("L2", l2_homes)):
+            capacity = level_banks(machine, level)[1]
+            limit = l3_limit(level_homes, i, capacity)
+            if limit < capacity and any(bb.buffer.level == level and bb.end > limit for bb in b.buffers):
+                raise EntryError(f"{where}: an {level} buffer reaches into a home")
+        buffers, streams = kernel_demands(kernel, program, b.workers, kept, machine.line_bytes, in_l2)
         # each once, in the kernel's order, as every binder keeps them (see estimate_makespan)
         if [bb.buffer for bb in b.buffers] != buffers:
             raise EntryError(f"{where}: the bound buffers are not the kernel's")

@@ -496,14 +496,14 @@ def dry_run_view(program: Program, bindings: list[Binding], sim: SimResult, ops:
 
 
 def homes_view(program: Program, bindings: list[Binding]) -> dict[str, dict[str, Any]]:
-    """Each intermediate kept in L3 between kernels: its region, the kernels that write it and
-    last read it, and where it is a ring, the slices it holds (`ring`) and of what (`ring_holds`:
-    rows or channels)."""
-    homes = {h.tensor: h for b in bindings for h in b.homes}
+    """Each intermediate kept on chip between kernels: its level, its region (of L3, or of every
+    L2 bank), the kernels that write it and last read it, and where it is a ring, the slices it
+    holds (`ring`) and of what (`ring_holds`: rows or channels)."""
+    homes = {h.tensor: (level, h) for b in bindings for level, hs in (("L3", b.homes), ("L2", b.l2_homes)) for h in hs}
     out = {}
-    for t, h in homes.items():
+    for t, (level, h) in homes.items():
         tensor = program.graph.tensors[t]
-        out[t] = {"address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
+        out[t] = {"level": level, "address": h.address, "end": h.address + h.bytes, "bytes": h.bytes,
                   "written_by": next(k.name for k in program.kernels if t in k.outputs),
                   "last_read_by": [k.name for k in program.kernels if t in k.inputs][-1],
                   **({"ring": tensor.ring, "ring_holds": tensor.ring_holds} if tensor.ring is not None else {})}
@@ -527,11 +527,11 @@ def print_dry_run(view: dict[str, Any], console: Console) -> None:
                   str(b["depth"]) if b["slot"] is None else f"slot {b['slot']}")
     console.print(t)
     if view["homes"]:
-        t = Table(title="kept in L3 between kernels", title_justify="left")
-        for col in ("tensor", "address range", "bytes", "holds", "written by", "last read by"):
+        t = Table(title="kept on chip between kernels (in L2: the range in every bank)", title_justify="left")
+        for col in ("tensor", "level", "address range", "bytes", "holds", "written by", "last read by"):
             t.add_column(col)
         for name, h in view["homes"].items():
-            t.add_row(shown(name), f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}",
+            t.add_row(shown(name), h["level"], f"0x{h['address']:06x}-0x{h['end']:06x}", f"{h['bytes']:,}",
                       f"ring of {h['ring']} {h['ring_holds']}" if "ring" in h else "all", h["written_by"],
                       h["last_read_by"])
         console.print(t)

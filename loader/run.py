@@ -12,7 +12,7 @@ from dfx import Compute, Home, Program, accumulation_dtype, l3_limit, lookup, nu
 from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy, reusing
-from .buffers import StreamReq, home_layout, kernel_demands, level_banks
+from .buffers import StreamReq, home_layout, kernel_demands, l2_home_layout, level_banks
 from .chains import away_from_chain, balanced, chain_head, chain_names, chain_tasks, ring_passes
 from .execution import COMPUTES, reference_op, run_kernel
 from .relocate import Occupancy, relocate
@@ -72,11 +72,14 @@ def check_fits(program: Program, machine: Machine, where: str) -> None:
                             f"config '{machine.name}' has {machine.compute.rows}x{machine.compute.cols}")
 
 
-def below_homes(machine: Machine, homes: list[Home], kernel: int) -> Machine:
-    """The machine as a kernel's binding sees it: L3 up to the homes live while it runs."""
+def below_homes(machine: Machine, homes: list[Home], kernel: int, l2_homes: list[Home] = ()) -> Machine:
+    """The machine as a kernel's binding sees it: L3 up to the homes live while it runs, every
+    L2 bank up to the pieces of those in L2."""
     capacity = level_banks(machine, "L3")[1]
     limit = l3_limit(homes, kernel, capacity)
-    return machine if limit == capacity else replace(machine, l3=replace(machine.l3, count=1, bytes=limit))
+    room = machine if limit == capacity else replace(machine, l3=replace(machine.l3, count=1, bytes=limit))
+    l2_limit = l3_limit(list(l2_homes), kernel, machine.l2.bytes)  # the same rule, in each bank
+    return room if l2_limit == machine.l2.bytes else replace(room, l2=replace(machine.l2, bytes=l2_limit))
 
 
 def bind_program(program: Program, machine: Machine, where: str, binder: Binder = bind_greedy) -> list[Binding]:
@@ -88,13 +91,15 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     binder = reusing(binder)
     bindings = []
     taken = Occupancy()
-    homes = home_layout(program, machine)
+    l2_homes = l2_home_layout(program, machine)
+    in_l2 = frozenset(h.tensor for h in l2_homes)
+    homes = home_layout(program, machine, in_l2)
     kept = frozenset(h.tensor for h in homes)
     spans = program.spans()
     chain_streams: list[list[StreamReq]] = []  # those of the chain's kernels bound so far
     for i, k in enumerate(program.kernels):
         error: BindError | None = None
-        room = below_homes(machine, homes, i)
+        room = below_homes(machine, homes, i, l2_homes)
         in_chain = spans[i][1] > spans[i][0]
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
             # fewer compute tiles each write more partial sums, or go through a ring more often
@@ -102,7 +107,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             if short is not None:
                 error = error or BindError(f"{where}: kernel '{k.name}': {short}")
                 continue
-            buffers, streams = kernel_demands(k, program, workers, kept, machine.line_bytes)
+            buffers, streams = kernel_demands(k, program, workers, kept, machine.line_bytes, in_l2)
             start = time.perf_counter()
             try:
                 binding = binder(k.name, workers, buffers, streams, room, where)
@@ -120,9 +125,11 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
                 continue
             binding.bind_seconds = time.perf_counter() - start
             binding.homes = [h for h in homes if h.live(i)]
-            binding.notes.extend(f"'{t}' stays in external memory: L3 has no room for it beside the kernels "
+            binding.l2_homes = [h for h in l2_homes if h.live(i)]
+            binding.notes.extend(f"'{t}' stays in external memory: {level} has no room for it beside the kernels "
                                  f"it lives across" for t in k.outputs
-                                 if program.graph.tensors[t].home == "L3" and t not in kept)
+                                 for level in [program.graph.tensors[t].home] if level is not None
+                                 and t not in (kept if level == "L3" else in_l2))
             if in_chain:
                 chain_streams = [*chain_streams[:i - spans[i][0]], streams]
                 if spans[i][1] == i:

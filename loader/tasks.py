@@ -90,6 +90,7 @@ class TaskStream:
         # own task, or for an op that ran none (a view, a move of an empty window) what it waited on
         self.finished: dict[str, dict[tuple[int, int], frozenset[int]]] = {}
         self.occupied = Occupancy()  # tagged with the id of each buffer's last use
+        self.l2_count = machine.l2.count  # the banks a home in L2 has a piece in
         self.writes: dict[str, _Writes] = {}  # tensor -> the moves that wrote it to external memory
 
     def kernel_tasks(self, kernel: Kernel, binding: Binding, phase: int = 0) -> Iterator[Task]:
@@ -104,7 +105,7 @@ class TaskStream:
         `streams` of its own: `_KernelFacts`)."""
         shared = kernel.shared_moves()  # worker 0's, read by every worker
         plans = _plans(_KernelFacts(kernel, self.program.graph, binding, shared, phase,
-                                    self._previous_users(kernel, binding), streams))
+                                    self._previous_users(kernel, binding), streams, self.l2_count))
         return Running(kernel, binding, shared, plans)
 
     def instance(self, running: Running, worker: int, op: BodyOp, env: dict[str, int],
@@ -233,6 +234,9 @@ class TaskStream:
         self._occupy(kernel, binding, last, running.shared)
         for home in binding.homes:  # in use up to this kernel's end, for what comes after
             self.occupied.claim(_region(home), self.next_id - 1)
+        for home in binding.l2_homes:
+            for region in _pieces_of(home, self.l2_count):
+                self.occupied.claim(region, self.next_id - 1)
 
     def _previous_users(self, kernel: Kernel, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes; of
@@ -241,12 +245,14 @@ class TaskStream:
         for bb in binding.buffers:  # a buffer's slots: the first fill of each waits for all their bytes
             users.setdefault((bb.buffer.worker, bb.buffer.op_id), set()).update(
                 user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end))
-        for home in binding.homes:
-            if home.tensor in kernel.outputs:  # its writer (a home's span may start before, in its chain)
-                region = _region(home)
-                under = {user for _, _, user in self.occupied.under(place_of(region), region.address, region.end)}
+        for level, homes in (("L3", binding.homes), ("L2", binding.l2_homes)):
+            for home in homes:
+                if home.tensor not in kernel.outputs:  # only its writer (a home's span may start before, in its chain)
+                    continue
+                regions = [_region(home)] if level == "L3" else _pieces_of(home, self.l2_count)
+                under = {user for r in regions for _, _, user in self.occupied.under(place_of(r), r.address, r.end)}
                 for op in kernel.body:
-                    if isinstance(op, DataMove) and op.destination.level == "L3" and op.destination.tensor == home.tensor:
+                    if isinstance(op, DataMove) and op.destination.level == level and op.destination.tensor == home.tensor:
                         for w in range(binding.workers):
                             users.setdefault((w, op.op_id), set()).update(under)
         return users
@@ -359,6 +365,11 @@ def _region(home: Home) -> BoundBuffer:
     return BoundBuffer(Buffer(-1, 0, home.tensor, "L3", home.bytes, 1), 0, home.address)
 
 
+def _pieces_of(home: Home, banks: int) -> list[BoundBuffer]:
+    """A home in L2's bytes, its piece in each bank, as buffers there would hold them."""
+    return [BoundBuffer(Buffer(-1, 0, home.tensor, "L2", home.bytes, 1), bank, home.address) for bank in range(banks)]
+
+
 def _ends(plans: list[dict[int, _Plan]]) -> dict[tuple[int, int], frozenset[int]]:
     """(worker, op_id) -> the tasks whose end is its latest instance ending, so far: that
     instance's task, or what it waited on if it ran none."""
@@ -393,7 +404,9 @@ class _KernelFacts:
     # queue on their unit: 0 but for the kernels of a chain, which run at once, each with queues
     # of its own
     streams: int = 0
+    l2_count: int = 1  # the machine's L2 banks
     homes: frozenset[str] = field(init=False)  # the tensors kept in L3 while it runs
+    in_l2: frozenset[str] = field(init=False)  # and in L2
     ranges: dict[str, tuple[int, int]] = field(init=False)  # `loop_ranges`
     last_step: dict[str, int] = field(init=False)  # each loop's last step
     computes: dict = field(init=False)  # `compute_ops`
@@ -401,6 +414,7 @@ class _KernelFacts:
 
     def __post_init__(self):
         self.homes = frozenset(h.tensor for h in self.binding.homes)
+        self.in_l2 = frozenset(h.tensor for h in self.binding.l2_homes)
         self.ranges = loop_ranges(self.kernel)
         self.last_step = {l.induction_var: l.end - 1 for l in self.kernel.tile_loops}
         self.computes = compute_ops(self.kernel, self.g)
@@ -508,15 +522,15 @@ class _ViewPlan(_Plan):
 
 
 class _MovePlan(_Plan):
-    __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "l2_slots", "port", "transpose", "args",
-                 "bytes", "src_shape", "dst_shape", "table", "itemsize", "in_place", "stream", "held")
+    __slots__ = ("unit", "engine", "src_level", "dst_level", "l2_bank", "l2_slots", "l2_spread", "port", "transpose",
+                 "args", "bytes", "src_shape", "dst_shape", "table", "itemsize", "in_place", "stream", "held")
 
     def __init__(self, op: DataMove, worker: int, facts: _KernelFacts):
         super().__init__(op, worker, facts)
         g = facts.g
         src, dst = op.source, op.destination
         # between a home in L3 and its region: no task (a padded band is a BlockMover's copy)
-        self.in_place = home_move(op, facts.homes) == IN_PLACE
+        self.in_place = home_move(op, facts.homes, facts.in_l2) == IN_PLACE
         self.src_level, self.dst_level = move_levels(op, facts.homes)
         self.unit = engine_kind(self.src_level, self.dst_level)
         self.engine = None if self.in_place else facts.binding.engines[op.op_id, worker]
@@ -526,6 +540,8 @@ class _MovePlan(_Plan):
         # after the plans are made)
         banks = facts.l2_banks.get((op.op_id, worker), (None,))
         self.l2_bank, self.l2_slots = banks[0], banks if len(set(banks)) > 1 else None
+        # a tile of a home in L2 lies in pieces in every bank: its moves take the banks' ports in turn
+        self.l2_spread = facts.l2_count if any(r.level == "L2" and r.tensor in facts.in_l2 for r in (src, dst)) else 0
         self.port: _Plan | None = None
         self.transpose = op.transpose or op.permutation is not None
         self.label = f"{dst.tensor} {self.src_level}->{self.dst_level}"
@@ -555,7 +571,7 @@ class _MovePlan(_Plan):
         args = {}  # a loop, not a comprehension: no function made per task
         for v in self.args:
             args[v] = env[v]
-        bank = self.l2_bank
+        bank = tid % self.l2_spread if self.l2_spread else self.l2_bank
         if self.l2_slots is not None:
             if self.port is None:
                 port = self.op.l2_port()
