@@ -8,7 +8,7 @@ _EXPORTS = {
     **dict.fromkeys(["DTYPES", "accumulator", "canonical", "dtype_of", "is_integer", "itemsize", "narrowest_integer",
                      "numpy_dtype", "tolerance", "widest"], "dtypes"),
     **dict.fromkeys(["Graph", "Op", "Tensor", "slices_along"], "graph"),
-    **dict.fromkeys(["Home", "Resident", "freed", "home_bytes", "in_lines", "l2_piece", "l3_limit", "pack_homes"], "homes"),
+    **dict.fromkeys(["Home", "Resident", "first_fit", "freed", "home_bytes", "in_lines", "l2_piece", "l3_limit", "pack_homes"], "homes"),
     **dict.fromkeys(["Barrier", "BodyOp", "Compute", "DataMove", "Kernel", "TileLoop", "TileRef"], "kernel"),
     **dict.fromkeys(["cli_console", "fail", "run_command"], "command_line"),
     "ObjectFileError": "errors",

@@ -65,6 +65,25 @@ def home_bytes(t: Tensor) -> int:
     return whole // max(extent, 1) * min(t.ring, extent)
 
 
+def first_fit(sizes: list[int], banks: int, room: int) -> bool:
+    """Whether buffers of `sizes` pack into `banks` banks of `room` bytes each, first fit, the
+    largest first (the compiler's check that a tiling fits; the binder places them exactly)."""
+    total = sum(sizes)
+    if total <= room:  # all in the first bank
+        return True
+    if banks == 1 or total > banks * room:  # no packing holds them
+        return False
+    free = [room] * banks
+    for size in sorted(sizes, reverse=True):
+        for i, left in enumerate(free):
+            if size <= left:
+                free[i] -= size
+                break
+        else:
+            return False
+    return True
+
+
 def l2_piece(size: int, banks: int, line: int) -> int:
     """The bytes a home in L2 of `size` takes at the top of each of the `banks` (of every compute
     tile): an equal piece of it, in whole lines, so every bank keeps the same room below."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from dfx import Compute, DataMove, Graph, in_lines, itemsize
+from dfx import Compute, DataMove, Graph, first_fit, in_lines, itemsize
 
 from .target import Level, Target
 
@@ -46,20 +46,7 @@ def body_buffers(body: list, graph: Graph, in_l2: frozenset[str] = frozenset()) 
 def _level_fits(sizes: list[int], level: Level) -> bool:
     """First-fit decreasing of buffers (in whole lines, as the binder places them) into the
     level's banks (the binder does it exactly)."""
-    total = sum(sizes)
-    if total <= level.bank_bytes:  # all in the first bank
-        return True
-    if level.banks == 1 or total > level.banks * level.bank_bytes:  # no packing holds them
-        return False
-    free = [level.bank_bytes] * level.banks
-    for size in sorted(sizes, reverse=True):
-        for i, room in enumerate(free):
-            if size <= room:
-                free[i] -= size
-                break
-        else:
-            return False
-    return True
+    return first_fit(sizes, level.banks, level.bank_bytes)
 
 
 def fits(buffers: Sequence[Buffer], target: Target, shared_l3: Sequence[int] | None = None) -> bool:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dfx import (Barrier, DataMove, Home, Kernel, Program, Resident, freed, home_bytes, in_lines, itemsize, l2_piece,
-                 pack_homes)
+from dfx import (Barrier, DataMove, Home, Kernel, Program, Resident, first_fit, freed, home_bytes, in_lines, itemsize,
+                 l2_piece, pack_homes)
 from hardware import Machine
 
 from .schedule import workers_for
@@ -198,25 +198,14 @@ def l2_home_layout(program: Program, machine: Machine) -> list[Home]:
 
 
 def _bank_room(sizes: list[int], banks: int, capacity: int, line: int) -> int:
-    """The fewest bytes (whole lines) a bank must have for `sizes` to pack into `banks` of them,
-    first fit, largest first; past `capacity` where even that does not hold them."""
-    def packs(room: int) -> bool:
-        free = [room] * banks
-        for size in sorted(sizes, reverse=True):
-            for i, left in enumerate(free):
-                if size <= left:
-                    free[i] -= size
-                    break
-            else:
-                return False
-        return True
-
+    """The fewest bytes (whole lines) a bank must have for `sizes` to pack into `banks` of them
+    (`dfx.first_fit`); past `capacity` where even that does not hold them."""
     low, high = max(sizes, default=0) // line, capacity // line
-    if not packs(high * line):
+    if not first_fit(sizes, banks, high * line):
         return capacity + line
     while low < high:  # the fewest lines that pack
         mid = (low + high) // 2
-        low, high = (low, mid) if packs(mid * line) else (mid + 1, high)
+        low, high = (low, mid) if first_fit(sizes, banks, mid * line) else (mid + 1, high)
     return low * line
 
 
