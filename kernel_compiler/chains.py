@@ -1019,7 +1019,10 @@ def boundary_homes(planner: Planner, plans: list[Plan], planners: dict[int, Plan
             continue
         tried = []
         for level in ("L3", "L2"):
-            homes = ({**during[n], t: level}, {**during[n + 1], t: level})
+            # the loader places t below the homes of its level live beside it in the writer's
+            # chain, and keeps it there while the reader's runs
+            homes = ({**during[n], t: level},
+                     {**during[n + 1], **{u: at for u, at in during[n].items() if at == level}, t: level})
             beside = [_beside(target, graph, h) for h in homes]
             if None in beside:
                 continue

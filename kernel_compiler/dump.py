@@ -28,13 +28,9 @@ def dump_objective(objective: str) -> str:
 
 
 def dump_homes(graph: Graph) -> str:
-    """The intermediates kept on chip between kernels (`--keep-on-chip`): in L3, and in L2 where any are."""
-    lines = []
-    for level in ("L3", "L2"):
-        kept = [f"{t.name} ({t.size * itemsize(t.dtype):,} B)" for t in graph.tensors.values() if t.home == level]
-        if kept or level == "L3":
-            lines.append(f"kept in {level}: {', '.join(kept) if kept else 'none'}")
-    return "\n".join(lines)
+    """The intermediates kept in L3 between kernels (`--keep-on-chip`)."""
+    kept = [f"{t.name} ({t.size * itemsize(t.dtype):,} B)" for t in graph.tensors.values() if t.home == "L3"]
+    return f"kept in L3: {', '.join(kept) if kept else 'none'}"
 
 
 def _ref(r: TileRef) -> str:

@@ -169,8 +169,9 @@ def l2_home_layout(program: Program, machine: Machine) -> list[Home]:
     tiles each can use, still pack into the banks below (first fit, largest first); a tensor
     the machine has no room for is left out and goes through L3 and external memory. Its tiles
     in the kernels that write and read it are regions of its home, no buffers: the room each
-    kernel needs is counted with the tensors taken so far in their homes, again until the taken
-    ones are those counted."""
+    kernel needs is counted with the tensors taken so far in their homes, again, with those left
+    out no longer counted, until every one counted is taken (one taken but not counted had its
+    tiles counted as buffers: room to spare)."""
     kept = [t for t in program.graph.tensors.values() if t.home == "L2"]
     if not kept:
         return []
@@ -192,9 +193,9 @@ def l2_home_layout(program: Program, machine: Machine) -> list[Home]:
                    for first, last in spans]
         homes = pack_homes(wanted, demands, capacity, line)
         taken = frozenset(h.tensor for h in homes)
-        if taken == counted:
+        if counted <= taken:
             return homes
-        counted = taken
+        counted &= taken
 
 
 def _bank_room(sizes: list[int], banks: int, capacity: int, line: int) -> int:

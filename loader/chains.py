@@ -444,7 +444,7 @@ def chain_tasks(stream: TaskStream, program: Program, members: list[int], bindin
         member.went(item)
         yield from tasks
         if not member.next:
-            stream.finish(member.running)
+            yield from stream.finish(member.running)
             done.add(member.name)
             clock.now += 1
 

@@ -74,6 +74,9 @@ Piece = tuple[int, frozenset[int], tuple[tuple[slice, ...], ...]]
 # the sync unit's queue of a parted move's end: apart from the BARRIERs' (an op id, the same
 # for every kernel), so none waits behind another kernel's BARRIER
 PARTED_STREAMS = 1 << 40
+# the sync unit's queue of the task that ends with a kernel's every task, where homes are live
+# (`TaskStream.finish`): one per kernel, apart from the others
+HOMES_STREAMS = 1 << 41
 
 
 class TaskStream:
@@ -98,7 +101,7 @@ class TaskStream:
         running = self.start(kernel, binding, phase)
         for worker, op, env in expand(kernel, binding.workers):
             yield from self.instance(running, worker, op, env)[1]
-        self.finish(running)
+        yield from self.finish(running)
 
     def start(self, kernel: Kernel, binding: Binding, phase: int, streams: int = 0) -> Running:
         """Set up the plans of a kernel about to run (several at once, for a chain, each with
@@ -106,7 +109,7 @@ class TaskStream:
         shared = kernel.shared_moves()  # worker 0's, read by every worker
         plans = _plans(_KernelFacts(kernel, self.program.graph, binding, shared, phase,
                                     self._previous_users(kernel, binding), streams, self.l2_count))
-        return Running(kernel, binding, shared, plans)
+        return Running(kernel, binding, shared, plans, phase)
 
     def instance(self, running: Running, worker: int, op: BodyOp, env: dict[str, int],
                  waits: Iterable[int] = ()) -> tuple[int, tuple[Task, ...]]:
@@ -226,17 +229,27 @@ class TaskStream:
             pieces.append((size, frozenset(ids), tuple(regions)))
         return pieces, plan.op.source.tensor == plan.op.destination.tensor and region == placed
 
-    def finish(self, running: Running) -> None:
-        """What a kernel that has made its last task leaves for the kernels after it."""
+    def finish(self, running: Running) -> list[Task]:
+        """What a kernel that has made its last task leaves for the kernels after it; for each
+        home it reads or writes, a task that ends with the last of those tasks, which its region
+        is in use up to (no one task of them need end last, and some run none: in place)."""
         kernel, binding, plans = running.kernel, running.binding, running.plans
-        self.finished[kernel.name] = _ends(plans)
+        self.finished[kernel.name] = ends = _ends(plans)
         last = {p.key: p.last for by_op in plans for p in by_op.values() if p.last is not None}
         self._occupy(kernel, binding, last, running.shared)
-        for home in binding.homes:  # in use up to this kernel's end, for what comes after
-            self.occupied.claim(_region(home), self.next_id - 1)
-        for home in binding.l2_homes:
-            for region in _pieces_of(home, self.l2_count):
-                self.occupied.claim(region, self.next_id - 1)
+        uses = []
+        for level, home, regions in _home_regions(binding, self.l2_count):
+            ops = {op.op_id for op in kernel.body
+                   if any(r.level == level and r.tensor == home.tensor for r in _refs(op))}
+            deps = {d for (_, op_id), ids in ends.items() if op_id in ops for d in ids if self.next_id - d < DEP_WINDOW}
+            if deps:
+                tid = self.next_id
+                self.next_id += 1
+                for region in regions:
+                    self.occupied.claim(region, tid)
+                uses.append(Task(tid, "barrier", 0, tuple(sorted(deps)), stream=HOMES_STREAMS + running.phase,
+                                 phase=running.phase, label=f"{kernel.name}: last use of {home.tensor}'s home"))
+        return uses
 
     def _previous_users(self, kernel: Kernel, binding: Binding) -> dict[tuple[int, int], set[int]]:
         """(worker, op_id) of each buffer -> the last uses of earlier buffers under its bytes; of
@@ -245,16 +258,15 @@ class TaskStream:
         for bb in binding.buffers:  # a buffer's slots: the first fill of each waits for all their bytes
             users.setdefault((bb.buffer.worker, bb.buffer.op_id), set()).update(
                 user for _, _, user in self.occupied.under(place_of(bb), bb.address, bb.end))
-        for level, homes in (("L3", binding.homes), ("L2", binding.l2_homes)):
-            for home in homes:
-                if home.tensor not in kernel.outputs:  # only its writer (a home's span may start before, in its chain)
-                    continue
-                regions = [_region(home)] if level == "L3" else _pieces_of(home, self.l2_count)
-                under = {user for r in regions for _, _, user in self.occupied.under(place_of(r), r.address, r.end)}
-                for op in kernel.body:
-                    if isinstance(op, DataMove) and op.destination.level == level and op.destination.tensor == home.tensor:
-                        for w in range(binding.workers):
-                            users.setdefault((w, op.op_id), set()).update(under)
+        for level, home, regions in _home_regions(binding, self.l2_count):
+            if home.tensor not in kernel.outputs:  # only its writer (a home's span may start before, in its chain)
+                continue
+            under = {user for r in regions for _, _, user in self.occupied.under(place_of(r), r.address, r.end)}
+            for op in kernel.body:
+                made = _refs(op)[-1:]  # what it writes: a move's destination, a compute's output (an epilogue's)
+                if made and made[0].level == level and made[0].tensor == home.tensor:
+                    for w in range(binding.workers):
+                        users.setdefault((w, op.op_id), set()).update(under)
         return users
 
     def _occupy(self, kernel: Kernel, binding: Binding, last: dict[tuple[int, int], int], shared: set[int]) -> None:
@@ -278,6 +290,7 @@ class Running:
     binding: Binding
     shared: set[int]  # its shared moves (`Kernel.shared_moves`)
     plans: list[dict[int, _Plan]]
+    phase: int  # its number in the program
 
 
 def _parted(task: Task, first: int, parts: int, worker: int) -> tuple[Task, ...]:
@@ -360,14 +373,21 @@ def _bounds(regions: tuple[tuple[slice, ...], ...]) -> tuple[slice, ...]:
                  for d in range(len(regions[0])))
 
 
-def _region(home: Home) -> BoundBuffer:
-    """A home's bytes of L3, as a buffer there would hold them."""
-    return BoundBuffer(Buffer(-1, 0, home.tensor, "L3", home.bytes, 1), 0, home.address)
+def _refs(op: BodyOp) -> list[TileRef]:
+    """The tiles an op reads, then the one it writes (none for a barrier)."""
+    if isinstance(op, DataMove):
+        return [op.source, op.destination]
+    return [*op.inputs, op.output] if isinstance(op, Compute) else []
 
 
-def _pieces_of(home: Home, banks: int) -> list[BoundBuffer]:
-    """A home in L2's bytes, its piece in each bank, as buffers there would hold them."""
-    return [BoundBuffer(Buffer(-1, 0, home.tensor, "L2", home.bytes, 1), bank, home.address) for bank in range(banks)]
+def _home_regions(binding: Binding, l2_banks: int) -> list[tuple[str, Home, list[BoundBuffer]]]:
+    """(level, home, its bytes as buffers there would hold them) of each home live while the
+    kernel runs: its region of L3, or its piece in each of the `l2_banks`."""
+    def region(level: str, home: Home, bank: int) -> BoundBuffer:
+        return BoundBuffer(Buffer(-1, 0, home.tensor, level, home.bytes, 1), bank, home.address)
+
+    return [*(("L3", h, [region("L3", h, 0)]) for h in binding.homes),
+            *(("L2", h, [region("L2", h, bank) for bank in range(l2_banks)]) for h in binding.l2_homes)]
 
 
 def _ends(plans: list[dict[int, _Plan]]) -> dict[tuple[int, int], frozenset[int]]:
