@@ -126,10 +126,10 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
             binding.bind_seconds = time.perf_counter() - start
             binding.homes = [h for h in homes if h.live(i)]
             binding.l2_homes = [h for h in l2_homes if h.live(i)]
-            binding.notes.extend(f"'{t}' stays in external memory: {level} has no room for it beside the kernels "
+            placed = {"L3": kept, "L2": in_l2}
+            binding.notes.extend(f"'{t}' stays in external memory: {home} has no room for it beside the kernels "
                                  f"it lives across" for t in k.outputs
-                                 for level in [program.graph.tensors[t].home] if level is not None
-                                 and t not in (kept if level == "L3" else in_l2))
+                                 if (home := program.graph.tensors[t].home) is not None and t not in placed[home])
             if in_chain:
                 chain_streams = [*chain_streams[:i - spans[i][0]], streams]
                 if spans[i][1] == i:
