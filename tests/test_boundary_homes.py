@@ -112,3 +112,18 @@ def test_the_validator_keeps_homes_in_l2_to_plain_tiles_of_tensors_no_chain_link
         **apart.graph.tensors, "t0": dataclasses.replace(apart.graph.tensors["t0"], home="L2")}))
     with pytest.raises(ObjectFileError, match="moves a padded tile of 't0' at L3, whose home is in L2"):
         validate_program(padded, "pair.kpu")
+
+
+def test_each_kernel_touching_a_home_ends_with_a_task_that_waits_for_its_last_use(program):
+    """Later buffers over a home's bytes wait for the task its writer and each reader end with
+    (`TaskStream.finish`): it ends with the last of their moves of it, whichever compute tile
+    makes it (no one of them need end last, and the moves in place make no task)."""
+    machine = load_machine(STANDARD)
+    bindings = bind_program(program, machine, "tail.kpu", bind_greedy)
+    result = simulate(program, machine, bindings, record_first=1 << 20)
+    last_use = {task.phase: end for task, _, end, _ in result.first_tasks if task.label.endswith("last use of t1's home")}
+    # the depthwise writing t1 and the pointwise reading it; not the kernels beside them in their chains
+    assert sorted(last_use) == [1, 2]
+    for phase, path in ((1, "t1 L1->L2"), (2, "t1 L2->L1")):
+        ends = [end for task, _, end, _ in result.first_tasks if task.phase == phase and task.label == path]
+        assert ends and last_use[phase] >= max(ends)
