@@ -49,6 +49,9 @@ lowering, before the homes and the barriers:
   of what its members cost on their own; planned only where it would pay at its least cost
   (`Planner.least`: its members as lowered for the whole target, the fill no pipeline of theirs
   avoids, the last one's tail).
+- Homes between chains (`boundary_homes`): what one chain writes whole and the next one's
+  pointwise reads whole, kept in L3 or in L2 where both chains, planned again beside its home,
+  cost the objective less and no more cycles.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ def keep_on_chip(kernels: list[Kernel], graph: Graph, target: Target, chains: li
     run at once: a home live during one is live during all, and each needs room for all their
     buffers. A link may take the shallower ring (and the dim it goes by) `shallower` offers it
     (`Plan.shallow`) where that keeps more bytes of other tensors in L3, link by link in chain
-    order."""
+    order. A tensor kept in L2 (`chains.boundary_homes`) takes none, and its tiles in L3 hold
+    nothing; its kernels' DRAM hints leave it out too."""
     span = chain_spans(kernels, chains or [])
     writer: dict[str, int] = {}
     last_reader: dict[str, int] = {}
