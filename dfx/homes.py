@@ -90,8 +90,9 @@ def l2_piece(size: int, banks: int, line: int) -> int:
     return in_lines(-(-size // banks), line)
 
 
-def l3_limit(homes: list[Home], kernel: int, capacity: int) -> int:
-    """Where a kernel's own L3 buffers must end: below every home live while it runs."""
+def below_homes(homes: list[Home], kernel: int, capacity: int) -> int:
+    """Where a kernel's own buffers must end, in L3 (or in each L2 bank, for homes in L2): below
+    every home live while it runs."""
     return min((h.address for h in homes if h.live(kernel)), default=capacity)
 
 
@@ -147,7 +148,7 @@ def _pack(wanted: list[Resident], demands: list[int], capacity: int, line: int) 
         for r in batch:
             for k, n in r.frees:
                 after[k] = after.get(k, 0) + n
-        if not all(demands[k] - after.get(k, 0) <= l3_limit([*live, *placed], k, capacity)
+        if not all(demands[k] - after.get(k, 0) <= below_homes([*live, *placed], k, capacity)
                    for r in batch for k in range(r.first, r.last + 1)):
             return False
         homes.extend(placed)

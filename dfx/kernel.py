@@ -180,6 +180,15 @@ class Barrier:
 BodyOp = DataMove | Compute | Barrier
 
 
+def tile_refs(op: BodyOp) -> list[TileRef]:
+    """The tiles an op reads, then the one it writes (none for a barrier)."""
+    if isinstance(op, DataMove):
+        return [op.source, op.destination]
+    if isinstance(op, Compute):
+        return [*op.inputs, op.output]
+    return []
+
+
 @dataclass
 class Kernel:
     name: str

@@ -21,7 +21,8 @@ import re
 from .dtypes import DTYPES, itemsize
 from .errors import ObjectFileError
 from .graph import Graph, Op, shape_problem, slices_along
-from .kernel import Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef, condition
+from .kernel import (Barrier, BodyOp, Compute, DataMove, IndexTable, IndexTensor, Kernel, TileLoop, TileRef, condition,
+                     tile_refs)
 from .ops import REGISTRY, VARIADIC, OpDef, lookup
 from .ops.layout import one_run
 from .ops.reduction import ACCUMULATING
@@ -206,12 +207,7 @@ def validate_program(program: Program, where: str) -> None:
             if isinstance(op, DataMove) and op.when is not None and (
                     op.when in ("true", "false") or not _accumulate_ok(op.when, loop_vars)):
                 fail(op_place, f"when '{op.when}' is not '<loop> > <int>'")
-            refs: list[TileRef] = []
-            if isinstance(op, DataMove):
-                refs = [op.source, op.destination]
-            elif isinstance(op, Compute):
-                refs = [*op.inputs, op.output]
-            for ref in refs:
+            for ref in tile_refs(op):
                 t = g.tensors.get(ref.tensor)
                 if t is None:
                     fail(op_place, f"unknown tensor '{ref.tensor}'")
@@ -444,14 +440,6 @@ def _runs_before(writer: tuple[int, int], reader: tuple[int, int]) -> bool:
     return pw <= pr
 
 
-def _refs(op: BodyOp) -> list[TileRef]:
-    if isinstance(op, DataMove):
-        return [op.source, op.destination]
-    if isinstance(op, Compute):
-        return [*op.inputs, op.output]
-    return []
-
-
 def _reads(op: BodyOp) -> list[TileRef]:
     """The on-chip tiles an op reads."""
     if isinstance(op, DataMove):
@@ -548,7 +536,7 @@ def _schedule_problem(k: Kernel, g: Graph, op_of: dict[str, Op]) -> tuple[str, s
     for op in k.body:
         op_place = f"{place} op {op.op_id}"
         scope, _ = _position(op, order)
-        for ref in _refs(op):
+        for ref in tile_refs(op):
             for axis, (index, size) in enumerate(zip(ref.tile_indices, ref.tile_shape)):
                 if index == "0":
                     continue

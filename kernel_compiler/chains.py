@@ -533,6 +533,7 @@ class Planner:
         self._fitting: dict[tuple, bool] = {}  # sorted buffers of a level -> whether they fit its banks
         self._homes: dict[tuple[str, int | None, int], int] = {}  # (link, ring, dim) -> its home's bytes in lines
         self._fills: dict[tuple, float] = {}  # (state, dim) -> its pipeline's fill (`_filled`)
+        self._alone: dict[int, Usage] = {}  # `alone`
         # the members' proxies -> their `plan`, and whether the pair search had its turn
         self._plans: dict[tuple[int, ...], tuple[Plan | None, bool]] = {}
 
@@ -589,6 +590,14 @@ class Planner:
         rings = zip(plan.rings, plan.shallow or plan.rings.values())
         homes = sum(self._home_lines(t, n, plan.dim) for t, n in rings) if plan.on_chip else 0
         return own + homes + in_lines(home_bytes(self.graph.tensors[tensor]), self.target.line_bytes)
+
+    def alone(self, i: int) -> Usage:
+        """Kernel i run on its own, as lowered: its usage and its tail (each way `boundary_homes`
+        weighs asks again for every kernel outside chains)."""
+        if i not in self._alone:
+            own = usage(self.kernels[i], self.graph, self.target)
+            self._alone[i] = dataclasses.replace(own, cycles=own.cycles + tail(self.kernels[i], self.graph, self.target))
+        return self._alone[i]
 
     def usage(self, i: int, share: tuple[int, int, int], ends: tuple[bool, bool]) -> Usage:
         """`linked`'s usage."""
@@ -910,8 +919,7 @@ class Planner:
         best = [Way(0.0, 0.0, [])]
         alone = [Way(0.0, 0.0, [])]  # the first j kernels each on its own
         for j, kernel in enumerate(self.kernels, 1):
-            own = usage(kernel, self.graph, self.target)
-            own = dataclasses.replace(own, cycles=own.cycles + tail(kernel, self.graph, self.target))
+            own = self.alone(j - 1)
             best.append(best[j - 1].then(own))
             alone.append(alone[j - 1].then(own))
             first = j - 1
@@ -970,9 +978,7 @@ def _way(planner: Planner, plans: list[Plan]) -> Way:
         if i in by_first:
             way, i = way.then(by_first[i].usage, by_first[i]), i + len(by_first[i].shares)
             continue
-        own = usage(planner.kernels[i], planner.graph, planner.target)
-        way, i = way.then(dataclasses.replace(own, cycles=own.cycles + tail(planner.kernels[i], planner.graph,
-                                                                            planner.target))), i + 1
+        way, i = way.then(planner.alone(i)), i + 1
     return way
 
 

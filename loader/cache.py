@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from dfx import InputFileError, Program, l3_limit, read_input_file
+from dfx import InputFileError, Program, below_homes, read_input_file
 from dfx.input_files import MB
 from dfx.objfile import MAX_OBJECT_BYTES
 from hardware import Machine
@@ -292,7 +292,7 @@ def check(bindings: list[Binding], program: Program, machine: Machine) -> None:
             raise EntryError(f"{where}: the homes in L3 or L2 are not the program's")
         for level, level_homes in (("L3", homes), ("L2", l2_homes)):
             capacity = level_banks(machine, level)[1]
-            limit = l3_limit(level_homes, i, capacity)
+            limit = below_homes(level_homes, i, capacity)
             if limit < capacity and any(bb.buffer.level == level and bb.end > limit for bb in b.buffers):
                 raise EntryError(f"{where}: an {level} buffer reaches into a home")
         buffers, streams = kernel_demands(kernel, program, b.workers, kept, machine.line_bytes, in_l2)

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from dfx import Compute, Home, Program, accumulation_dtype, l3_limit, lookup, numpy_dtype, tolerance
+from dfx import Compute, Home, Program, accumulation_dtype, below_homes, lookup, numpy_dtype, tolerance
 from hardware import Machine, SimResult, Simulator, Task
 
 from .binding import BindError, Binding, bind_greedy, reusing
@@ -72,13 +72,13 @@ def check_fits(program: Program, machine: Machine, where: str) -> None:
                             f"config '{machine.name}' has {machine.compute.rows}x{machine.compute.cols}")
 
 
-def below_homes(machine: Machine, homes: list[Home], kernel: int, l2_homes: list[Home] = ()) -> Machine:
+def room_below_homes(machine: Machine, homes: list[Home], kernel: int, l2_homes: list[Home] = ()) -> Machine:
     """The machine as a kernel's binding sees it: L3 up to the homes live while it runs, every
     L2 bank up to the pieces of those in L2."""
     capacity = level_banks(machine, "L3")[1]
-    limit = l3_limit(homes, kernel, capacity)
+    limit = below_homes(homes, kernel, capacity)
     room = machine if limit == capacity else replace(machine, l3=replace(machine.l3, count=1, bytes=limit))
-    l2_limit = l3_limit(list(l2_homes), kernel, machine.l2.bytes)  # the same rule, in each bank
+    l2_limit = below_homes(list(l2_homes), kernel, machine.l2.bytes)
     return room if l2_limit == machine.l2.bytes else replace(room, l2=replace(machine.l2, bytes=l2_limit))
 
 
@@ -99,7 +99,7 @@ def bind_program(program: Program, machine: Machine, where: str, binder: Binder 
     chain_streams: list[list[StreamReq]] = []  # those of the chain's kernels bound so far
     for i, k in enumerate(program.kernels):
         error: BindError | None = None
-        room = below_homes(machine, homes, i, l2_homes)
+        room = room_below_homes(machine, homes, i, l2_homes)
         in_chain = spans[i][1] > spans[i][0]
         for workers in range(workers_for(k, machine.compute.tiles), 0, -1):
             # fewer compute tiles each write more partial sums, or go through a ring more often

@@ -37,7 +37,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize, widest
+from dfx import Barrier, BodyOp, Compute, DataMove, Graph, Home, Kernel, Program, TileRef, itemsize, tile_refs, widest
 from hardware import Machine, Task
 
 from .binding import Binding, BoundBuffer
@@ -240,7 +240,7 @@ class TaskStream:
         uses = []
         for level, home, regions in _home_regions(binding, self.l2_count):
             ops = {op.op_id for op in kernel.body
-                   if any(r.level == level and r.tensor == home.tensor for r in _refs(op))}
+                   if any(r.level == level and r.tensor == home.tensor for r in tile_refs(op))}
             deps = {d for (_, op_id), ids in ends.items() if op_id in ops for d in ids if self.next_id - d < DEP_WINDOW}
             if deps:
                 tid = self.next_id
@@ -263,7 +263,7 @@ class TaskStream:
                 continue
             under = {user for r in regions for _, _, user in self.occupied.under(place_of(r), r.address, r.end)}
             for op in kernel.body:
-                made = _refs(op)[-1:]  # what it writes: a move's destination, a compute's output (an epilogue's)
+                made = tile_refs(op)[-1:]  # what it writes: a move's destination, a compute's output (an epilogue's)
                 if made and made[0].level == level and made[0].tensor == home.tensor:
                     for w in range(binding.workers):
                         users.setdefault((w, op.op_id), set()).update(under)
@@ -371,13 +371,6 @@ def _bounds(regions: tuple[tuple[slice, ...], ...]) -> tuple[slice, ...]:
     lie next to each other: its readers may wait for it needlessly, never too little)."""
     return tuple(slice(min(r[d].start for r in regions), max(r[d].stop for r in regions))
                  for d in range(len(regions[0])))
-
-
-def _refs(op: BodyOp) -> list[TileRef]:
-    """The tiles an op reads, then the one it writes (none for a barrier)."""
-    if isinstance(op, DataMove):
-        return [op.source, op.destination]
-    return [*op.inputs, op.output] if isinstance(op, Compute) else []
 
 
 def _home_regions(binding: Binding, l2_banks: int) -> list[tuple[str, Home, list[BoundBuffer]]]:
