@@ -332,9 +332,10 @@ def _whole_rows(kernel: Kernel, graph: Graph) -> bool:
     through three levels, its result out), not its vector work, set its pace, which `usage` does
     not count: MobileNet v2's dw10 chained between its 1x1s at 4 x 8 outputs a tile kept its
     vector unit 39% busy, and the chain ran 26,480 cycles longer than its first 1x1 alone and
-    the other two chained. A product of one row on the vector unit (`lower_gemv`) has no bands:
-    none."""
-    if kernel.dataflow != "vector":
+    the other two chained. A product of one row on the vector unit (`lower_gemv`) has one output
+    position: it goes by bands of its input's channels, each step a chunk of K for a whole tile of
+    its results."""
+    if kernel.dataflow != "vector" or "Tk" in kernel.tiling:
         return True
     return "C" in kernel.tiling and kernel.tiling["C"] >= graph.tensors[kernel.outputs[0]].shape[2]
 

@@ -65,16 +65,17 @@ def gemv_dims(graph: Graph, op: Op) -> list[list[int | None]] | None:
 
 
 def _body(graph: Graph, ops: list[Op], dims: list[list[int | None]], n: int, k: int, tn: int, tk: int,
-          whole: bool) -> tuple[list, list[Stream]]:
-    """The body for tiles of `tn` results by chunks of `tk`, the operands in L3 `whole` (else
-    the weights by panels of `tn` results), and its streams over external memory. The result and
-    the epilogue go over the result's own dims, tiled as its N."""
+          held: str) -> tuple[list, list[Stream]]:
+    """The body for tiles of `tn` results by chunks of `tk`, the operands in L3 as `held`
+    (`HOLDINGS`), and its streams over external memory. The result and the epilogue go over the
+    result's own dims, tiled as its N."""
     op = ops[0]
     transpose = op.op_type == "MATMUL" and lookup("MATMUL").normalize_attrs(op.attrs)["transpose_b"]
     panels, chunks = PANELS if tn < n else None, CHUNKS if tk < k else None
     order = tuple(v for v in (panels, chunks) if v)
     chunk = Space((n, k), (tn, tk), (panels, chunks))
-    panel = Space((n, k), (n, k), (None, None)) if whole else Space((n, k), (tn, k), (panels, None))
+    panel = {"whole": Space((n, k), (n, k), (None, None)), "panels": Space((n, k), (tn, k), (panels, None)),
+             "chunks": chunk}[held]
     out = graph.tensors[op.outputs[0]]
     rank = len(out.shape)
     results = Space(out.shape, (1,) * (rank - 1) + (tn,), (None,) * (rank - 1) + (panels,))
@@ -108,14 +109,14 @@ def _body(graph: Graph, ops: list[Op], dims: list[list[int | None]], n: int, k: 
 
 
 def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[list[int | None]], n: int, k: int,
-            tn: int, whole: bool) -> Kernel | None:
+            tn: int, held: str) -> Kernel | None:
     """The kernel in tiles of `tn` results by the largest even chunk of K that fits the target,
-    the operands `whole` in L3 or the weights by panels (None: no chunk fits)."""
+    the operands in L3 as `held` (None: no chunk fits)."""
     chunks = sorted({math.ceil(k / pieces) for pieces in range(1, k + 1)})
     low, high = 0, len(chunks)  # the chunks that fit are the shortest ones: find where they end
     while low < high:
         mid = (low + high) // 2
-        if fits(body_buffers(_body(graph, ops, dims, n, k, tn, chunks[mid], whole)[0], graph), target):
+        if fits(body_buffers(_body(graph, ops, dims, n, k, tn, chunks[mid], held)[0], graph), target):
             low = mid + 1
         else:
             high = mid
@@ -125,10 +126,10 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[l
     op = ops[0]
     trips = {v: t for v, t in ((PANELS, math.ceil(n / tn)), (CHUNKS, math.ceil(k / tk))) if t > 1}
     order = tuple(trips)
-    body, streams = _body(graph, ops, dims, n, k, tn, tk, whole)
+    body, streams = _body(graph, ops, dims, n, k, tn, tk, held)
     return Kernel(
         name=name, op=op.op_type, graph_op=op.name, dataflow="vector",
-        tiling={"Tn": tn, "Tk": tk, "L3_Bn": n if whole else tn, "num_tiles_tj": trips.get(PANELS, 1),
+        tiling={"Tn": tn, "Tk": tk, "L3_Bn": n if held == "whole" else tn, "num_tiles_tj": trips.get(PANELS, 1),
                 "num_tiles_tk": trips.get(CHUNKS, 1)},
         tile_loops=[TileLoop(v, 0, trips[v], parallel=v == PANELS) for v in order],
         body=body,
@@ -143,25 +144,32 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[l
     )
 
 
-# the tiles taken for a group's problem on a target, (Tn, whole) or None: networks repeat their
+# the tiles taken for a group's problem on a target, (Tn, holding) or None: networks repeat their
 # blocks, and each problem is weighed once per process
-_TAKEN: dict[tuple, tuple[int, bool] | None] = {}
+_TAKEN: dict[tuple, tuple[int, str] | None] = {}
 
 
 def lower_gemv(graph: Graph, ops: list[Op], name: str, target: Target, dims: list[list[int | None]]) -> Kernel | None:
     """The group's kernel on the vector unit, `dims` its operands' and result's (`gemv_dims`):
     of the tiles of a power of two of results (or all of them), each by the largest chunk of K
     that fits, with the operands whole in L3 or the weights by panels, the one `preferred`; None
-    where none fits (x whole in L3 beside a panel of one result: VGG-19's 25,088 -> 4,096)."""
+    where none fits (x whole in L3 beside a panel of one result: VGG-19's 25,088 -> 4,096).
+    Reading x by bands of its channels (a chain's last member, `Target.reads_by_channels`): a
+    tile of results on each compute tile, every operand by chunks of K, so each goes once
+    through x's bands, adding each chunk's products to its results."""
     op = ops[0]
     n, k = graph.tensors[op.outputs[0]].shape[-1], graph.tensors[op.inputs[0]].shape[-1]
     key = (group_signature(ops, graph), target)
     if key in _TAKEN:
         taken = _TAKEN[key]
         return None if taken is None else _kernel(graph, ops, name, target, dims, n, k, *taken)
-    widths = [n] + [1 << e for e in reversed(range(n.bit_length())) if 1 << e < n]
-    found = {(tn, whole): kernel for whole in (True, False) for tn in widths
-             if (kernel := _kernel(graph, ops, name, target, dims, n, k, tn, whole)) is not None}
+    if target.reads_by_channels:
+        tiles = [(-(-n // target.compute_tiles), "chunks")]
+    else:
+        tiles = [(tn, held) for held in ("whole", "panels")
+                 for tn in [n] + [1 << e for e in reversed(range(n.bit_length())) if 1 << e < n]]
+    found = {(tn, held): kernel for tn, held in tiles
+             if (kernel := _kernel(graph, ops, name, target, dims, n, k, tn, held)) is not None}
     kernel = preferred(list(found.values()), graph, target) if found else None
     _TAKEN[key] = next((tiles for tiles, each in found.items() if each is kernel), None)
     return kernel

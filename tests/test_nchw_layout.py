@@ -77,7 +77,7 @@ def test_torchvision_style_network_runs_nhwc_with_a_transpose_per_nchw_input_and
         ("DEPTHWISE_CONV2D", ["CLAMP"]),  # its 3x3 weights HWCM in the object file
         ("CONV2D", ["ADD", "RELU"]),  # the residual and its Relu
         ("TRANSPOSE", []),  # the feature output, back to NCHW under its ONNX name
-        ("REDUCE_MEAN", []),  # the global pool over H and W of NHWC
+        ("AVGPOOL2D", []),  # the global pool over H and W of NHWC, a window op
         ("RESHAPE", []),  # Flatten: [1, 1, 1, 8] -> [1, 8], a view
         ("MATMUL", []),
     ], kernels

@@ -106,9 +106,29 @@ def _narrow_reduction(m: Match) -> Op | None:
     return m.replace(m.producer("r").op_type, m["x"], **m.attrs("r"))
 
 
+def _sums_merged(m: Match) -> Op | None:
+    if not (m.attrs("inner")["keepdims"] and m.attrs("r")["keepdims"]) or m.dtype("inner") != m.dtype("r"):
+        return None
+    return m.replace("REDUCE_SUM", m["x"], axes=sorted({*_axes(m, "inner"), *_axes(m, "r")}), keepdims=True)
+
+
+POOLS = {"REDUCE_SUM": "SUMPOOL2D", "REDUCE_MEAN": "AVGPOOL2D"}
+
+
+def _global_pool(m: Match) -> Op | None:
+    x = m.shape("x")
+    if len(x) != 4 or _axes(m, "r") != (1, 2) or not m.attrs("r")["keepdims"]:
+        return None
+    return m.replace(POOLS[m.root.op_type], m["x"], kernel=[x[1], x[2]])
+
+
 _x = Pat(name="x")
 
 REDUCTION_RULES: list[Rule] = [
+    (Pat("REDUCE_SUM", Pat("REDUCE_SUM", _x, name="inner"), name="r"),
+     _sums_merged),  # reduce_sum{b}(reduce_sum{a}(x)), both keeping their axes -> reduce_sum{a, b}(x)
+    (Pat(frozenset(POOLS), _x, name="r"),
+     _global_pool),  # reduce_sum|mean{1, 2}(x: rank 4) -> sumpool2d|avgpool2d{kernel: H x W}(x), a window op
     (Pat("RESHAPE", Pat(REDUCTIONS, _x, name="r", where=lambda a: not a["keepdims"])),
      _keep_reduced),  # reshape(reduce(x){keepdims: false}) to the kept shape -> reduce(x){keepdims: true}
     (Pat("CAST", Pat(REDUCTIONS, Pat("CAST", _x, name="wide"), name="r")),
