@@ -21,7 +21,7 @@ lowering, before the homes and the barriers:
   shares cut member by member (the cut that frees the most room for the least cost first: the
   objective's figure, then energy; of their banks alone, and again of their rows too, the better
   of the two) until all their buffers and the links' homes fit the target together, then grown
-  back where a member's larger share still fits and ranks better (`_rank`; under `TRADING`, a
+  back (or cut one step more) where a member's other share still fits and ranks better (`_rank`; under `TRADING`, a
   window op's larger banks also at the rows that keep its bands as tall, `_as_tall`); for two kernels
   whose cut falls short by more than `SHORT`, every pair of usable shares is tried, where their
   least cost leaves more than `SEARCHED` to gain. A member
@@ -34,8 +34,9 @@ lowering, before the homes and the barriers:
   kinds of engine do, overlapping, plus its pipeline's fill (`pipeline`: how much later than its
   slowest member its last ends, each band waiting for the bands of the member before it reads,
   and its last member's `tail`, as a kernel alone ends with its own);
-  one of more than two members in rings of one band's slack, at least its array's and its vector
-  unit's cycles one after the other (each member waits on the next band by band).
+  one of more than two members in rings of one band's slack, taking the array and the vector unit
+  in turns (`_turns`), at least their cycles one after the other (each member waits on the next
+  band by band).
 - Each link's ring, of rows or of channels as the chain goes: the slices the reader's bands span
   on every compute tile at once, plus those the writer's next bands write on every compute tile
   (so neither waits on the other for room); the whole tensor where that is all of them. Where
@@ -324,6 +325,15 @@ def _rank(u: Usage, objective: str) -> tuple[float, float, float]:
     engines (the figure counts the busiest kind alone, but the others wait on each other too),
     then by pJ."""
     return figure(u, objective), sum(u.busy), u.pj
+
+
+def _turns(rungs: list[Rung]) -> bool:
+    """Whether a chain's members take the array and the vector unit in turns: more than two of
+    them, a member of one unit between members of the other (MobileNet's pointwise, depthwise,
+    pointwise), not a pointwise on the array and then its pool and its classifier on the vector
+    unit."""
+    units = [r.kernel.dataflow == "vector" for r in rungs]
+    return len(units) > 2 and sum(a != b for a, b in zip(units, units[1:])) > 1
 
 
 def _whole_rows(kernel: Kernel, graph: Graph) -> bool:
@@ -822,9 +832,9 @@ class Planner:
         `ring_slices`), the links on chip or through external memory:
         their shares cut until everything fits (`_cut`: of their banks alone and, going by rows,
         of their rows too; the better of the two), or, with `search`, the best of every
-        combination of usable shares that fits; then grown where that pays (`_grown`). More than
-        two members in rings of one band's slack, or any whose rings hold one band of each, count
-        as their array and vector unit taking turns."""
+        combination of usable shares that fits; then grown where that pays (`_grown`). Members
+        taking the units in turns (`_turns`) in rings of one band's slack, or any whose rings hold
+        one band of each, count as their array and vector unit taking turns."""
         members = range(first, last + 1)
         ends = [(i > first, i < last) for i in members]  # whether its window input, its result are links
         objective = self.target.objective
@@ -845,8 +855,9 @@ class Planner:
                                 (tuple(self.proxy[i] for i in members), tuple(shares), on_chip))
             # a middle member waits on both its rings; with one band's slack in each, the units
             # take turns (two members, one ring: they overlapped within 4% of their rating), as
-            # they do with one band of each in a ring
-            if on_chip and depth == 1 and (len(shares) > 2 or not apart):
+            # they do with one band of each in a ring; where one unit's members all come before
+            # the other's, the first never waits on the second's results, only for room
+            if on_chip and depth == 1 and (_turns(rungs) or not apart):
                 took = dataclasses.replace(took, cycles=max(took.cycles, took.in_turn))
             return Fit(shares, rings, self._overflow(rungs, l3 + homes), took)
 
@@ -901,11 +912,12 @@ class Planner:
         return fit
 
     def _grown(self, fit: Fit, state: Callable[[list], Fit], steps: list[Callable]) -> Fit:
-        """Give a member the next larger share where it still fits beside the others and ranks
-        better (`_rank`), the best such each time, until none does."""
+        """Give a member the next larger share, or the next smaller one (the cut stops at the
+        first shares that fit), where it still fits beside the others and ranks better
+        (`_rank`), the best such each time, until none does."""
         objective = self.target.objective
         while True:
-            grown = [trial for m, step in enumerate(steps) for more in step(fit.shares[m], way=-1)
+            grown = [trial for m, step in enumerate(steps) for way in (-1, 1) for more in step(fit.shares[m], way=way)
                      if (trial := state(fit.shares[:m] + [more] + fit.shares[m + 1:])).over == 0
                      and _rank(trial.usage, objective) < _rank(fit.usage, objective)]
             if not grown:
