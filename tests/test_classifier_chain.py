@@ -13,9 +13,10 @@ from dfx import dumps, loads
 from hardware import load_machine
 from kernel_compiler.compile import compile_graph, graph_passes
 from kernel_compiler.target import load_target
-from loader import bind_program, execute, simulate
+from loader import bind_program, execute, program_inputs, simulate
 from loader.binding import bind_greedy
 from loader.report import dram_bytes
+from test_passes import Builder
 from test_vector_kernels import STANDARD, graph_of, random
 
 OPS = [("CONV2D", ["x", "w0"], {}), ("REDUCE_SUM", ["t0"], {"axes": [1]}), ("REDUCE_SUM", ["t1"], {"axes": [2]}),
@@ -68,3 +69,34 @@ def test_the_classifier_reads_its_pool_by_chunks_of_channels_under_the_pointwise
     _, alone = _run(loads(dumps(compile_graph(graph, "tail.dfg", target, chain=False))))
     assert chained.cycles < 0.7 * alone.cycles
     assert dram_bytes(chained) == dram_bytes(alone)
+
+
+def test_a_classifier_after_a_flatten_is_the_one_position_convolution_and_chains_too():
+    """MobileNet v2's and torchvision's tail: the pool's result flattened to [1, K] (RESHAPE), the
+    flatten scaled by a constant, then MATMUL by [N, K] weights given transposed, with a bias.
+    The scale sinks below the view into the pool's epilogue and the MATMUL is the 1x1
+    convolution of the pooled image, its weights the same bytes as [N, 1, 1, K]: no kernel
+    between the pool and the classifier, which chain with the pointwise."""
+    b = Builder()
+    x = b.input("x", (1, 7, 7, 256))
+    w0, w, bias = (b.tensor(n, s, "f32", "constant") for n, s in (("w0", (512, 1, 1, 256)), ("w", (500, 512)),
+                                                                   ("bias", (500,))))
+    for i, name in enumerate((w0, w, bias)):
+        b.graph.set_constant(name, random(b.graph.tensors[name].shape, seed=i + 1))
+    pooled = b.op("REDUCE_SUM", b.op("REDUCE_SUM", b.op("CONV2D", x, w0), axes=[1]), axes=[2])
+    flat = b.op("MUL", b.op("RESHAPE", pooled, new_shape=[1, 512]), b.const("scale", 1 / 49, (1, 1)))
+    graph = b.output(b.op("MATMUL", flat, w, bias, transpose_b=True))
+    target = load_target(STANDARD, objective="edp")
+    program = loads(dumps(compile_graph(graph, "tail.dfg", target)))
+    assert [(k.op, k.dataflow) for k in program.kernels] == [
+        ("CONV2D", "output_stationary"), ("SUMPOOL2D", "vector"), ("CONV2D", "vector"), ("RESHAPE", "moves")]
+    assert program.chains == [[k.name for k in program.kernels[:3]]]
+    bindings, _ = _run(program)
+    values = {"x": random((1, 7, 7, 256))}
+    got = execute(program, bindings, program_inputs(program, values, 0))
+    v = {n: graph.constant_values(n).astype(np.float64) for n in (w0, w, bias)}
+    pooled_want = np.einsum("nhwc,oc->no", values["x"].astype(np.float64), v[w0][:, 0, 0, :]) / 49
+    want = pooled_want @ v[w].T + v[bias]
+    terms = np.abs(np.einsum("nhwc,oc->no", np.abs(values["x"]), np.abs(v[w0][:, 0, 0, :])) / 49) @ np.abs(v[w]).T
+    out = next(t.name for t in program.graph.tensors.values() if t.role == "output")
+    assert np.all(np.abs(got[out] - want) <= 1e-5 * (terms + np.abs(v[bias])))

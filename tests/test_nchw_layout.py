@@ -78,8 +78,8 @@ def test_torchvision_style_network_runs_nhwc_with_a_transpose_per_nchw_input_and
         ("CONV2D", ["ADD", "RELU"]),  # the residual and its Relu
         ("TRANSPOSE", []),  # the feature output, back to NCHW under its ONNX name
         ("AVGPOOL2D", []),  # the global pool over H and W of NHWC, a window op
-        ("RESHAPE", []),  # Flatten: [1, 1, 1, 8] -> [1, 8], a view
-        ("MATMUL", []),
+        ("CONV2D", []),  # Gemm after the Flatten: the 1x1 convolution of the pooled image
+        ("RESHAPE", []),  # the Flatten, [1, 1, 1, N] -> [1, N] after it: a view
     ], kernels
     back = program.kernels[6]
     assert back.outputs == ["features"] and program.graph.tensors["features"].shape == (1, 8, 5, 5)

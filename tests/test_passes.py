@@ -236,13 +236,19 @@ def test_mobilenet_softmax_tail_becomes_one_softmax():
     assert softmax.attrs == {"axis": 1} and "node 123 'tosa.mul'" in softmax.source
 
 
-def test_mobilenet_v2_classifier_becomes_matmul_and_softmax():
+def test_mobilenet_v2_classifier_becomes_the_pooled_images_convolution_and_softmax():
+    """Its LINEAR (a MATMUL by weights given transposed) reads the global pool's result through a
+    flatten (RESHAPE) and a MUL by a constant: the MUL sinks below the view, onto the pool, and
+    the product of that one position is its 1x1 convolution, the weights the same constant
+    viewed as [N, 1, 1, K]; the flatten moves to its result."""
     graph, warnings = load_graph(str(DATA / "dfg" / "dfg__mobilenet_v2.dfg"))
     after = canonicalise(graph, warnings)
-    assert types(graph)[-8:-6] == ["MUL", "LINEAR"] and types(after)[-3:] == ["MUL", "MATMUL", "SOFTMAX"]
-    matmul = after.ops[-2]
-    assert matmul.attrs == {"transpose_b": True} and [after.tensors[t].shape for t in matmul.inputs] == \
-        [(1, 1280), (1000, 1280), (1000,)]
+    assert types(graph)[-8:-6] == ["MUL", "LINEAR"]
+    assert types(after)[-5:] == ["SUMPOOL2D", "MUL", "CONV2D", "RESHAPE", "SOFTMAX"]
+    pool, scale, conv, flat, _ = after.ops[-5:]
+    assert scale.inputs[0] == pool.outputs[0] and conv.inputs[0] == scale.outputs[0] and flat.inputs == conv.outputs
+    assert [after.tensors[t].shape for t in conv.inputs] == [(1, 1, 1, 1280), (1000, 1, 1, 1280), (1000,)]
+    assert after.tensors[conv.inputs[1]].role == "constant" and after.tensors[flat.outputs[0]].shape == (1, 1000)
 
 
 @pytest.mark.parametrize("shifted", [True, False])

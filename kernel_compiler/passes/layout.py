@@ -30,11 +30,17 @@ and then VIEWS, once nothing more sinks:
 and EPILOGUE_VIEWS, a stage after RECOGNISE (which sees the chains it spells as they were):
 
     map(.., RESHAPE(a), .., c)         RESHAPE(map(.., a, .., c')) where a is a contraction's
-                                       result (or a map op's of one) and map ops alone read the
-                                       RESHAPE; c' is c as it broadcasts against a, where c runs
-                                       wholly or not at all along each run of dims the RESHAPE
-                                       merges or splits (a bias [N] stays itself where N stays the
-                                       last dim; a residual is RESHAPEd), else the rule declines
+                                       or a window op's result (or a map op's of one) and map ops
+                                       alone read the RESHAPE; c' is c as it broadcasts against a,
+                                       where c runs wholly or not at all along each run of dims
+                                       the RESHAPE merges or splits (a bias [N] stays itself where
+                                       N stays the last dim; a residual is RESHAPEd), else the
+                                       rule declines
+    MATMUL{transpose_b}(RESHAPE(x), w, b)
+                                       RESHAPE(CONV2D(x, RESHAPE(w) [N, 1, 1, K], b)) where x is
+                                       an image of one position, [1, 1, 1, K] (a classifier after
+                                       a global pool and a flatten): the 1x1 convolution it is,
+                                       which chains after the pool by channels
 
 A rule looks at its operands through `Match.computing`: a TRANSPOSE read by several ops sinks
 below each in turn and goes when the last stops reading it (the readers of one tensor tend to
@@ -326,8 +332,8 @@ def _viewed(m: Match, tensor: str) -> str | None:
 
 
 def _contracted(m: Match, tensor: str) -> bool:
-    """Whether `tensor` is a contraction's result, or a map op's of one through map ops alone
-    (its epilogue as far as fusion may take it)."""
+    """Whether `tensor` is a contraction's or a window op's result, or a map op's of one through
+    map ops alone (its epilogue as far as fusion may take it)."""
     seen, todo = set(), [tensor]
     while todo:
         op = m.computing(todo.pop())
@@ -335,7 +341,7 @@ def _contracted(m: Match, tensor: str) -> bool:
             continue
         seen.add(op.name)
         family = lookup(op.op_type).family
-        if family == "contraction":
+        if family in ("contraction", "window"):
             return True
         if family == "map":  # through its operands of its result's shape: those a tile of it holds whole
             todo += [t for t in op.inputs if m.graph.tensors[t].shape == m.graph.tensors[op.outputs[0]].shape]
@@ -375,7 +381,7 @@ def _read_through(m: Match, a: str, viewed: dict[str, str | None]) -> list[str] 
     where the root may read through that view; None where it may not."""
     shape_in, shape_out = m.graph.tensors[a].shape, m.shape("y")
     if not _contracted(m, a):
-        return None  # a contraction's epilogue is what a view splits (other anchors' are left as they were)
+        return None  # a contraction's or a window op's epilogue is what a view splits (other anchors' are left as they were)
     view = next(t for t, v in viewed.items() if v == a)
     # map ops alone read through it: a reduction reading it too keeps it (the chains RECOGNISE
     # spells read one tensor)
@@ -418,7 +424,24 @@ VIEWS: list[Rule] = [
 
 # after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's epilogue
 # read through the view between them
+def _one_position_conv(m: Match) -> Op | None:
+    x, w, bias = m["x"], m["w"], m.root.inputs[2:]
+    k, n = m.shape("w")[1], m.shape("w")[0]
+    if (m.shape("x") != (1, 1, 1, k) or not m.attrs("y")["transpose_b"] or len(m.shape("w")) != 2
+            or any(m.graph.tensors[b].shape != (n,) for b in bias)):
+        return None
+    # constant weights read here alone are the same bytes in the new shape: no RESHAPE kernel
+    # between the pool and its classifier, which could then not chain
+    alone = m.graph.tensors[w].role == "constant" and len(m.readers(w)) == 1
+    w_ohwi = m.reshaped_constant("w_ohwi", w, [n, 1, 1, k]) if alone else m.op("w_ohwi", "RESHAPE", w, new_shape=[n, 1, 1, k])
+    y = m.op("conv", "CONV2D", x, w_ohwi, *bias, result_dtype=m.dtype("y"))
+    return m.replace("RESHAPE", y, new_shape=list(m.shape("y")))
+
+
 EPILOGUE_VIEWS: list[Rule] = [
     (Pat(MAPS, name="y"), _sink_view),  # map(RESHAPE(a), c) -> RESHAPE(map(a, c regrouped))
+    # MATMUL{transpose_b}(RESHAPE(x: [1, 1, 1, K]), w [N, K], b) -> RESHAPE(CONV2D(x, w as [N, 1, 1, K], b))
+    (Pat("MATMUL", Pat("RESHAPE", Pat(name="x")), Pat(name="w"), name="y"), _one_position_conv),
+    (Pat("MATMUL", Pat("RESHAPE", Pat(name="x")), Pat(name="w"), Pat(name="b"), name="y"), _one_position_conv),
     *RESHAPES,
 ]

@@ -157,6 +157,17 @@ class Match:
         self.made.append(name)
         return name
 
+    def reshaped_constant(self, step: str, tensor: str, shape: list[int]) -> str:
+        """Add a graph constant holding constant `tensor`'s elements in `shape`: its bytes as they
+        lie (none where the graph gives it none, as a `.dfg` does); its name."""
+        t = self.graph.tensors[tensor]
+        name = self._fresh(step)
+        self.graph.tensors[name] = Tensor(name, tuple(shape), t.dtype, "constant")
+        if tensor in self.graph.constants:
+            self.graph.constants[name] = self.graph.constants[tensor]
+        self.made.append(name)
+        return name
+
     def discard(self) -> None:
         """Take back what `op` and `constant` added: the rule declined, or its op does not fit."""
         for name in self.made:
