@@ -76,6 +76,13 @@ class ConvTiling(BandTiling):
     band_channels: str  # "all": the L3 band holds every input channel; "chunk": Tc of them
     weights: str  # in L3: "all" of them, a "tile" of output channels with every input one, or a "chunk"
 
+    @property
+    def bias_whole(self) -> bool:
+        """Whether the bias comes into L3 whole, once: positions outer, a tile of it per step of
+        tj would come again for every band (MobileNet v1's pw4 and pw6 chained, 448 moves of 128
+        bytes each, each holding a DMA engine for the latency), as a window op's does."""
+        return self.order == "positions"
+
     def channel_trips(self, p: ConvProblem) -> dict[str, int]:
         return {"tj": -(-p.Co // self.Tn), "tk": -(-p.Ci // self.Tc)}
 
@@ -90,7 +97,7 @@ class ConvTiling(BandTiling):
                  "w": {"all": (), "tile": ("tj",), "chunk": ("tj", "tk")}[self.weights],
                  "y": POSITIONS + ("tj",)}
         if p.bias_bytes:
-            loops["bias"] = ("tj",) if p.bias_along else ()
+            loops["bias"] = ("tj",) if p.bias_along and not self.bias_whole else ()
         return loops
 
 
@@ -137,7 +144,7 @@ def l3_buffers(p: ConvProblem, t: ConvTiling) -> tuple[tuple[Buffer, ...], tuple
     shared: list[int] = []
     loads = {name: size * load_depth(p.depth, runs, loops[name]) for name, size in _l3_tiles(p, t).items()}
     if p.bias_bytes:  # single-buffered: the body loads it without repeating
-        loads["bias"] = (t.Tn if p.bias_along else 1) * p.bias_bytes
+        loads["bias"] = ((p.Co if t.bias_whole else t.Tn) if p.bias_along else 1) * p.bias_bytes
     for name, size in loads.items():
         if inner.isdisjoint(loops[name]):
             shared.append(size)
@@ -513,11 +520,13 @@ def _kernel(graph: Graph, ops: list[Op], name: str, target: Target, p: ConvProbl
     inputs = [x_tile, w_ref("L1", "chunk")]
     deps = [x_l1, w_l1]
     if bias is not None:  # into the accumulators, as MATMUL's Cin: the first K step adds to it
-        def b_ref(level: str) -> TileRef:
-            return TileRef(bias.name, level, idx("tj") if p.bias_along else ["0"] * len(bias.shape),
-                           [t.Tn] if p.bias_along else list(bias.shape))
+        def b_ref(level: str, whole: bool = False) -> TileRef:
+            along = p.bias_along and not whole
+            return TileRef(bias.name, level, idx("tj") if along else ["0"] * len(bias.shape),
+                           [t.Tn] if along else list(bias.shape))
 
-        deps.append(builder.loads([(b_ref("EXTERNAL"), b_ref("L3")), (b_ref("L3"), b_ref("L2")),
+        deps.append(builder.loads([(b_ref("EXTERNAL", t.bias_whole), b_ref("L3", t.bias_whole)),
+                                   (b_ref("L3"), b_ref("L2")),
                                    (b_ref("L2"), b_ref("REGISTER"))], repeat=False))
         inputs.append(b_ref("REGISTER"))
     inner = order[-1] if order else None
