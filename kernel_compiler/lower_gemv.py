@@ -15,7 +15,8 @@ tiles), and inside it, where a tile's weights do not fit L1 whole, a loop over c
 the contracted dim, each step adding its products into the result tile (`accumulate`). The
 operands come to L3 whole, once; or x does and the weights come by panels of Tn results, each in
 one move, two deep, so the DMAs move large tiles while the vector unit works on the panel
-before (`preferred` weighs both where both fit). Chunks go down to L1 (a B given as [N, K]
+before (`preferred` weighs both where both fit); or, reading x by bands of its channels in a
+chain, every operand comes by its chunks of K. Chunks go down to L1 (a B given as [N, K]
 transposed on its way into L2, as `lower_matmul` does); the result tile, after the epilogue,
 leaves L1 -> L2 -> L3 -> EXTERNAL.
 Tiles: of every power of two of results (or all of them), each with the largest even chunk of K
@@ -67,8 +68,9 @@ def gemv_dims(graph: Graph, op: Op) -> list[list[int | None]] | None:
 def _body(graph: Graph, ops: list[Op], dims: list[list[int | None]], n: int, k: int, tn: int, tk: int,
           held: str) -> tuple[list, list[Stream]]:
     """The body for tiles of `tn` results by chunks of `tk`, the operands in L3 as `held`
-    (`HOLDINGS`), and its streams over external memory. The result and the epilogue go over the
-    result's own dims, tiled as its N."""
+    ("whole"; "panels": x whole, the weights by panels of `tn` results; "chunks": every operand
+    by its chunks), and its streams over external memory. The result and the epilogue go over
+    the result's own dims, tiled as its N."""
     op = ops[0]
     transpose = op.op_type == "MATMUL" and lookup("MATMUL").normalize_attrs(op.attrs)["transpose_b"]
     panels, chunks = PANELS if tn < n else None, CHUNKS if tk < k else None

@@ -422,22 +422,25 @@ VIEWS: list[Rule] = [
     *RESHAPES,
 ]
 
-# after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's epilogue
-# read through the view between them
 def _one_position_conv(m: Match) -> Op | None:
     x, w, bias = m["x"], m["w"], m.root.inputs[2:]
-    k, n = m.shape("w")[1], m.shape("w")[0]
-    if (m.shape("x") != (1, 1, 1, k) or not m.attrs("y")["transpose_b"] or len(m.shape("w")) != 2
-            or any(m.graph.tensors[b].shape != (n,) for b in bias)):
+    if len(m.shape("w")) != 2 or not m.attrs("y")["transpose_b"]:
+        return None
+    n, k = m.shape("w")
+    if m.shape("x") != (1, 1, 1, k) or any(m.graph.tensors[b].shape != (n,) for b in bias):
         return None
     # constant weights read here alone are the same bytes in the new shape: no RESHAPE kernel
     # between the pool and its classifier, which could then not chain
-    alone = m.graph.tensors[w].role == "constant" and len(m.readers(w)) == 1
-    w_ohwi = m.reshaped_constant("w_ohwi", w, [n, 1, 1, k]) if alone else m.op("w_ohwi", "RESHAPE", w, new_shape=[n, 1, 1, k])
+    if m.graph.tensors[w].role == "constant" and len(m.readers(w)) == 1:
+        w_ohwi = m.reshaped_constant("w_ohwi", w, [n, 1, 1, k])
+    else:
+        w_ohwi = m.op("w_ohwi", "RESHAPE", w, new_shape=[n, 1, 1, k])
     y = m.op("conv", "CONV2D", x, w_ohwi, *bias, result_dtype=m.dtype("y"))
     return m.replace("RESHAPE", y, new_shape=list(m.shape("y")))
 
 
+# after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's epilogue
+# read through the view between them
 EPILOGUE_VIEWS: list[Rule] = [
     (Pat(MAPS, name="y"), _sink_view),  # map(RESHAPE(a), c) -> RESHAPE(map(a, c regrouped))
     # MATMUL{transpose_b}(RESHAPE(x: [1, 1, 1, K]), w [N, K], b) -> RESHAPE(CONV2D(x, w as [N, 1, 1, K], b))
