@@ -22,8 +22,8 @@ lowering, before the homes and the barriers:
   objective's figure, then energy; of their banks alone, and again of their rows too, the better
   of the two) until all their buffers and the links' homes fit the target together, then grown
   back (or cut one step more) where a member's other share still fits and ranks better (`_rank`; under `TRADING`, a
-  window op's larger banks also at the rows that keep its bands as tall, `_as_tall`), then each
-  member in turn given whichever usable share ranks best beside the others (`_descended`); for two kernels
+  window op's larger banks also at the rows that keep its bands as tall, `_as_tall`), then the
+  best change of one member's usable share taken until none ranks better (`_descended`); for two kernels
   whose cut falls short by more than `SHORT`, every pair of usable shares is tried, where their
   least cost leaves more than `SEARCHED` to gain. A member
   must go by bands of its links: its band loop (`Kernel.band_loop`: the outermost loop of more
@@ -834,7 +834,8 @@ class Planner:
         their shares cut until everything fits (`_cut`: of their banks alone and, going by rows,
         of their rows too; the better of the two), or, with `search`, the best of every
         combination of usable shares that fits; then grown where that pays (`_grown`), and
-        without the search each member given its best usable share in turn (`_descended`). Members
+        without the search the best change of one member's usable share taken until none ranks
+        better (`_descended`). Members
         taking the units in turns (`_turns`) in rings of one band's slack, or any whose rings hold
         one band of each, count as their array and vector unit taking turns."""
         members = range(first, last + 1)
@@ -929,11 +930,11 @@ class Planner:
             fit = min(grown, key=lambda f: _rank(f.usage, objective))
 
     def _descended(self, fit: Fit, state: Callable[[list], Fit], usables: list[list]) -> Fit:
-        """Give a member, one at a time, whichever of its usable shares ranks best beside the
-        others' as they are, until none changes: the cut and the growth go a step at a time, and
-        a step can lead away from a better share (MobileNet v1's pw6 chained: of two shares that
-        fit alike and rate alike in cycles, the cut reached the one of 4% more pJ, which ran
-        28,000 cycles longer)."""
+        """Take the one change of one member to another of its usable shares that ranks best
+        beside the others' as they are, again and again until none ranks better: the cut and the
+        growth go a step at a time, and a step can lead away from a better share (MobileNet v1's
+        pw6 chained: of two shares that fit alike and rate alike in cycles, the cut reached the
+        one of 4% more pJ, which ran 28,000 cycles longer)."""
         objective = self.target.objective
         while True:
             trials = (state(fit.shares[:m] + [share] + fit.shares[m + 1:])

@@ -18,7 +18,7 @@ from .lower_layout import lower_layout
 from .lower_matmul import lower_matmul
 from .lower_vector import lower_vector_op
 from .lower_window import lower_window
-from .passes import canonicalise, products_by_rows, split_long_rows
+from .passes import canonicalise, global_pools, products_by_rows, split_long_rows
 from .residency import keep_on_chip
 from .synchronise import synchronise
 from .target import Target
@@ -85,11 +85,22 @@ def _check_counts(kernel: Kernel, where: str) -> None:
 def graph_passes(graph: Graph, target: Target, fuse: bool, warnings: list[str]) -> Graph:
     """The graph after the passes, in order; why a chain stays as ops goes to `warnings`."""
     graph = canonicalise(graph, warnings, fuse)  # frontend spellings -> primitives; chains -> one op
+    # a sum or a mean over H and W of an image -> the window op over all of it, where one fits
+    graph = global_pools(graph, functools.partial(_pool_fits, target), warnings)
     # a batch of products by one B -> one product of the batch's rows, where its kernel costs less
     graph = products_by_rows(graph, functools.partial(_rows_pay, target), warnings)
     # rows too long for a tile of the target -> chains that lower (after RECOGNISE, which would
     # fold them back; before fusion, which fuses them)
     return split_long_rows(graph, target, fuse)
+
+
+def _pool_fits(target: Target, graph: Graph, pool: Op) -> bool:
+    """Whether a tiling of the window op `pool` (its operands in `graph`) fits the target."""
+    try:
+        lower_window(graph, [pool], pool.name, target, "auto")
+    except CompileError:
+        return False
+    return True
 
 
 def _rows_pay(target: Target, graph: Graph, batched: Op, rows: Op) -> bool:

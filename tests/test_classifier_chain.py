@@ -38,6 +38,14 @@ def test_sums_over_h_and_w_are_a_global_sum_pool_and_a_mean_an_average_pool():
         g = graph_passes(graph_of([("REDUCE_SUM", ["x"], {"axes": axes, "keepdims": keep})],
                                   {"x": ((1, 7, 5, 8), "f32")}), target, True, [])
         assert [op.op_type for op in g.ops] == ["REDUCE_SUM"]
+    # an image no window op's band holds whole (EfficientNet-B0's first squeeze-and-excitation
+    # pool): the mean stays a reduction, a sum over rows then divided, and compiles
+    big = graph_of([("REDUCE_MEAN", ["x"], {"axes": [1, 2]})], {"x": ((1, 112, 112, 32), "f32")})
+    assert "AVGPOOL2D" not in [op.op_type for op in graph_passes(big, target, True, []).ops]
+    assert compile_graph(big, "se.dfg", target).kernels
+    # sums whose first one rounds to integers: not the one sum over both
+    truncated = graph_of(sums, {"x": ((1, 7, 5, 8), "f32")}, out_dtype="i32")
+    assert [op.op_type for op in graph_passes(truncated, target, True, []).ops] == ["REDUCE_SUM"] * 2
 
 
 def _run(program):

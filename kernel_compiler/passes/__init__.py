@@ -13,11 +13,13 @@ makes a RESHAPE of each TRANSPOSE left that moves dims of 1 alone. DECOMPOSE tur
 lowering does not take into primitives, then RECOGNISE turns chains of primitives into the row
 ops and activations they spell, CONTRACTION folds a TRANSPOSE into the contraction that
 loads it and a per-channel gate on a convolution's input into its weights, EPILOGUE_VIEWS
-sinks a RESHAPE of a contraction's result below the map ops that read it (its epilogue reads
-through the view), and OPERANDS gives a MATMUL that reads one tensor as two operands a view of
-it as the second. `products_by_rows` and `split_long_rows` run after
-them (`compile.graph_passes`), since they need the target: the first makes a batch of products
-by one B one product of more rows where that costs less, the second takes apart the row ops
+sinks a RESHAPE of a contraction's or a window op's result below the map ops that read it (its
+epilogue reads through the view) and makes a product of a flattened image of one position its
+1x1 convolution, and OPERANDS gives a MATMUL that reads one tensor as two operands a view of
+it as the second. `global_pools`, `products_by_rows` and `split_long_rows` run after
+them (`compile.graph_passes`), since they need the target: the first makes a sum or a mean over
+H and W of an image the window op over all of it where one fits, the second a batch of products
+by one B one product of more rows where that costs less, the third takes apart the row ops
 whose rows do not fit a tile of it.
 """
 
@@ -32,7 +34,7 @@ from .decompose import DECOMPOSE
 from .layout import EPILOGUE_VIEWS, LAYOUT, VIEWS
 from .long_rows import split_long_rows
 from .quantize import FOLD_DEQUANTIZED, QUANTIZE
-from .recognise import FUSING_RULES, RECOGNISE, SPELLING_RULES
+from .recognise import FUSING_RULES, RECOGNISE, SPELLING_RULES, global_pools
 from .rewrite import Match, Pat, Rule, rewrite
 
 # the graph passes, by stage name
@@ -51,7 +53,8 @@ PASSES: list[tuple[str, list[Rule]]] = [
     # a TRANSPOSE feeding a MATMUL's B -> its transposed load; one of a CONV2D's weights -> their
     # weight_layout; conv(x * gate, w) -> conv(x, w * gate)
     ("contraction", CONTRACTION),
-    # map(RESHAPE(a contraction's result), c) -> RESHAPE(map(the result, c regrouped))
+    # map(RESHAPE(a contraction's or window op's result), c) -> RESHAPE(map(the result, c regrouped));
+    # MATMUL(RESHAPE(x [1, 1, 1, K]), w^T) -> RESHAPE(CONV2D(x, w as [N, 1, 1, K]))
     ("epilogue views", EPILOGUE_VIEWS),
     ("operands", OPERANDS),  # MATMUL(x, x) -> MATMUL(x, RESHAPE(x)), a view: each operand its own tile
 ]
@@ -69,4 +72,4 @@ def canonicalise(graph: Graph, warnings: list[str], fuse: bool = True) -> Graph:
 
 
 __all__ = ["CONTRACTION", "CONVOLUTION", "DECOMPOSE", "EPILOGUE_VIEWS", "LAYOUT", "OPERANDS", "PASSES", "RECOGNISE", "VIEWS", "Match",
-           "Pat", "Rule", "canonicalise", "products_by_rows", "rewrite", "split_long_rows"]
+           "Pat", "Rule", "canonicalise", "global_pools", "products_by_rows", "rewrite", "split_long_rows"]

@@ -37,10 +37,11 @@ and EPILOGUE_VIEWS, a stage after RECOGNISE (which sees the chains it spells as 
                                        N stays the last dim; a residual is RESHAPEd), else the
                                        rule declines
     MATMUL{transpose_b}(RESHAPE(x), w, b)
-                                       RESHAPE(CONV2D(x, RESHAPE(w) [N, 1, 1, K], b)) where x is
-                                       an image of one position, [1, 1, 1, K] (a classifier after
-                                       a global pool and a flatten): the 1x1 convolution it is,
-                                       which chains after the pool by channels
+                                       RESHAPE(CONV2D(x, w' [N, 1, 1, K], b)) where x is an image
+                                       of one position, [1, 1, 1, K] (a classifier after a global
+                                       pool and a flatten): the 1x1 convolution it is, which
+                                       chains after the pool by channels; w' is RESHAPE(w), or
+                                       constant weights read there alone as their bytes lie
 
 A rule looks at its operands through `Match.computing`: a TRANSPOSE read by several ops sinks
 below each in turn and goes when the last stops reading it (the readers of one tensor tend to
@@ -62,7 +63,7 @@ import math
 
 import numpy as np
 
-from dfx import REGISTRY, Op, lookup
+from dfx import REGISTRY, Op, is_integer, lookup
 from dfx.ops.base import normalize_axis
 from dfx.ops.layout import keeps_order, transpose_perms
 
@@ -429,6 +430,8 @@ def _one_position_conv(m: Match) -> Op | None:
     n, k = m.shape("w")
     if m.shape("x") != (1, 1, 1, k) or any(m.graph.tensors[b].shape != (n,) for b in bias):
         return None
+    if is_integer(m.dtype("y")) and not (is_integer(m.dtype("x")) and is_integer(m.dtype("w"))):
+        return None  # a float product converted to integers: MATMUL wraps it, CONV2D saturates
     # constant weights read here alone are the same bytes in the new shape: no RESHAPE kernel
     # between the pool and its classifier, which could then not chain
     if m.graph.tensors[w].role == "constant" and len(m.readers(w)) == 1:
@@ -439,8 +442,8 @@ def _one_position_conv(m: Match) -> Op | None:
     return m.replace("RESHAPE", y, new_shape=list(m.shape("y")))
 
 
-# after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's epilogue
-# read through the view between them
+# after RECOGNISE, which sees the chains it spells reading one tensor: a contraction's or a window
+# op's epilogue read through the view between them
 EPILOGUE_VIEWS: list[Rule] = [
     (Pat(MAPS, name="y"), _sink_view),  # map(RESHAPE(a), c) -> RESHAPE(map(a, c regrouped))
     # MATMUL{transpose_b}(RESHAPE(x: [1, 1, 1, K]), w [N, K], b) -> RESHAPE(CONV2D(x, w as [N, 1, 1, K], b))

@@ -8,7 +8,9 @@ constant is the number the formula needs. A constant's value is known only when 
 gives it (`graph.constants`); a `.dfg` gives none, so there a layer norm with an epsilon and the
 GELU chains stay as ops, with a warning. The small rules (a sum times 1/n is a mean, c ** 2 is c * c,
 the max a softmax subtracts is its own) turn other spellings into the ones the big rules match,
-and LAYERNORM takes its scale and bias one rule at a time.
+and LAYERNORM takes its scale and bias one rule at a time. Two sums in a row, each keeping its
+axes, of one dtype throughout, are one sum over both (the corpus MobileNets pool by H, then by
+W); `global_pools`, which needs the target, makes such a sum over H and W a window op.
 
 Frontends that spell reductions as XLA does get two more small rules: a REDUCE_* that drops its
 axes, RESHAPEd to the shape that keeps them as size 1, is the REDUCE_* that keeps them (HLO's
@@ -37,15 +39,18 @@ again, for what the stages between leave.
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable
 
 import numpy as np
 
-from dfx import REGISTRY, Op, is_integer, lookup
+from dfx import REGISTRY, Graph, Op, is_integer, lookup
 from dfx.ops.base import normalize_axis
 from dfx.ops.reduction import ACCUMULATING
 
-from .rewrite import Match, Pat, Rule
+from .layout import EPILOGUE_VIEWS
+from .rewrite import Match, Pat, Rule, rewrite
 
 
 def _axes(m: Match, name: str) -> tuple[int, ...]:
@@ -107,19 +112,11 @@ def _narrow_reduction(m: Match) -> Op | None:
 
 
 def _sums_merged(m: Match) -> Op | None:
-    if not (m.attrs("inner")["keepdims"] and m.attrs("r")["keepdims"]) or m.dtype("inner") != m.dtype("r"):
+    # of one dtype throughout: an inner sum rounded (or truncated, to an integer) to another would
+    # not give what one sum gives
+    if not (m.attrs("inner")["keepdims"] and m.attrs("r")["keepdims"]) or not m.dtype("x") == m.dtype("inner") == m.dtype("r"):
         return None
     return m.replace("REDUCE_SUM", m["x"], axes=sorted({*_axes(m, "inner"), *_axes(m, "r")}), keepdims=True)
-
-
-POOLS = {"REDUCE_SUM": "SUMPOOL2D", "REDUCE_MEAN": "AVGPOOL2D"}
-
-
-def _global_pool(m: Match) -> Op | None:
-    x = m.shape("x")
-    if len(x) != 4 or _axes(m, "r") != (1, 2) or not m.attrs("r")["keepdims"]:
-        return None
-    return m.replace(POOLS[m.root.op_type], m["x"], kernel=[x[1], x[2]])
 
 
 _x = Pat(name="x")
@@ -127,8 +124,6 @@ _x = Pat(name="x")
 REDUCTION_RULES: list[Rule] = [
     (Pat("REDUCE_SUM", Pat("REDUCE_SUM", _x, name="inner"), name="r"),
      _sums_merged),  # reduce_sum{b}(reduce_sum{a}(x)), both keeping their axes -> reduce_sum{a, b}(x)
-    (Pat(frozenset(POOLS), _x, name="r"),
-     _global_pool),  # reduce_sum|mean{1, 2}(x: rank 4) -> sumpool2d|avgpool2d{kernel: H x W}(x), a window op
     (Pat("RESHAPE", Pat(REDUCTIONS, _x, name="r", where=lambda a: not a["keepdims"])),
      _keep_reduced),  # reshape(reduce(x){keepdims: false}) to the kept shape -> reduce(x){keepdims: true}
     (Pat("CAST", Pat(REDUCTIONS, Pat("CAST", _x, name="wide"), name="r")),
@@ -429,3 +424,27 @@ SILU_RULES: list[Rule] = [
 # out (the REDUCTION_RULES and SPELLING_RULES only respell one op as another, or drop one)
 FUSING_RULES: list[Rule] = SOFTMAX_RULES + LAYERNORM_RULES + RMSNORM_RULES + GELU_RULES + SILU_RULES
 RECOGNISE: list[Rule] = REDUCTION_RULES + SPELLING_RULES + FUSING_RULES
+
+
+# ---- global pools (`compile.graph_passes`: they need the target) -----------------------------
+
+POOLS = {"REDUCE_SUM": "SUMPOOL2D", "REDUCE_MEAN": "AVGPOOL2D"}
+
+
+def _global_pool(fits: Callable[[Graph, Op], bool], m: Match) -> Op | None:
+    x = m.shape("x")
+    if len(x) != 4 or _axes(m, "r") != (1, 2) or not m.attrs("r")["keepdims"]:
+        return None
+    pool = m.replace(POOLS[m.root.op_type], m["x"], kernel=[x[1], x[2]])
+    return pool if fits(m.graph, pool) else None
+
+
+def global_pools(graph: Graph, fits: Callable[[Graph, Op], bool], warnings: list[str]) -> Graph:
+    """Each REDUCE_SUM or REDUCE_MEAN over axes 1 and 2 of a rank-4 tensor, keeping them, as the
+    SUMPOOL2D or AVGPOOL2D over the whole image, a window op, which chains after the convolution
+    before it by channels; where `fits(graph, the pool)` (a window op's band holds its image whole:
+    EfficientNet-B0's first squeeze-and-excitation pool, 112 x 112 x 32, fits no tiling on
+    standard and stays a reduction, taken apart by rows as long rows are). Then EPILOGUE_VIEWS
+    again: the views its result meets sink below the map ops after it, as a window op's do."""
+    pools = rewrite(graph, [(Pat(frozenset(POOLS), _x, name="r"), functools.partial(_global_pool, fits))], warnings)
+    return graph if pools.ops == graph.ops else rewrite(pools, EPILOGUE_VIEWS, warnings)
