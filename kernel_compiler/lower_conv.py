@@ -79,8 +79,9 @@ class ConvTiling(BandTiling):
     @property
     def bias_whole(self) -> bool:
         """Whether the bias comes into L3 whole, once: positions outer, a tile of it per step of
-        tj would come again for every band (MobileNet v1's pw4 and pw6 chained, 448 moves of 128
-        bytes each, each holding a DMA engine for the latency), as a window op's does."""
+        tj would come again for every band (MobileNet v1's pw4 chained in tiles of 32 output
+        channels: 448 moves of 128 bytes, each holding a DMA engine for the latency), as a window
+        op's does."""
         return self.order == "positions"
 
     def channel_trips(self, p: ConvProblem) -> dict[str, int]:
