@@ -1,6 +1,6 @@
 """A classifier after its global pool chains with the pointwise convolution before it, by
-channels: the pool is a window op (passes/recognise: a sum or a mean over H and W of a rank-4
-tensor is SUMPOOL2D or AVGPOOL2D over the whole image), and the classifier, a product of one
+channels: the pool is a window op (passes.global_pools: a sum or a mean over H and W of a rank-4
+tensor is SUMPOOL2D or AVGPOOL2D over the whole image, where that fits), and the classifier, a product of one
 row on the vector unit (lower_gemv), reads the pool's result by chunks of its channels, each
 step adding a chunk's products to a tile of its results on each compute tile. MobileNet v1's
 tail (pw26 -> two REDUCE_SUMs -> MUL -> the classifier) at half its size."""
