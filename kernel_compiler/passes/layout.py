@@ -382,7 +382,7 @@ def _read_through(m: Match, a: str, viewed: dict[str, str | None]) -> list[str] 
     where the root may read through that view; None where it may not."""
     shape_in, shape_out = m.graph.tensors[a].shape, m.shape("y")
     if not _contracted(m, a):
-        return None  # a contraction's or a window op's epilogue is what a view splits (other anchors' are left as they were)
+        return None  # an epilogue is what a view splits: a contraction's or a window op's (others' are left as they were)
     view = next(t for t, v in viewed.items() if v == a)
     # map ops alone read through it: a reduction reading it too keeps it (the chains RECOGNISE
     # spells read one tensor)

@@ -114,7 +114,9 @@ def _narrow_reduction(m: Match) -> Op | None:
 def _sums_merged(m: Match) -> Op | None:
     # of one dtype throughout: an inner sum rounded (or truncated, to an integer) to another would
     # not give what one sum gives
-    if not (m.attrs("inner")["keepdims"] and m.attrs("r")["keepdims"]) or not m.dtype("x") == m.dtype("inner") == m.dtype("r"):
+    if not (m.attrs("inner")["keepdims"] and m.attrs("r")["keepdims"]):
+        return None
+    if not m.dtype("x") == m.dtype("inner") == m.dtype("r"):
         return None
     return m.replace("REDUCE_SUM", m["x"], axes=sorted({*_axes(m, "inner"), *_axes(m, "r")}), keepdims=True)
 
